@@ -1,0 +1,179 @@
+//! The `stretto.plan/v1` file (see `docs/profile-format.md`): the stages of a cascade plan in execution order.
+//!
+//! Beyond the published fields, a plan may carry the query's logical operators (`logical`), so that a plan file
+//! is runnable on its own (`stretto run-plan`); optimizers that only read `stages` ignore it.
+
+use std::path::Path;
+
+use crate::error::{CoreError, Result};
+use crate::op::SemanticTask;
+
+/// The format tag of plan files.
+pub const PLAN_FORMAT: &str = "stretto.plan/v1";
+
+/// One stage: a physical operator (`logical/implementation`) and, for tunable stages, its thresholds.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct PlanStage {
+    /// `logical/implementation`, e.g. `positive/smollm2-135m@0.5`.
+    pub physical: String,
+    /// Scores below it reject (filters).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lower: Option<f64>,
+    /// Scores above it accept (filters) or decide the value (maps).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub upper: Option<f64>,
+}
+
+impl PlanStage {
+    /// The logical operator and implementation names of `physical`.
+    pub fn split(&self) -> Result<(&str, &str)> {
+        self.physical.split_once('/').filter(|(l, i)| !l.is_empty() && !i.is_empty()).ok_or_else(|| {
+            CoreError::InvalidPlan {
+                context: format!("stage `{}`", self.physical),
+                message: "`physical` must read `logical/implementation`".into(),
+            }
+        })
+    }
+}
+
+/// What the optimizer predicted for a plan on its profile.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Predicted {
+    /// Expected seconds per input tuple.
+    pub cost_per_tuple: f64,
+    /// Credible lower bound on precision.
+    pub precision_lower_bound: f64,
+    /// Credible lower bound on recall.
+    pub recall_lower_bound: f64,
+}
+
+/// A `stretto.plan/v1` document.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct PlanFile {
+    /// Always [`PLAN_FORMAT`].
+    pub format: String,
+    /// The query text, when known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub query: Option<String>,
+    /// The query's logical operators, when the plan is meant to be run on its own.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub logical: Vec<SemanticTask>,
+    /// Stages in execution order.
+    pub stages: Vec<PlanStage>,
+    /// The optimizer's prediction.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub predicted: Option<Predicted>,
+    /// Human-readable remarks (e.g. why the plan fell back to gold).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
+}
+
+impl PlanFile {
+    /// A plan with these stages and nothing else.
+    pub fn new(stages: Vec<PlanStage>) -> Self {
+        Self { format: PLAN_FORMAT.into(), query: None, logical: vec![], stages, predicted: None, warnings: vec![] }
+    }
+
+    /// Reads and validates a plan file.
+    pub fn read(path: &Path) -> Result<Self> {
+        let text =
+            std::fs::read_to_string(path).map_err(|source| CoreError::Io { path: path.to_path_buf(), source })?;
+        Self::parse(&text, &path.display().to_string())
+    }
+
+    /// Parses and validates a plan document; `context` names it in errors.
+    pub fn parse(text: &str, context: &str) -> Result<Self> {
+        let plan: PlanFile =
+            serde_json::from_str(text).map_err(|source| CoreError::Json { context: context.to_string(), source })?;
+        plan.validate(context)?;
+        Ok(plan)
+    }
+
+    /// Checks the format tag and every stage's name and thresholds.
+    pub fn validate(&self, context: &str) -> Result<()> {
+        let bad = |m: String| CoreError::InvalidPlan { context: context.to_string(), message: m };
+        if self.format != PLAN_FORMAT {
+            return Err(bad(format!("format is `{}`, expected `{PLAN_FORMAT}`", self.format)));
+        }
+        if self.stages.is_empty() {
+            return Err(bad("plan has no stages".into()));
+        }
+        for s in &self.stages {
+            s.split().map_err(|e| bad(e.to_string()))?;
+            for (what, v) in [("lower", s.lower), ("upper", s.upper)] {
+                if v.is_some_and(|v| !v.is_finite()) {
+                    return Err(bad(format!("stage `{}`: {what} threshold is not finite", s.physical)));
+                }
+            }
+            if let (Some(lo), Some(hi)) = (s.lower, s.upper) {
+                if lo > hi {
+                    return Err(bad(format!("stage `{}`: lower {lo} > upper {hi}", s.physical)));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Writes the plan as pretty JSON, atomically (temp file + rename), so a crash never leaves half a plan.
+    pub fn write(&self, path: &Path) -> Result<()> {
+        let text = serde_json::to_string_pretty(self)
+            .map_err(|source| CoreError::Json { context: path.display().to_string(), source })?;
+        write_atomic(path, text.as_bytes())
+    }
+}
+
+/// Writes a file atomically: a sibling temp file, flushed, then renamed over the target.
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
+    use std::io::Write;
+    let io = |source| CoreError::Io { path: path.to_path_buf(), source };
+    let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "out".into());
+    let tmp = dir.join(format!(".{name}.tmp{}", std::process::id()));
+    let mut f = std::fs::File::create(&tmp).map_err(io)?;
+    f.write_all(bytes).map_err(io)?;
+    f.sync_all().map_err(io)?;
+    drop(f);
+    std::fs::rename(&tmp, path).map_err(|e| {
+        let _ = std::fs::remove_file(&tmp);
+        io(e)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_the_documented_example() {
+        let text = r#"{
+          "format": "stretto.plan/v1",
+          "stages": [
+            {"physical": "positive/minilm",      "lower": 0.05, "upper": 0.62},
+            {"physical": "positive/gold",        "lower": 0.0,  "upper": 0.0},
+            {"physical": "title/gold"}
+          ],
+          "predicted": {"cost_per_tuple": 0.0412, "precision_lower_bound": 0.903, "recall_lower_bound": 0.911}
+        }"#;
+        let plan = PlanFile::parse(text, "example").unwrap();
+        assert_eq!(plan.stages.len(), 3);
+        assert_eq!(plan.stages[2].upper, None);
+        assert_eq!(plan.stages[0].split().unwrap(), ("positive", "minilm"));
+        let round = PlanFile::parse(&serde_json::to_string(&plan).unwrap(), "round").unwrap();
+        assert_eq!(round, plan);
+    }
+
+    #[test]
+    fn rejects_bad_plans_naming_the_culprit() {
+        let cases = [
+            (r#"{"format":"x","stages":[{"physical":"a/b"}]}"#, "format"),
+            (r#"{"format":"stretto.plan/v1","stages":[{"physical":"nolslash"}]}"#, "nolslash"),
+            (r#"{"format":"stretto.plan/v1","stages":[{"physical":"a/b","lower":2,"upper":1}]}"#, "a/b"),
+            (r#"{"format":"stretto.plan/v1","stages":[]}"#, "no stages"),
+            (r#"{"format":"stretto.plan/v1","stages":[{"physical":"a/b","lower":"x"}]}"#, "line"),
+        ];
+        for (text, needle) in cases {
+            let err = PlanFile::parse(text, "p.json").unwrap_err().to_string();
+            assert!(err.contains(needle) && err.contains("p.json"), "{err}");
+        }
+    }
+}

@@ -1,0 +1,241 @@
+//! Executor semantics on hand-computed cases (`docs/profile-format.md` §Plan).
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use arrow::array::{AsArray, Int64Array, RecordBatch, StringArray};
+use arrow::datatypes::{DataType, Field, Int64Type, Schema};
+use stretto_core::exec::{filter_decision, CascadeExecutor, CascadePlan, Decision};
+use stretto_core::format::{PlanFile, PlanStage};
+use stretto_core::op::{LogicalKind, Modality, OpOutput, OpProperties, PhysicalOp, SemanticTask, ValueType};
+use stretto_core::CoreError;
+
+/// Returns a fixed output per row id (column `t.id`), and counts the tuples it is asked about.
+#[derive(Debug)]
+struct Table {
+    name: String,
+    props: OpProperties,
+    scores: Vec<f64>,
+    values: Option<Vec<Option<&'static str>>>,
+    seen: AtomicUsize,
+}
+
+impl Table {
+    fn filter(name: &str, scores: &[f64]) -> Arc<Self> {
+        Arc::new(Self {
+            name: name.into(),
+            props: props(LogicalKind::Filter),
+            scores: scores.to_vec(),
+            values: None,
+            seen: AtomicUsize::new(0),
+        })
+    }
+    fn map(name: &str, values: &[Option<&'static str>], conf: &[f64]) -> Arc<Self> {
+        Arc::new(Self {
+            name: name.into(),
+            props: props(LogicalKind::Map),
+            scores: conf.to_vec(),
+            values: Some(values.to_vec()),
+            seen: AtomicUsize::new(0),
+        })
+    }
+}
+
+fn props(kind: LogicalKind) -> OpProperties {
+    OpProperties {
+        kind,
+        family: "table".into(),
+        modality: Modality::Text,
+        model: None,
+        compression: None,
+        tunable: true,
+        gold: false,
+        cost_hint: 1e-6,
+        score_range: (-10.0, 10.0),
+    }
+}
+
+impl PhysicalOp for Table {
+    fn name(&self) -> &str {
+        &self.name
+    }
+    fn properties(&self) -> &OpProperties {
+        &self.props
+    }
+    fn evaluate(&self, _task: &SemanticTask, batch: &RecordBatch) -> stretto_core::Result<OpOutput> {
+        self.seen.fetch_add(batch.num_rows(), Ordering::SeqCst);
+        let ids = batch.column_by_name("t.id").unwrap().as_primitive::<Int64Type>();
+        let scores: Vec<f64> = ids.values().iter().map(|&i| self.scores[i as usize]).collect();
+        Ok(match &self.values {
+            None => OpOutput::Scores(scores),
+            Some(v) => OpOutput::Values {
+                values: ids.values().iter().map(|&i| v[i as usize].map(str::to_string)).collect(),
+                confidences: scores,
+            },
+        })
+    }
+}
+
+fn input(n: usize) -> RecordBatch {
+    RecordBatch::try_new(
+        Arc::new(Schema::new(vec![
+            Field::new("t.id", DataType::Int64, false),
+            Field::new("t.text", DataType::Utf8, true),
+        ])),
+        vec![
+            Arc::new(Int64Array::from_iter_values(0..n as i64)),
+            Arc::new(StringArray::from_iter_values((0..n).map(|i| format!("row {i}")))),
+        ],
+    )
+    .unwrap()
+}
+
+fn stage(physical: &str, lower: Option<f64>, upper: Option<f64>) -> PlanStage {
+    PlanStage { physical: physical.into(), lower, upper }
+}
+
+fn tasks() -> Vec<SemanticTask> {
+    vec![
+        SemanticTask::filter("a", "{t.text} is a"),
+        SemanticTask::filter("b", "{t.text} is b"),
+        SemanticTask::map("m", "value of {t.text}", "m", ValueType::Integer),
+    ]
+}
+
+#[test]
+fn decision_rule_matches_the_format() {
+    assert_eq!(filter_decision(0.5, Some(-1.0), Some(0.4)), Decision::Accept);
+    assert_eq!(filter_decision(0.4, Some(-1.0), Some(0.4)), Decision::Unsure);
+    assert_eq!(filter_decision(-1.0, Some(-1.0), Some(0.4)), Decision::Unsure);
+    assert_eq!(filter_decision(-1.1, Some(-1.0), Some(0.4)), Decision::Reject);
+    assert_eq!(filter_decision(0.0, None, None), Decision::Unsure);
+    assert_eq!(filter_decision(f64::NAN, Some(0.0), Some(0.0)), Decision::Unsure);
+}
+
+/// Five tuples, two filters with a cheap and a gold stage each, one map with a deferring cheap stage.
+///
+/// | id | a/cheap (-1,1) | a/gold | b/cheap (-1,1) | b/gold | m/cheap conf>0.5 | m/gold | result |
+/// |----|----------------|--------|----------------|--------|------------------|--------|--------|
+/// | 0  | 2 accept       | skip   | 0 unsure       | 1 acc  | 0.9 "7"          | skip   | yes m=7 |
+/// | 1  | -2 reject      | skip   | skip (dead)    | skip   | skip             | skip   | no |
+/// | 2  | 0 unsure       | 0.5 acc| 3 accept       | skip   | 0.1 unsure       | "9"    | yes m=9 |
+/// | 3  | 0 unsure       | -1 rej | 9 accept       | skip   | skip (dead)      | skip   | no |
+/// | 4  | 0.5 unsure     | 0 uns  | 2 accept       | skip   | 0.8 "x"          | skip   | no (a undecided after last stage) |
+#[test]
+fn hand_computed_cascade() {
+    let a_cheap = Table::filter("a-cheap", &[2.0, -2.0, 0.0, 0.0, 0.5]);
+    let a_gold = Table::filter("a-gold", &[9.0, 9.0, 0.5, -1.0, 0.0]);
+    let b_cheap = Table::filter("b-cheap", &[0.0, 9.0, 3.0, 9.0, 2.0]);
+    let b_gold = Table::filter("b-gold", &[1.0, 9.0, 9.0, 9.0, 9.0]);
+    let m_cheap = Table::map("m-cheap", &[Some("7"), None, Some("1"), None, Some("x")], &[0.9, 0.0, 0.1, 0.0, 0.8]);
+    let m_gold = Table::map("m-gold", &[Some("8"), None, Some("9"), None, Some("5")], &[1.0; 5]);
+    let ops: Vec<Arc<Table>> =
+        vec![a_cheap.clone(), a_gold.clone(), b_cheap.clone(), b_gold.clone(), m_cheap.clone(), m_gold.clone()];
+    let plan = PlanFile::new(vec![
+        stage("a/a-cheap", Some(-1.0), Some(1.0)),
+        stage("b/b-cheap", Some(-1.0), Some(1.0)),
+        stage("a/a-gold", Some(0.0), Some(0.0)),
+        stage("m/m-cheap", None, Some(0.5)),
+        stage("b/b-gold", Some(0.0), Some(0.0)),
+        stage("m/m-gold", None, None),
+    ]);
+    let cascade = CascadePlan::bind(&plan, tasks(), |name| {
+        ops.iter()
+            .find(|o| o.name == name)
+            .map(|o| o.clone() as Arc<dyn PhysicalOp>)
+            .ok_or(CoreError::UnknownOperator { name: name.into(), known: String::new() })
+    })
+    .unwrap();
+    // Batch size 2 makes the cascade run over three batches; results must not depend on it.
+    for batch_size in [2, 64] {
+        for o in &ops {
+            o.seen.store(0, Ordering::SeqCst);
+        }
+        let out = CascadeExecutor::new(batch_size).with_progress(false).execute(&cascade, &input(5)).unwrap();
+        assert_eq!(out.rows, vec![0, 2]);
+        let m = out.batch.column_by_name("m").unwrap().as_primitive::<Int64Type>();
+        assert_eq!(m.iter().collect::<Vec<_>>(), vec![Some(7), Some(9)]);
+        let counts: Vec<(usize, usize, usize, usize)> =
+            out.stats.iter().map(|s| (s.tuples_in, s.accepted, s.rejected, s.unsure)).collect();
+        assert_eq!(
+            counts,
+            vec![
+                (5, 1, 1, 3), // a/cheap: 0 accepts, 1 rejects, 2,3,4 unsure
+                (4, 3, 0, 1), // b/cheap sees the alive ones 0,2,3,4: 2, 3 and 4 accept, 0 stays unsure
+                (3, 1, 1, 1), // a/gold sees 2,3,4: 2 accepts, 3 dies, 4 stays unsure
+                (3, 2, 0, 1), // m/cheap sees 0,2,4 (3 died at a/gold, skipped at no cost): 0 and 4 are sure, 2 defers
+                (1, 1, 0, 0), // b/gold sees only 0 (3 is decided for b, and dead since a/gold)
+                (1, 1, 0, 0), // m/gold sees only 2
+            ]
+        );
+        // Dead tuples never reach later operators: tuple 1 was only ever scored by a/cheap.
+        assert_eq!(b_gold.seen.load(Ordering::SeqCst), 1);
+        assert_eq!(m_gold.seen.load(Ordering::SeqCst), 1);
+    }
+}
+
+#[test]
+fn binding_names_unknown_stage_and_operator() {
+    let op = Table::filter("x", &[0.0]);
+    let resolve = |name: &str| -> stretto_core::Result<Arc<dyn PhysicalOp>> {
+        if name == "x" {
+            Ok(op.clone())
+        } else {
+            Err(CoreError::UnknownOperator { name: name.into(), known: "x".into() })
+        }
+    };
+    let t = vec![SemanticTask::filter("a", "{t.text}")];
+    let err = CascadePlan::bind(&PlanFile::new(vec![stage("zzz/x", None, None)]), t.clone(), resolve).unwrap_err();
+    assert!(matches!(&err, CoreError::UnknownStage { logical, .. } if logical == "zzz"), "{err}");
+    let err = CascadePlan::bind(&PlanFile::new(vec![stage("a/nope", None, None)]), t.clone(), resolve).unwrap_err();
+    assert!(matches!(&err, CoreError::UnknownOperator { name, .. } if name == "nope"), "{err}");
+    // A filter operator cannot implement a map.
+    let m = vec![SemanticTask::map("a", "{t.text}", "a", ValueType::String)];
+    let err = CascadePlan::bind(&PlanFile::new(vec![stage("a/x", None, None)]), m, resolve).unwrap_err();
+    assert!(err.to_string().contains("a/x"), "{err}");
+    // A logical operator without stages would silently drop everything.
+    let two = vec![SemanticTask::filter("a", "{t.text}"), SemanticTask::filter("b", "{t.text}")];
+    let err = CascadePlan::bind(&PlanFile::new(vec![stage("a/x", None, None)]), two, resolve).unwrap_err();
+    assert!(err.to_string().contains("`b`"), "{err}");
+}
+
+#[test]
+fn operator_returning_wrong_length_is_an_error() {
+    #[derive(Debug)]
+    struct Short(OpProperties);
+    impl PhysicalOp for Short {
+        fn name(&self) -> &str {
+            "short"
+        }
+        fn properties(&self) -> &OpProperties {
+            &self.0
+        }
+        fn evaluate(&self, _: &SemanticTask, _: &RecordBatch) -> stretto_core::Result<OpOutput> {
+            Ok(OpOutput::Scores(vec![1.0]))
+        }
+    }
+    let op: Arc<dyn PhysicalOp> = Arc::new(Short(props(LogicalKind::Filter)));
+    let cascade = CascadePlan::bind(
+        &PlanFile::new(vec![stage("a/short", None, None)]),
+        vec![SemanticTask::filter("a", "{t.text}")],
+        |_| Ok(op.clone()),
+    )
+    .unwrap();
+    let err = CascadeExecutor::new(8).with_progress(false).execute(&cascade, &input(3)).unwrap_err();
+    assert!(err.to_string().contains("short") && err.to_string().contains("3 tuples"), "{err}");
+}
+
+#[test]
+fn unparseable_map_value_becomes_null_not_an_error() {
+    let m = Table::map("m", &[Some("12"), Some("twelve")], &[1.0, 1.0]);
+    let cascade = CascadePlan::bind(
+        &PlanFile::new(vec![stage("m/m", None, None)]),
+        vec![SemanticTask::map("m", "{t.text}", "m", ValueType::Integer)],
+        |_| Ok(m.clone()),
+    )
+    .unwrap();
+    let out = CascadeExecutor::new(8).with_progress(false).execute(&cascade, &input(2)).unwrap();
+    assert_eq!(out.rows, vec![0, 1]);
+    let col = out.batch.column_by_name("m").unwrap().as_primitive::<Int64Type>();
+    assert_eq!(col.iter().collect::<Vec<_>>(), vec![Some(12), None]);
+}

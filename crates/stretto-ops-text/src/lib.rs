@@ -1,0 +1,35 @@
+//! # stretto-ops-text
+//!
+//! Physical operators over text columns, each contributed to the [`Registry`](stretto_core::op::Registry) by an
+//! `inventory::submit!`ed [`OperatorFactory`](stretto_core::op::OperatorFactory).
+//!
+//! Today it holds the [`keyword`] filter: a cheap, exact operator that is useful as a first cascade stage and in
+//! tests. The LLM and embedding operators are tracked as their own issues.
+//!
+//! ```
+//! stretto_ops_text::link(); // make sure this crate's registrations are linked into the binary
+//! let registry = stretto_core::op::Registry::discover()?;
+//! let kw = registry.get("keyword")?;
+//! assert_eq!(kw.properties().family, "keyword");
+//! # Ok::<(), stretto_core::CoreError>(())
+//! ```
+
+#![warn(missing_docs)]
+
+pub mod keyword;
+
+/// This crate's name as registered in the plugin registry.
+pub const PLUGIN: &str = "stretto-ops-text";
+
+stretto_core::inventory::submit! {
+    stretto_core::op::PluginCrate { name: PLUGIN }
+}
+
+/// Forces the linker to keep this crate and its `inventory` registrations.
+///
+/// rustc drops a dependency that no code names, and its `submit!`s vanish with it. Calling this from the binary
+/// (the `stretto` facade's `link()` does) makes that impossible.
+#[inline(never)]
+pub fn link() -> &'static str {
+    std::hint::black_box(PLUGIN)
+}

@@ -1,0 +1,3 @@
+//! # stretto-optim
+//!
+//! The global cascade optimizer (work in progress).
