@@ -154,3 +154,66 @@ fn limited(batch: &RecordBatch, limit: Option<usize>) -> RecordBatch {
         _ => batch.clone(),
     }
 }
+
+/// What `stretto optimize` did.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct OptimizeSummary {
+    /// Number of stages.
+    pub stages: usize,
+    /// Predicted cost per tuple.
+    pub cost_per_tuple: f64,
+    /// The gold plan's cost per tuple on the same profile.
+    pub gold_cost_per_tuple: f64,
+    /// Precision lower bound the plan stands behind.
+    pub precision_lower_bound: f64,
+    /// Recall lower bound.
+    pub recall_lower_bound: f64,
+    /// Whether the plan is the gold fallback.
+    pub fell_back_to_gold: bool,
+    /// Warnings (also stored in the plan).
+    pub warnings: Vec<String>,
+}
+
+/// Optimizes a plan for a profile and writes it to `out`.
+pub fn optimize(
+    profile: &Path,
+    precision: f64,
+    recall: f64,
+    credible: f64,
+    method: &str,
+    seed: u64,
+    out: &Path,
+) -> std::result::Result<OptimizeSummary, stretto::optim::OptimError> {
+    use stretto::optim::problem::Problem;
+    use stretto::optim::profile::Profile;
+    use stretto::optim::strategy::{strategy, Targets};
+    let targets = Targets::new(precision, recall, credible)?;
+    let strategy = strategy(method)?;
+    let profile = Profile::read(profile)?;
+    let problem = Problem::from_profile(&profile)?;
+    let optimized = {
+        let _span = tracing::info_span!("optimize", method, tuples = problem.n).entered();
+        strategy.optimize(&problem, &targets, seed)?
+    };
+    optimized.to_plan_file(&problem).write(out)?;
+    let gold = problem.evaluate(&problem.gold_plan(), &problem.all_rows()).cost_per_tuple();
+    Ok(OptimizeSummary {
+        stages: optimized.plan.stages.len(),
+        cost_per_tuple: optimized.cost_per_tuple,
+        gold_cost_per_tuple: gold,
+        precision_lower_bound: optimized.precision_lower_bound,
+        recall_lower_bound: optimized.recall_lower_bound,
+        fell_back_to_gold: optimized.fell_back_to_gold,
+        warnings: optimized.warnings,
+    })
+}
+
+/// Replays a plan file on a profile.
+pub fn replay(
+    profile: &Path,
+    plan: &Path,
+) -> std::result::Result<stretto::optim::replay::ReplayResult, stretto::optim::OptimError> {
+    let profile = stretto::optim::profile::Profile::read(profile)?;
+    let plan = PlanFile::read(plan)?;
+    stretto::optim::replay::replay(&profile, &plan)
+}

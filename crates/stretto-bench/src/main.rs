@@ -45,6 +45,51 @@ enum Command {
         #[arg(long, default_value_t = 10)]
         show: usize,
     },
+    /// Optimize a cascade plan for a profile (`stretto.profile/v1`) under precision and recall targets.
+    Optimize {
+        /// The profile.
+        #[arg(long)]
+        profile: PathBuf,
+        /// Precision target in (0, 1].
+        #[arg(long)]
+        precision: f64,
+        /// Recall target in (0, 1].
+        #[arg(long)]
+        recall: f64,
+        /// Credible level of the guarantee.
+        #[arg(long, default_value_t = 0.95)]
+        credible: f64,
+        /// Strategy: global, local, independent, lotus, abacus or gold.
+        #[arg(long, default_value = "global")]
+        method: String,
+        /// Seed of the split and the solver's restarts.
+        #[arg(long, default_value_t = 0)]
+        seed: u64,
+        /// Where to write the plan (`stretto.plan/v1`).
+        #[arg(long)]
+        out: PathBuf,
+    },
+    /// Write a generated workload: a sample profile to optimize on and its population profile to replay on.
+    Workload {
+        /// Workload seed.
+        #[arg(long, default_value_t = 0)]
+        seed: u64,
+        /// Where to write the sample profile.
+        #[arg(long)]
+        sample: PathBuf,
+        /// Where to write the population profile.
+        #[arg(long)]
+        population: PathBuf,
+    },
+    /// Replay a plan on a profile; prints one JSON line {"precision", "recall", "cost_per_tuple"}.
+    Replay {
+        /// The profile.
+        #[arg(long)]
+        profile: PathBuf,
+        /// The plan.
+        #[arg(long)]
+        plan: PathBuf,
+    },
 }
 
 fn main() -> ExitCode {
@@ -111,6 +156,38 @@ fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
             }
             let shown = out.cascade.batch.slice(0, show.min(out.cascade.batch.num_rows()));
             println!("\n{}", pretty_format_batches(&[truncate_text(&shown)])?);
+        }
+        Command::Optimize { profile, precision, recall, credible, method, seed, out } => {
+            let summary = commands::optimize(&profile, precision, recall, credible, &method, seed, &out)?;
+            for w in &summary.warnings {
+                eprintln!("warning: {w}");
+            }
+            println!(
+                "{method} plan with {} stages written to {}: cost {:.6} s/tuple ({:.1}% of gold); precision ≥ {:.3}, recall ≥ {:.3} at credible level {credible}{}",
+                summary.stages,
+                out.display(),
+                summary.cost_per_tuple,
+                100.0 * summary.cost_per_tuple / summary.gold_cost_per_tuple,
+                summary.precision_lower_bound,
+                summary.recall_lower_bound,
+                if summary.fell_back_to_gold { " (gold fallback)" } else { "" }
+            );
+        }
+        Command::Workload { seed, sample, population } => {
+            let w = stretto::optim::workload::generate(seed, &Default::default());
+            w.sample.write(&sample)?;
+            w.population.write(&population)?;
+            println!(
+                "workload {seed}: {} logical operators, {} of {} tuples sampled; wrote {} and {}",
+                w.sample.logical.len(),
+                w.sample.len(),
+                w.population.len(),
+                sample.display(),
+                population.display()
+            );
+        }
+        Command::Replay { profile, plan } => {
+            println!("{}", serde_json::to_string(&commands::replay(&profile, &plan)?)?);
         }
     }
     Ok(())

@@ -7,7 +7,11 @@ use arrow::array::AsArray;
 
 fn stretto(args: &[&str]) -> (bool, String, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_stretto")).args(args).output().expect("binary runs");
-    (out.status.success(), String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
 }
 
 fn repo() -> PathBuf {
@@ -18,7 +22,9 @@ fn repo() -> PathBuf {
 fn datasets_lists_every_bundled_dataset_with_rows() {
     let (ok, out, err) = stretto(&["datasets"]);
     assert!(ok, "{err}");
-    for (name, rows) in [("movie", "1000"), ("email", "1000"), ("rotowire", "728"), ("ecommerce", "1000"), ("artwork", "1000")] {
+    for (name, rows) in
+        [("movie", "1000"), ("email", "1000"), ("rotowire", "728"), ("ecommerce", "1000"), ("artwork", "1000")]
+    {
         let line = out.lines().find(|l| l.starts_with(name)).unwrap_or_else(|| panic!("{name} missing:\n{out}"));
         assert!(line.split_whitespace().any(|w| w == rows), "{line}");
     }
@@ -55,7 +61,8 @@ fn run_plan_executes_the_example_on_real_reviews() {
     assert_eq!(s[1].tuples_in, 1000 - s[0].rejected);
     assert_eq!(s[1].accepted, out.cascade.len());
 
-    let (ok, stdout, err) = stretto(&["run-plan", "--dataset", "movie", "--plan", plan.to_str().unwrap(), "--limit", "50"]);
+    let (ok, stdout, err) =
+        stretto(&["run-plan", "--dataset", "movie", "--plan", plan.to_str().unwrap(), "--limit", "50"]);
     assert!(ok, "{err}");
     assert!(stdout.starts_with("50 input tuples"), "{stdout}");
     assert!(stdout.contains("acting/keyword") && stdout.contains("praise/keyword"), "{stdout}");
@@ -71,8 +78,22 @@ fn run_plan_errors_name_the_culprit() {
     };
     let logical = r#""logical":[{"name":"a","kind":"filter","prompt":"{reviews.reviewtext} mentions \"great\""}]"#;
     let cases = [
-        (write("stage.json", &format!(r#"{{"format":"stretto.plan/v1",{logical},"stages":[{{"physical":"zzz/keyword"}}]}}"#)), "movie", "zzz"),
-        (write("op.json", &format!(r#"{{"format":"stretto.plan/v1",{logical},"stages":[{{"physical":"a/gpt-17"}}]}}"#)), "movie", "gpt-17"),
+        (
+            write(
+                "stage.json",
+                &format!(r#"{{"format":"stretto.plan/v1",{logical},"stages":[{{"physical":"zzz/keyword"}}]}}"#),
+            ),
+            "movie",
+            "zzz",
+        ),
+        (
+            write(
+                "op.json",
+                &format!(r#"{{"format":"stretto.plan/v1",{logical},"stages":[{{"physical":"a/gpt-17"}}]}}"#),
+            ),
+            "movie",
+            "gpt-17",
+        ),
         (
             write(
                 "col.json",
@@ -81,7 +102,14 @@ fn run_plan_errors_name_the_culprit() {
             "movie",
             "reviews.nope",
         ),
-        (write("table.json", &format!(r#"{{"format":"stretto.plan/v1",{logical},"stages":[{{"physical":"a/keyword"}}]}}"#)), "email", "reviews"),
+        (
+            write(
+                "table.json",
+                &format!(r#"{{"format":"stretto.plan/v1",{logical},"stages":[{{"physical":"a/keyword"}}]}}"#),
+            ),
+            "email",
+            "reviews",
+        ),
         (write("bad.json", "{ not json"), "movie", "bad.json"),
     ];
     for (path, dataset, needle) in cases {

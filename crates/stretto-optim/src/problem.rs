@@ -1,0 +1,423 @@
+//! A profile compiled for optimization: per logical operator, its cascade ladder (non-gold implementations by
+//! increasing cost, then gold), gold labels, and hard (exact) evaluation of plans on any subset of the tuples.
+
+use stretto_core::exec::{filter_decision, map_decision, Decision};
+use stretto_core::format::{PlanFile, PlanStage};
+use stretto_core::op::LogicalKind;
+
+use crate::error::{OptimError, Result};
+use crate::profile::Profile;
+
+/// One implementation of a logical operator.
+#[derive(Debug, Clone)]
+pub struct Implementation {
+    /// `logical/implementation`.
+    pub physical: String,
+    /// Seconds per tuple.
+    pub cost: f64,
+    /// Whether it is gold.
+    pub gold: bool,
+    /// Raw filter scores or map confidences, if any.
+    pub scores: Option<Vec<f64>>,
+    /// `scores` as mid-ranks in (0, 1): the space thresholds are optimised in, robust to heavy tails and to each
+    /// operator's scale.
+    pub ranks: Option<Vec<f64>>,
+    /// Distinct raw scores, ascending, with their rank value: maps rank-space thresholds back to raw ones.
+    levels: Vec<(f64, f64)>,
+    /// Map only: whether the value equals gold's.
+    pub correct: Option<Vec<bool>>,
+}
+
+impl Implementation {
+    /// Whether a stage of it has thresholds to tune.
+    pub fn tunable(&self) -> bool {
+        self.scores.is_some() && !self.gold
+    }
+
+    /// The raw threshold `t` such that `score > t` holds exactly for the profiled tuples whose rank is above `q`.
+    pub fn upper_from_rank(&self, q: f64) -> f64 {
+        let j = self.levels.partition_point(|&(_, r)| r <= q);
+        self.raw_between(j)
+    }
+
+    /// The raw threshold `t` such that `score < t` holds exactly for the profiled tuples whose rank is below `q`.
+    pub fn lower_from_rank(&self, q: f64) -> f64 {
+        let j = self.levels.partition_point(|&(_, r)| r < q);
+        self.raw_between(j)
+    }
+
+    /// A raw value between the `j`-th and `j+1`-th distinct score (beyond the ends when `j` is 0 or all).
+    fn raw_between(&self, j: usize) -> f64 {
+        let m = self.levels.len();
+        if m == 0 {
+            return 0.0;
+        }
+        let spread = (self.levels[m - 1].0 - self.levels[0].0).abs().max(1.0);
+        if j == 0 {
+            self.levels[0].0 - spread
+        } else if j >= m {
+            self.levels[m - 1].0 + spread
+        } else {
+            0.5 * (self.levels[j - 1].0 + self.levels[j].0)
+        }
+    }
+}
+
+/// A logical operator with its ladder.
+#[derive(Debug, Clone)]
+pub struct LogicalOp {
+    /// Name.
+    pub name: String,
+    /// Filter or map.
+    pub kind: LogicalKind,
+    /// Non-gold implementations by increasing cost, then gold (always last).
+    pub impls: Vec<Implementation>,
+    /// Per tuple: does gold accept it (filter: gold score > 0; map: always).
+    pub label: Vec<bool>,
+}
+
+impl LogicalOp {
+    /// Index of the gold implementation (the last).
+    pub fn gold(&self) -> usize {
+        self.impls.len() - 1
+    }
+}
+
+/// A compiled profile.
+#[derive(Debug, Clone)]
+pub struct Problem {
+    /// Profiled tuples.
+    pub n: usize,
+    /// Tuples the plan will run on.
+    pub population: u64,
+    /// The query text.
+    pub query: String,
+    /// Logical operators in profile order.
+    pub ops: Vec<LogicalOp>,
+}
+
+/// One stage of a hard plan.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Stage {
+    /// Logical operator index.
+    pub op: usize,
+    /// Implementation index within the operator's ladder.
+    pub imp: usize,
+    /// Reject below (filters).
+    pub lower: Option<f64>,
+    /// Accept (filters) or decide (maps) above.
+    pub upper: Option<f64>,
+}
+
+/// A plan over a problem: stages in execution order.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct HardPlan {
+    /// Stages in execution order.
+    pub stages: Vec<Stage>,
+}
+
+/// Outcome counts of a hard plan on some tuples.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Counts {
+    /// Tuples in both the result and the gold result, with correct map values.
+    pub tp: f64,
+    /// Result tuples that are not true positives.
+    pub fp: f64,
+    /// Gold result tuples the result misses (or gets a map value wrong).
+    pub fn_: f64,
+    /// Seconds spent, summed over tuples.
+    pub cost: f64,
+    /// Tuples evaluated.
+    pub n: usize,
+}
+
+impl Counts {
+    /// Precision (1 when the result is empty: nothing returned is nothing wrong).
+    pub fn precision(&self) -> f64 {
+        if self.tp + self.fp == 0.0 {
+            1.0
+        } else {
+            self.tp / (self.tp + self.fp)
+        }
+    }
+
+    /// Recall (1 when the gold result is empty).
+    pub fn recall(&self) -> f64 {
+        if self.tp + self.fn_ == 0.0 {
+            1.0
+        } else {
+            self.tp / (self.tp + self.fn_)
+        }
+    }
+
+    /// Seconds per tuple.
+    pub fn cost_per_tuple(&self) -> f64 {
+        if self.n == 0 {
+            0.0
+        } else {
+            self.cost / self.n as f64
+        }
+    }
+}
+
+/// Per-stage tallies of a hard plan, for ordering.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct StageTally {
+    /// Tuples that reached the stage.
+    pub seen: usize,
+    /// Tuples it rejected.
+    pub rejected: usize,
+    /// Tuples it left unsure.
+    pub unsure: usize,
+}
+
+impl Problem {
+    /// Compiles a validated profile.
+    pub fn from_profile(profile: &Profile) -> Result<Self> {
+        profile.validate()?;
+        let n = profile.len();
+        let mut ops = Vec::with_capacity(profile.logical.len());
+        for l in &profile.logical {
+            let mut impls: Vec<(bool, Implementation)> = Vec::new();
+            for p in profile.physical.iter().filter(|p| p.logical == l.name) {
+                let scores: Option<Vec<f64>> = p.scores.as_ref().map(|s| s.iter().map(|v| v.unwrap_or(0.0)).collect());
+                let (ranks, levels) = match &scores {
+                    Some(s) => {
+                        let (r, lv) = mid_ranks(s);
+                        (Some(r), lv)
+                    }
+                    None => (None, vec![]),
+                };
+                impls.push((
+                    p.gold,
+                    Implementation {
+                        physical: p.name.clone(),
+                        cost: p.cost,
+                        gold: p.gold,
+                        scores,
+                        ranks,
+                        levels,
+                        correct: None,
+                    },
+                ));
+            }
+            impls.sort_by(|a, b| {
+                a.0.cmp(&b.0).then(a.1.cost.total_cmp(&b.1.cost)).then(a.1.physical.cmp(&b.1.physical))
+            });
+            let mut impls: Vec<Implementation> = impls.into_iter().map(|(_, i)| i).collect();
+            let gold_idx = impls.len() - 1;
+            let label = match l.kind {
+                LogicalKind::Filter => {
+                    impls[gold_idx].scores.as_ref().map(|s| s.iter().map(|&v| v > 0.0).collect()).unwrap_or_default()
+                }
+                LogicalKind::Map => vec![true; n],
+            };
+            if l.kind == LogicalKind::Map {
+                let gold_values = profile
+                    .physical
+                    .iter()
+                    .find(|p| p.name == impls[gold_idx].physical)
+                    .and_then(|p| p.values.clone())
+                    .unwrap_or_default();
+                for imp in impls.iter_mut() {
+                    let vals = profile.physical.iter().find(|p| p.name == imp.physical).and_then(|p| p.values.as_ref());
+                    imp.correct = vals.map(|v| v.iter().zip(&gold_values).map(|(a, b)| a == b).collect());
+                }
+            }
+            ops.push(LogicalOp { name: l.name.clone(), kind: l.kind, impls, label });
+        }
+        Ok(Self { n, population: profile.population, query: profile.query.clone(), ops })
+    }
+
+    /// Sum of every implementation's cost per tuple (the cost of running everything): normalises the loss.
+    pub fn total_cost(&self) -> f64 {
+        self.ops.iter().flat_map(|o| o.impls.iter()).map(|i| i.cost).sum::<f64>().max(f64::MIN_POSITIVE)
+    }
+
+    /// Finds a stage by its physical name.
+    pub fn locate(&self, physical: &str) -> Option<(usize, usize)> {
+        self.ops
+            .iter()
+            .enumerate()
+            .find_map(|(o, op)| op.impls.iter().position(|i| i.physical == physical).map(|i| (o, i)))
+    }
+
+    /// The gold plan: gold of every operator, in profile order.
+    pub fn gold_plan(&self) -> HardPlan {
+        HardPlan {
+            stages: self
+                .ops
+                .iter()
+                .enumerate()
+                .map(|(o, op)| {
+                    let th = (op.kind == LogicalKind::Filter).then_some(0.0);
+                    Stage { op: o, imp: op.gold(), lower: th, upper: th }
+                })
+                .collect(),
+        }
+    }
+
+    /// Whether tuple `r` is in the gold result.
+    pub fn gold_positive(&self, r: usize) -> bool {
+        self.ops.iter().all(|o| o.label[r])
+    }
+
+    /// Executes a plan hard on the given tuples, exactly as the executor would (`docs/profile-format.md`).
+    pub fn evaluate(&self, plan: &HardPlan, rows: &[usize]) -> Counts {
+        self.evaluate_with_tally(plan, rows).0
+    }
+
+    /// Like [`evaluate`](Self::evaluate), also tallying each stage.
+    pub fn evaluate_with_tally(&self, plan: &HardPlan, rows: &[usize]) -> (Counts, Vec<StageTally>) {
+        let n_ops = self.ops.len();
+        let mut tally = vec![StageTally::default(); plan.stages.len()];
+        let mut c = Counts { n: rows.len(), ..Default::default() };
+        let mut decided = vec![false; n_ops];
+        let mut correct = vec![true; n_ops];
+        for &r in rows {
+            decided.iter_mut().for_each(|d| *d = false);
+            correct.iter_mut().for_each(|d| *d = true);
+            let mut alive = true;
+            for (si, s) in plan.stages.iter().enumerate() {
+                if !alive || decided[s.op] {
+                    continue;
+                }
+                let op = &self.ops[s.op];
+                let imp = &op.impls[s.imp];
+                c.cost += imp.cost;
+                tally[si].seen += 1;
+                let score = imp.scores.as_ref().map(|v| v[r]);
+                let decision = match op.kind {
+                    LogicalKind::Filter => filter_decision(score.unwrap_or(0.0), s.lower, s.upper),
+                    LogicalKind::Map => match score {
+                        Some(conf) => map_decision(conf, s.upper),
+                        None => Decision::Accept,
+                    },
+                };
+                match decision {
+                    Decision::Accept => {
+                        decided[s.op] = true;
+                        if let Some(ok) = &imp.correct {
+                            correct[s.op] = ok[r];
+                        }
+                    }
+                    Decision::Reject => {
+                        alive = false;
+                        tally[si].rejected += 1;
+                    }
+                    Decision::Unsure => tally[si].unsure += 1,
+                }
+            }
+            let in_result = alive && decided.iter().all(|&d| d);
+            let positive = self.gold_positive(r);
+            let tp = in_result && positive && correct.iter().all(|&x| x);
+            if tp {
+                c.tp += 1.0;
+            } else {
+                if in_result {
+                    c.fp += 1.0;
+                }
+                if positive {
+                    c.fn_ += 1.0;
+                }
+            }
+        }
+        (c, tally)
+    }
+
+    /// All tuple indices.
+    pub fn all_rows(&self) -> Vec<usize> {
+        (0..self.n).collect()
+    }
+
+    /// Converts a hard plan to a plan file.
+    pub fn to_plan_file(&self, plan: &HardPlan) -> PlanFile {
+        let mut file = PlanFile::new(
+            plan.stages
+                .iter()
+                .map(|s| PlanStage {
+                    physical: self.ops[s.op].impls[s.imp].physical.clone(),
+                    lower: s.lower,
+                    upper: s.upper,
+                })
+                .collect(),
+        );
+        file.query = (!self.query.is_empty()).then(|| self.query.clone());
+        file
+    }
+
+    /// Reads a plan file against this problem: every stage must name a profiled physical operator.
+    pub fn from_plan_file(&self, file: &PlanFile) -> Result<HardPlan> {
+        let mut stages = Vec::with_capacity(file.stages.len());
+        for s in &file.stages {
+            let (op, imp) = self.locate(&s.physical).ok_or_else(|| {
+                OptimError::PlanMismatch(format!("stage `{}` names no physical operator of the profile", s.physical))
+            })?;
+            let im = &self.ops[op].impls[imp];
+            if self.ops[op].kind == LogicalKind::Map && s.upper.is_some() && im.scores.is_none() {
+                return Err(OptimError::PlanMismatch(format!(
+                    "map stage `{}` has a threshold but the profile has no confidence scores for it",
+                    s.physical
+                )));
+            }
+            stages.push(Stage { op, imp, lower: s.lower, upper: s.upper });
+        }
+        for (o, op) in self.ops.iter().enumerate() {
+            if !stages.iter().any(|s| s.op == o) {
+                return Err(OptimError::PlanMismatch(format!("no stage implements logical operator `{}`", op.name)));
+            }
+        }
+        Ok(HardPlan { stages })
+    }
+}
+
+/// Mid-ranks scaled into (0, 1), and the distinct values with their rank.
+fn mid_ranks(scores: &[f64]) -> (Vec<f64>, Vec<(f64, f64)>) {
+    let n = scores.len();
+    let mut idx: Vec<usize> = (0..n).collect();
+    idx.sort_by(|&a, &b| scores[a].total_cmp(&scores[b]));
+    let mut ranks = vec![0.0; n];
+    let mut levels = Vec::new();
+    let mut i = 0;
+    while i < n {
+        let mut j = i;
+        while j + 1 < n && scores[idx[j + 1]] == scores[idx[i]] {
+            j += 1;
+        }
+        let r = ((i + j) as f64 / 2.0 + 0.5) / n as f64;
+        for &k in &idx[i..=j] {
+            ranks[k] = r;
+        }
+        levels.push((scores[idx[i]], r));
+        i = j + 1;
+    }
+    (ranks, levels)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rank_thresholds_map_back_exactly() {
+        let scores = vec![3.0, -1.0, 0.5, 0.5, 10.0, -7.0];
+        let (ranks, levels) = mid_ranks(&scores);
+        let imp = Implementation {
+            physical: "x".into(),
+            cost: 1.0,
+            gold: false,
+            scores: Some(scores.clone()),
+            ranks: Some(ranks.clone()),
+            levels,
+            correct: None,
+        };
+        for q in [0.0, 0.1, 0.3, 0.5, 0.58, 0.7, 0.99, 1.0] {
+            let up = imp.upper_from_rank(q);
+            let lo = imp.lower_from_rank(q);
+            for (s, r) in scores.iter().zip(&ranks) {
+                assert_eq!(*s > up, *r > q, "upper q={q} s={s}");
+                assert_eq!(*s < lo, *r < q, "lower q={q} s={s}");
+            }
+        }
+    }
+}

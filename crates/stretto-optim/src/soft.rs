@@ -1,0 +1,550 @@
+//! The relaxed cascade (`docs/stretto-method.md` §5) and its exact gradient.
+//!
+//! Parameters are a flat `Vec<f64>` with three entries per non-gold implementation, in problem order:
+//! pick score `s`, and unconstrained `x_lo`, `x_hi` whose sigmoids are the thresholds in rank space (each
+//! implementation's scores replaced by their mid-rank in (0, 1)). Gold is always picked with thresholds 0.
+//!
+//! Per tuple and logical operator the cascade is a chain: starting unsure (`U = 1`), stage k accepts with
+//! `U·p_k·q_acc`, rejects with `U·p_k·q_rej`, and passes the rest on. Maps are filters over (row, value)
+//! candidates; because every stage either decides a row's value or passes the whole row on, the soft count of the
+//! correct candidate reduces to `Σ_k U_k·d_k·[value_k correct] + U_gold`. Global soft counts combine operators
+//! without any independence assumption (`TP = Σ_r Π_c tp_c(r)`, ...). The gradient is written out by hand (reverse
+//! mode through the chain, then through the products) and tested against finite differences.
+
+use stretto_core::op::LogicalKind;
+
+use crate::bounds::beta_lower_bound_grad;
+use crate::problem::Problem;
+
+/// Parameters per non-gold implementation.
+pub const PARAMS_PER_IMPL: usize = 3;
+
+/// How the precision/recall constraints are formed.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Constraint {
+    /// Bounds on the global counts of the whole query (Stretto).
+    Global,
+    /// Per-operator bounds at a per-operator credible level; constraint on their product (Stretto-Independent).
+    Product {
+        /// Credible level of each operator's bound.
+        credible_each: f64,
+    },
+    /// Each operator must meet its own target at its own level (Stretto-Local).
+    Each {
+        /// Per-operator precision target.
+        precision_each: f64,
+        /// Per-operator recall target.
+        recall_each: f64,
+        /// Credible level of each operator's bound.
+        credible_each: f64,
+    },
+}
+
+/// Everything the loss needs besides the parameters.
+#[derive(Debug, Clone)]
+pub struct LossConfig {
+    /// Precision target.
+    pub precision: f64,
+    /// Recall target.
+    pub recall: f64,
+    /// Credible level of the (global) bounds.
+    pub credible: f64,
+    /// Penalty weight.
+    pub beta: f64,
+    /// How the constraint is formed.
+    pub constraint: Constraint,
+    /// Pick temperature (ignored when picks are frozen).
+    pub t_pick: f64,
+    /// Threshold temperature, in rank units.
+    pub t_par: f64,
+    /// Hard picks, when frozen (second stage of the schedule).
+    pub frozen: Option<Vec<bool>>,
+    /// Non-gold filter stages may only reject (never accept): a safer family of plans.
+    pub reject_only: bool,
+}
+
+/// The loss's parts, for reporting.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct LossParts {
+    /// Total loss.
+    pub loss: f64,
+    /// Normalised expected cost.
+    pub cost: f64,
+    /// Soft precision bound (global, or the product).
+    pub lb_precision: f64,
+    /// Soft recall bound.
+    pub lb_recall: f64,
+}
+
+/// One non-gold stage, prepared for the relaxation over a subset of tuples.
+#[derive(Debug, Clone)]
+struct SoftStage {
+    param: usize,
+    cost: f64,
+    tunable: bool,
+    /// Rank-space score (filter) or confidence (map) per subset tuple.
+    v: Vec<f64>,
+    /// Map: 1 if the value is correct.
+    correct: Vec<f64>,
+}
+
+#[derive(Debug, Clone)]
+struct SoftOp {
+    kind: LogicalKind,
+    stages: Vec<SoftStage>,
+    gold_cost: f64,
+    /// Filter: gold accepts (0/1). Map: unused.
+    gold_accept: Vec<f64>,
+}
+
+/// The relaxation of a problem over a subset of its tuples.
+#[derive(Debug, Clone)]
+pub struct SoftProblem {
+    ops: Vec<SoftOp>,
+    rows: usize,
+    n_params: usize,
+    total_cost: f64,
+}
+
+/// Indices of the non-gold implementations in parameter order: (op, imp).
+pub fn parameter_layout(problem: &Problem) -> Vec<(usize, usize)> {
+    problem
+        .ops
+        .iter()
+        .enumerate()
+        .flat_map(|(o, op)| (0..op.impls.len()).filter(|&i| !op.impls[i].gold).map(move |i| (o, i)))
+        .collect()
+}
+
+fn sigmoid(x: f64) -> f64 {
+    if x >= 0.0 {
+        1.0 / (1.0 + (-x).exp())
+    } else {
+        let e = x.exp();
+        e / (1.0 + e)
+    }
+}
+
+/// Per-stage quantities derived from the parameters once per evaluation.
+#[derive(Debug, Clone, Copy, Default)]
+struct StageParams {
+    p: f64,
+    dp_ds: f64,
+    lo: f64,
+    hi: f64,
+    dlo_dx: f64,
+    dhi_dx: f64,
+}
+
+impl SoftProblem {
+    /// Prepares the relaxation of `problem` over the tuples `rows`.
+    pub fn new(problem: &Problem, rows: &[usize]) -> Self {
+        let layout = parameter_layout(problem);
+        let ops = problem
+            .ops
+            .iter()
+            .enumerate()
+            .map(|(o, op)| {
+                let stages = op
+                    .impls
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, i)| !i.gold)
+                    .map(|(k, imp)| SoftStage {
+                        param: layout.iter().position(|&(a, b)| a == o && b == k).unwrap_or(0) * PARAMS_PER_IMPL,
+                        cost: imp.cost,
+                        tunable: imp.ranks.is_some(),
+                        v: imp
+                            .ranks
+                            .as_ref()
+                            .map(|r| rows.iter().map(|&i| r[i]).collect())
+                            .unwrap_or_else(|| vec![0.0; rows.len()]),
+                        correct: imp
+                            .correct
+                            .as_ref()
+                            .map(|c| rows.iter().map(|&i| f64::from(u8::from(c[i]))).collect())
+                            .unwrap_or_default(),
+                    })
+                    .collect();
+                let gold = &op.impls[op.gold()];
+                SoftOp {
+                    kind: op.kind,
+                    stages,
+                    gold_cost: gold.cost,
+                    gold_accept: rows.iter().map(|&i| f64::from(u8::from(op.label[i]))).collect(),
+                }
+            })
+            .collect();
+        Self { ops, rows: rows.len(), n_params: layout.len() * PARAMS_PER_IMPL, total_cost: problem.total_cost() }
+    }
+
+    /// Number of parameters.
+    pub fn n_params(&self) -> usize {
+        self.n_params
+    }
+
+    fn stage_params(&self, x: &[f64], cfg: &LossConfig) -> Vec<StageParams> {
+        let mut out = vec![StageParams::default(); self.n_params / PARAMS_PER_IMPL];
+        for (k, sp) in out.iter_mut().enumerate() {
+            let base = k * PARAMS_PER_IMPL;
+            let (p, dp_ds) = match &cfg.frozen {
+                Some(f) => (if f[k] { 1.0 } else { 0.0 }, 0.0),
+                None => {
+                    let p = sigmoid(x[base] / cfg.t_pick);
+                    // Once annealing has switched a stage off, its effect and its gradient are below 1e-9: treat
+                    // it as off, which lets both passes skip it.
+                    if p < 1e-9 {
+                        (0.0, 0.0)
+                    } else {
+                        (p, p * (1.0 - p) / cfg.t_pick)
+                    }
+                }
+            };
+            let lo = sigmoid(x[base + 1]);
+            let hi = sigmoid(x[base + 2]);
+            *sp = StageParams { p, dp_ds, lo, hi, dlo_dx: lo * (1.0 - lo), dhi_dx: hi * (1.0 - hi) };
+        }
+        out
+    }
+
+    /// The loss, and its gradient into `grad` when given.
+    pub fn loss(&self, x: &[f64], cfg: &LossConfig, grad: Option<&mut [f64]>) -> LossParts {
+        let sp = self.stage_params(x, cfg);
+        let n_ops = self.ops.len();
+        let n = self.rows;
+        let t = cfg.t_par;
+        // Forward: per operator and row, the chain's outcome (filter: accept mass A; map: correct mass) and cost.
+        let mut outcome = vec![0.0; n_ops * n];
+        let mut cost_sum = 0.0;
+        for (o, op) in self.ops.iter().enumerate() {
+            for r in 0..n {
+                let (a, c) = chain_forward(op, &sp, r, t, cfg.reject_only);
+                outcome[o * n + r] = a;
+                cost_sum += c;
+            }
+        }
+        // Per row, per operator soft counts.
+        let counts =
+            |o: usize, r: usize| -> RowCounts { row_counts(self.ops[o].kind, outcome[o * n + r], &self.ops[o], r) };
+        let norm = 1.0 / (n.max(1) as f64 * self.total_cost);
+        let cost = cost_sum * norm;
+
+        let mut parts = LossParts { cost, ..Default::default() };
+        // Upstream gradients: per (op,row) of tp, fp, fn, pp.
+        let want_grad = grad.is_some();
+        let mut up = if want_grad { vec![RowCounts::default(); n_ops * n] } else { vec![] };
+        let mut penalty = 0.0;
+        match cfg.constraint {
+            Constraint::Global => {
+                let (mut tp, mut fp, mut fnn) = (0.0, 0.0, 0.0);
+                for r in 0..n {
+                    let g = global_row(n_ops, |o| counts(o, r));
+                    tp += g.0;
+                    fp += g.1;
+                    fnn += g.2;
+                }
+                let (lbp, dp_tp, dp_fp) = beta_lower_bound_grad(tp, fp, cfg.credible);
+                let (lbr, dr_tp, dr_fn) = beta_lower_bound_grad(tp, fnn, cfg.credible);
+                parts.lb_precision = lbp;
+                parts.lb_recall = lbr;
+                let (mut g_tp, mut g_fp, mut g_fn) = (0.0, 0.0, 0.0);
+                if lbp < cfg.precision {
+                    penalty += cfg.beta * (cfg.precision - lbp);
+                    g_tp -= cfg.beta * dp_tp;
+                    g_fp -= cfg.beta * dp_fp;
+                }
+                if lbr < cfg.recall {
+                    penalty += cfg.beta * (cfg.recall - lbr);
+                    g_tp -= cfg.beta * dr_tp;
+                    g_fn -= cfg.beta * dr_fn;
+                }
+                if want_grad {
+                    for r in 0..n {
+                        let rc: Vec<RowCounts> = (0..n_ops).map(|o| counts(o, r)).collect();
+                        global_row_backward(&rc, g_tp, g_fp, g_fn, |o, d| up[o * n + r] = d);
+                    }
+                }
+            }
+            Constraint::Product { credible_each } | Constraint::Each { credible_each, .. } => {
+                let mut lbs = Vec::with_capacity(n_ops);
+                for o in 0..n_ops {
+                    let (mut tp, mut fp, mut fnn) = (0.0, 0.0, 0.0);
+                    for r in 0..n {
+                        let c = counts(o, r);
+                        tp += c.tp;
+                        fp += c.fp;
+                        fnn += c.fn_;
+                    }
+                    lbs.push((
+                        beta_lower_bound_grad(tp, fp, credible_each),
+                        beta_lower_bound_grad(tp, fnn, credible_each),
+                    ));
+                }
+                // d penalty / d (TP_o, FP_o, FN_o)
+                let mut g = vec![(0.0, 0.0, 0.0); n_ops];
+                if let Constraint::Each { precision_each, recall_each, .. } = cfg.constraint {
+                    parts.lb_precision = lbs.iter().map(|l| l.0 .0).fold(1.0, f64::min);
+                    parts.lb_recall = lbs.iter().map(|l| l.1 .0).fold(1.0, f64::min);
+                    for (o, ((lbp, dp_tp, dp_fp), (lbr, dr_tp, dr_fn))) in lbs.iter().copied().enumerate() {
+                        if lbp < precision_each {
+                            penalty += cfg.beta * (precision_each - lbp);
+                            g[o].0 -= cfg.beta * dp_tp;
+                            g[o].1 -= cfg.beta * dp_fp;
+                        }
+                        if lbr < recall_each {
+                            penalty += cfg.beta * (recall_each - lbr);
+                            g[o].0 -= cfg.beta * dr_tp;
+                            g[o].2 -= cfg.beta * dr_fn;
+                        }
+                    }
+                } else {
+                    let prod_p: f64 = lbs.iter().map(|l| l.0 .0).product();
+                    let prod_r: f64 = lbs.iter().map(|l| l.1 .0).product();
+                    parts.lb_precision = prod_p;
+                    parts.lb_recall = prod_r;
+                    let others = |o: usize, which: usize| -> f64 {
+                        lbs.iter()
+                            .enumerate()
+                            .filter(|(j, _)| *j != o)
+                            .map(|(_, l)| if which == 0 { l.0 .0 } else { l.1 .0 })
+                            .product()
+                    };
+                    if prod_p < cfg.precision {
+                        penalty += cfg.beta * (cfg.precision - prod_p);
+                        for (o, l) in lbs.iter().enumerate() {
+                            let w = cfg.beta * others(o, 0);
+                            g[o].0 -= w * l.0 .1;
+                            g[o].1 -= w * l.0 .2;
+                        }
+                    }
+                    if prod_r < cfg.recall {
+                        penalty += cfg.beta * (cfg.recall - prod_r);
+                        for (o, l) in lbs.iter().enumerate() {
+                            let w = cfg.beta * others(o, 1);
+                            g[o].0 -= w * l.1 .1;
+                            g[o].2 -= w * l.1 .2;
+                        }
+                    }
+                }
+                if want_grad {
+                    for o in 0..n_ops {
+                        for r in 0..n {
+                            up[o * n + r] = RowCounts { tp: g[o].0, fp: g[o].1, fn_: g[o].2, pp: 0.0 };
+                        }
+                    }
+                }
+            }
+        }
+        parts.loss = cost + penalty;
+
+        if let Some(grad) = grad {
+            grad.iter_mut().for_each(|g| *g = 0.0);
+            let mut sgrad = vec![[0.0f64; 3]; sp.len()];
+            let mut scratch = Vec::new();
+            for (o, op) in self.ops.iter().enumerate() {
+                for r in 0..n {
+                    let u = up[o * n + r];
+                    let d_outcome = match op.kind {
+                        LogicalKind::Filter => {
+                            let y = op.gold_accept[r];
+                            u.tp * y + u.fp * (1.0 - y) - u.fn_ * y + u.pp
+                        }
+                        LogicalKind::Map => u.tp - u.fp - u.fn_,
+                    };
+                    chain_backward(op, &sp, r, t, cfg.reject_only, d_outcome, norm, &mut sgrad, &mut scratch);
+                }
+            }
+            for (k, g) in sgrad.iter().enumerate() {
+                let base = k * PARAMS_PER_IMPL;
+                grad[base] = g[0] * sp[k].dp_ds;
+                grad[base + 1] = g[1] * sp[k].dlo_dx;
+                grad[base + 2] = g[2] * sp[k].dhi_dx;
+            }
+        }
+        parts
+    }
+}
+
+/// Soft counts of one operator on one row.
+#[derive(Debug, Clone, Copy, Default)]
+struct RowCounts {
+    tp: f64,
+    fp: f64,
+    fn_: f64,
+    /// Predicted-positive mass (filters; 1 for maps).
+    pp: f64,
+}
+
+fn row_counts(kind: LogicalKind, outcome: f64, op: &SoftOp, r: usize) -> RowCounts {
+    match kind {
+        LogicalKind::Filter => {
+            let y = op.gold_accept[r];
+            RowCounts { tp: outcome * y, fp: outcome * (1.0 - y), fn_: (1.0 - outcome) * y, pp: outcome }
+        }
+        LogicalKind::Map => RowCounts { tp: outcome, fp: 1.0 - outcome, fn_: 1.0 - outcome, pp: 1.0 },
+    }
+}
+
+fn label_mass(c: &RowCounts) -> f64 {
+    // lp = tp + fn for both kinds (filter: y; map: 1).
+    c.tp + c.fn_
+}
+
+/// Global soft counts of a row: TP, FP, FN.
+fn global_row(n_ops: usize, counts: impl Fn(usize) -> RowCounts) -> (f64, f64, f64) {
+    let (mut tp, mut not_fp, mut pp, mut not_fn, mut lp) = (1.0, 1.0, 1.0, 1.0, 1.0);
+    for o in 0..n_ops {
+        let c = counts(o);
+        tp *= c.tp;
+        not_fp *= 1.0 - c.fp;
+        pp *= c.pp;
+        not_fn *= 1.0 - c.fn_;
+        lp *= label_mass(&c);
+    }
+    (tp, (1.0 - not_fp) * pp, (1.0 - not_fn) * lp)
+}
+
+/// Back-propagates d loss / d (TP, FP, FN) of a row into each operator's row counts.
+fn global_row_backward(rc: &[RowCounts], g_tp: f64, g_fp: f64, g_fn: f64, mut emit: impl FnMut(usize, RowCounts)) {
+    let prod_except = |o: usize, f: &dyn Fn(&RowCounts) -> f64| -> f64 {
+        rc.iter().enumerate().filter(|(j, _)| *j != o).map(|(_, c)| f(c)).product()
+    };
+    let all_not_fp: f64 = rc.iter().map(|c| 1.0 - c.fp).product();
+    let all_pp: f64 = rc.iter().map(|c| c.pp).product();
+    let all_lp: f64 = rc.iter().map(label_mass).product();
+    for o in 0..rc.len() {
+        let d_tp = g_tp * prod_except(o, &|c| c.tp);
+        let d_fp = g_fp * prod_except(o, &|c| 1.0 - c.fp) * all_pp;
+        let d_pp = g_fp * (1.0 - all_not_fp) * prod_except(o, &|c| c.pp);
+        // lp is a constant of the data (labels), so FN only flows through fn.
+        let d_fn = g_fn * prod_except(o, &|c| 1.0 - c.fn_) * all_lp;
+        emit(o, RowCounts { tp: d_tp, fp: d_fp, fn_: d_fn, pp: d_pp });
+    }
+}
+
+/// Accept/reject probabilities of a soft stage, given p and thresholds.
+#[inline]
+fn soft_decision(v: f64, lo: f64, hi: f64, t: f64, reject_only: bool) -> (f64, f64) {
+    if reject_only {
+        return (0.0, sigmoid((lo - v) / t));
+    }
+    let z0 = (v - hi) / t;
+    let z1 = (lo - v) / t;
+    let m = z0.max(z1).max(0.0);
+    let e0 = (z0 - m).exp();
+    let e1 = (z1 - m).exp();
+    let e2 = (-m).exp();
+    let s = e0 + e1 + e2;
+    (e0 / s, e1 / s)
+}
+
+/// Forward pass of one operator's chain on one row: (outcome, expected cost).
+fn chain_forward(op: &SoftOp, sp: &[StageParams], r: usize, t: f64, reject_only: bool) -> (f64, f64) {
+    let (mut u, mut out, mut cost) = (1.0, 0.0, 0.0);
+    for st in &op.stages {
+        let k = &sp[st.param / PARAMS_PER_IMPL];
+        if k.p == 0.0 {
+            continue;
+        }
+        cost += u * k.p * st.cost;
+        match op.kind {
+            LogicalKind::Filter => {
+                let (qa, qr) = soft_decision(st.v[r], k.lo, k.hi, t, reject_only);
+                out += u * k.p * qa;
+                u *= 1.0 - k.p * (qa + qr);
+            }
+            LogicalKind::Map => {
+                let d = if st.tunable { k.p * sigmoid((st.v[r] - k.hi) / t) } else { k.p };
+                out += u * d * st.correct[r];
+                u *= 1.0 - d;
+            }
+        }
+    }
+    cost += u * op.gold_cost;
+    out += u * match op.kind {
+        LogicalKind::Filter => op.gold_accept[r],
+        LogicalKind::Map => 1.0,
+    };
+    (out, cost)
+}
+
+/// Reverse pass of one chain: accumulates d loss / d (p, θ_lo, θ_hi) per stage into `sgrad`.
+#[allow(clippy::too_many_arguments)]
+fn chain_backward(
+    op: &SoftOp,
+    sp: &[StageParams],
+    r: usize,
+    t: f64,
+    reject_only: bool,
+    d_out: f64,
+    d_cost: f64,
+    sgrad: &mut [[f64; 3]],
+    scratch: &mut Vec<(f64, f64, f64)>,
+) {
+    // Recompute the forward quantities: (U entering, q_acc or d, q_rej or σ).
+    scratch.clear();
+    let mut u = 1.0;
+    for st in &op.stages {
+        let k = &sp[st.param / PARAMS_PER_IMPL];
+        if k.p == 0.0 {
+            scratch.push((u, 0.0, 0.0));
+            continue;
+        }
+        match op.kind {
+            LogicalKind::Filter => {
+                let (qa, qr) = soft_decision(st.v[r], k.lo, k.hi, t, reject_only);
+                scratch.push((u, qa, qr));
+                u *= 1.0 - k.p * (qa + qr);
+            }
+            LogicalKind::Map => {
+                let s = if st.tunable { sigmoid((st.v[r] - k.hi) / t) } else { 1.0 };
+                scratch.push((u, s, 0.0));
+                u *= 1.0 - k.p * s;
+            }
+        }
+    }
+    let gold_gain = match op.kind {
+        LogicalKind::Filter => op.gold_accept[r],
+        LogicalKind::Map => 1.0,
+    };
+    // v = d loss / d U entering the next stage.
+    let mut v = d_out * gold_gain + d_cost * op.gold_cost;
+    for (st, &(u, a, b)) in op.stages.iter().zip(scratch.iter()).rev() {
+        let idx = st.param / PARAMS_PER_IMPL;
+        let k = &sp[idx];
+        if k.p == 0.0 {
+            continue;
+        }
+        match op.kind {
+            LogicalKind::Filter => {
+                let (qa, qr) = (a, b);
+                let d_tacc = u * (d_out - v);
+                let d_trej = u * (-v);
+                let d_p = u * st.cost * d_cost + qa * d_tacc + qr * d_trej;
+                let d_qa = k.p * d_tacc;
+                let d_qr = k.p * d_trej;
+                let mean = qa * d_qa + qr * d_qr;
+                let d_z0 = qa * (d_qa - mean);
+                let d_z1 = qr * (d_qr - mean);
+                sgrad[idx][0] += d_p;
+                sgrad[idx][1] += d_z1 / t;
+                sgrad[idx][2] -= d_z0 / t;
+                let t_acc = k.p * qa;
+                let t_rej = k.p * qr;
+                v = t_acc * d_out + k.p * st.cost * d_cost + (1.0 - t_acc - t_rej) * v;
+            }
+            LogicalKind::Map => {
+                let s = a;
+                let m = st.correct[r];
+                let d = k.p * s;
+                let d_d = u * (d_out * m - v);
+                sgrad[idx][0] += u * st.cost * d_cost + d_d * s;
+                if st.tunable {
+                    // s = σ((v_r − θ_hi)/T): ds/dθ_hi = −s(1−s)/T.
+                    sgrad[idx][2] -= d_d * k.p * s * (1.0 - s) / t;
+                }
+                v = d * d_out * m + k.p * st.cost * d_cost + (1.0 - d) * v;
+            }
+        }
+    }
+}

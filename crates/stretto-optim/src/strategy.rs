@@ -1,0 +1,785 @@
+//! Optimization strategies behind one trait: Stretto's global optimizer and the baselines of the bench.
+//!
+//! | method | what it does |
+//! |---|---|
+//! | `global` | soft cascade relaxation with bounds on the whole query's counts; certified on held-out tuples |
+//! | `local` | the same machinery per operator, each meeting `T^{1/n}` at credible level `α^{1/n}` |
+//! | `independent` | per-operator bounds at `α^{1/n}`; constraint on their product |
+//! | `lotus` | SUPG-style two-stage cascade per filter (proxy, then gold), per-operator guarantees |
+//! | `abacus` | cheapest single implementation per operator whose *empirical* precision/recall product meets the targets |
+//! | `gold` | gold only |
+//!
+//! ## Certification, and why the optimizer does not see every profiled tuple
+//!
+//! A plan optimised to the edge of a bound on some tuples looks better on them than it is: the optimizer picks
+//! thresholds that happen to fit their noise (selection bias). Stretto therefore splits the profiled tuples once,
+//! with a seed: the solver sees the *fit* part; the *hold-out* part decides.
+//!
+//! From the fit part alone it derives candidate plans, solved for targets raised by several safety margins, both
+//! unrestricted and *reject-only* (cheap stages may only reject, so they cannot overfit precision). Still from the
+//! fit part alone, it orders them into a test sequence: reject-only candidates first, then by the fit part's
+//! posterior probability that the candidate meets the targets. Candidates below α there, or whose exact bounds on
+//! the fit part miss the raised targets, are left out. It then runs a **fixed-sequence test** on the hold-out. Candidate 1 is executed hard
+//! there and certified if the posterior probability that precision *and* recall both meet their targets is at
+//! least α (the joint Dirichlet posterior of the hold-out counts, whose marginals are the Beta posteriors of the
+//! bounds; see [`joint_target_probability`]; Stretto-Independent, whose per-operator posteriors do not combine,
+//! uses a union bound over its two products instead). Only if it is certified is candidate 2 tested, at
+//! the same level, and so on; the first failure ends the sequence. Because the order is fixed before the hold-out is
+//! looked at, this controls the probability that *any* certified candidate misses a target at `1 − α` without
+//! dividing α among the candidates (a Bonferroni split would). The cheapest certified candidate wins. If the first
+//! is not certified, the plan falls back to gold with a warning. Gold meets any target by definition: it *is* the
+//! reference.
+
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use statrs::distribution::{ContinuousCDF, Normal};
+use stretto_core::format::{PlanFile, Predicted};
+use stretto_core::op::LogicalKind;
+
+use crate::bounds::{beta_lower_bound, joint_target_probability};
+use crate::error::{OptimError, Result};
+use crate::order::order_plan;
+use crate::problem::{HardPlan, Problem, Stage};
+use crate::soft::{Constraint, LossConfig};
+use crate::solver::{per_operator_counts, solve, SolverSettings};
+
+/// What the user asks for.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Targets {
+    /// Precision target in (0, 1].
+    pub precision: f64,
+    /// Recall target in (0, 1].
+    pub recall: f64,
+    /// Credible level α in (0, 1).
+    pub credible: f64,
+}
+
+impl Targets {
+    /// Validated targets.
+    pub fn new(precision: f64, recall: f64, credible: f64) -> Result<Self> {
+        for (name, v) in [("precision", precision), ("recall", recall)] {
+            if !(v > 0.0 && v <= 1.0) {
+                return Err(OptimError::InvalidSetting {
+                    setting: name.into(),
+                    message: format!("target {v} is outside (0, 1]"),
+                });
+            }
+        }
+        if !(credible > 0.0 && credible < 1.0) {
+            return Err(OptimError::InvalidSetting {
+                setting: "credible".into(),
+                message: format!("level {credible} is outside (0, 1)"),
+            });
+        }
+        Ok(Self { precision, recall, credible })
+    }
+}
+
+/// An optimized plan with what the strategy predicts for it.
+#[derive(Debug, Clone)]
+pub struct Optimized {
+    /// The plan, in execution order.
+    pub plan: HardPlan,
+    /// Cost per tuple on the profiled tuples.
+    pub cost_per_tuple: f64,
+    /// The precision lower bound the strategy stands behind (certified for `global`).
+    pub precision_lower_bound: f64,
+    /// The recall lower bound.
+    pub recall_lower_bound: f64,
+    /// Whether the plan is the gold fallback.
+    pub fell_back_to_gold: bool,
+    /// Remarks for the user.
+    pub warnings: Vec<String>,
+}
+
+impl Optimized {
+    /// The plan file, with its `predicted` block and warnings.
+    pub fn to_plan_file(&self, problem: &Problem) -> PlanFile {
+        let mut f = problem.to_plan_file(&self.plan);
+        f.predicted = Some(Predicted {
+            cost_per_tuple: self.cost_per_tuple,
+            precision_lower_bound: self.precision_lower_bound,
+            recall_lower_bound: self.recall_lower_bound,
+        });
+        f.warnings = self.warnings.clone();
+        f
+    }
+}
+
+/// An optimization strategy.
+pub trait Strategy: Send + Sync {
+    /// Its `--method` name.
+    fn name(&self) -> &'static str;
+    /// Optimizes a plan for `problem`.
+    fn optimize(&self, problem: &Problem, targets: &Targets, seed: u64) -> Result<Optimized>;
+}
+
+/// The methods of `stretto optimize --method`.
+pub const METHODS: &[&str] = &["global", "local", "independent", "lotus", "abacus", "gold"];
+
+/// The strategy called `name`.
+pub fn strategy(name: &str) -> Result<Box<dyn Strategy>> {
+    Ok(match name {
+        "global" => Box::new(Global::default()),
+        "local" => Box::new(Local::default()),
+        "independent" => Box::new(Independent::default()),
+        "lotus" => Box::new(Lotus),
+        "abacus" => Box::new(Abacus),
+        "gold" => Box::new(Gold),
+        other => {
+            return Err(OptimError::InvalidSetting {
+                setting: "method".into(),
+                message: format!("`{other}` is not one of {}", METHODS.join(", ")),
+            })
+        }
+    })
+}
+
+fn gold_result(problem: &Problem, why: Option<String>) -> Optimized {
+    let plan = problem.gold_plan();
+    let cost = problem.evaluate(&plan, &problem.all_rows()).cost_per_tuple();
+    Optimized {
+        plan,
+        cost_per_tuple: cost,
+        precision_lower_bound: 1.0,
+        recall_lower_bound: 1.0,
+        fell_back_to_gold: why.is_some(),
+        warnings: why.into_iter().collect(),
+    }
+}
+
+/// The gold plan.
+#[derive(Debug, Default)]
+pub struct Gold;
+
+impl Strategy for Gold {
+    fn name(&self) -> &'static str {
+        "gold"
+    }
+    fn optimize(&self, problem: &Problem, _: &Targets, _: u64) -> Result<Optimized> {
+        let mut g = gold_result(problem, None);
+        g.plan = order_plan(problem, &g.plan, &problem.all_rows());
+        g.cost_per_tuple = problem.evaluate(&g.plan, &problem.all_rows()).cost_per_tuple();
+        Ok(g)
+    }
+}
+
+/// Settings shared by the certified strategies.
+#[derive(Debug, Clone)]
+pub struct Certification {
+    /// Share of profiled tuples held out for certification.
+    pub holdout: f64,
+    /// Safety margins of the candidates. Candidate i is solved on the fit part for targets raised by `margin_i`
+    /// of the remaining gap, `T + margin_i·(1 − T)`.
+    pub margins: Vec<f64>,
+    /// Margins of the reject-only candidates (cheap stages may only reject), which are tested first: with no
+    /// cheap accepts they cannot overfit precision, the usual failure on small samples.
+    pub reject_only_margins: Vec<f64>,
+    /// Fewer hold-out tuples than this and no plan is certified.
+    pub min_holdout: usize,
+    /// Solver settings.
+    pub solver: SolverSettings,
+}
+
+impl Default for Certification {
+    fn default() -> Self {
+        Self {
+            holdout: 0.5,
+            margins: vec![0.6, 0.45, 0.3, 0.15, 0.05],
+            reject_only_margins: vec![0.4, 0.2, 0.05],
+            min_holdout: 20,
+            solver: SolverSettings::default(),
+        }
+    }
+}
+
+/// How a certified search forms and checks its constraint.
+#[derive(Debug, Clone, Copy)]
+enum Mode {
+    Global,
+    Product,
+}
+
+/// Splits `0..n` into (fit, hold-out) with a seeded shuffle.
+fn split(n: usize, holdout: f64, seed: u64) -> (Vec<usize>, Vec<usize>) {
+    let mut rows: Vec<usize> = (0..n).collect();
+    let mut rng = StdRng::seed_from_u64(seed ^ 0x5EED_CE57);
+    for i in (1..n).rev() {
+        let j = rng.random_range(0..=i);
+        rows.swap(i, j);
+    }
+    let k = ((n as f64) * holdout).round() as usize;
+    let mut hold = rows[..k].to_vec();
+    let mut fit = rows[k..].to_vec();
+    hold.sort_unstable();
+    fit.sort_unstable();
+    (fit, hold)
+}
+
+/// Exact bounds of a plan on `rows` under a mode, at `level` (global) or `level` per operator (product).
+fn hard_bounds(problem: &Problem, plan: &HardPlan, rows: &[usize], mode: Mode, level: f64) -> (f64, f64) {
+    match mode {
+        Mode::Global => {
+            let c = problem.evaluate(plan, rows);
+            (beta_lower_bound(c.tp, c.fp, level), beta_lower_bound(c.tp, c.fn_, level))
+        }
+        Mode::Product => {
+            let per = per_operator_counts(problem, plan, rows);
+            (
+                per.iter().map(|c| beta_lower_bound(c.0, c.1, level)).product(),
+                per.iter().map(|c| beta_lower_bound(c.0, c.2, level)).product(),
+            )
+        }
+    }
+}
+
+/// How sure the fit part alone is that `plan` meets the targets: the joint posterior probability (global) or the
+/// slack of the tighter product bound, shifted by 0.5 so that 0.5 means "just meets" (product).
+fn fit_confidence(
+    problem: &Problem,
+    plan: &HardPlan,
+    fit: &[usize],
+    mode: Mode,
+    targets: &Targets,
+    cert_level: f64,
+) -> f64 {
+    match mode {
+        Mode::Global => {
+            let c = problem.evaluate(plan, fit);
+            joint_target_probability(c.tp, c.fp, c.fn_, targets.precision, targets.recall)
+        }
+        Mode::Product => {
+            let (p, r) = hard_bounds(problem, plan, fit, mode, cert_level);
+            // A monotone score of the slack, in [0, 1]; only the order matters.
+            (0.5 + (p - targets.precision).min(r - targets.recall)).clamp(0.0, 1.0)
+        }
+    }
+}
+
+/// Credible level of the relaxed round of candidate generation on the fit part.
+const RELAXED_FIT_LEVEL: f64 = 0.8;
+
+/// Candidates solved on the fit part at `fit_level` for each margin, ordered safest first by the fit part's
+/// confidence, keeping those at or above `min_confidence` (global mode).
+#[allow(clippy::too_many_arguments)]
+fn candidate_sequence(
+    problem: &Problem,
+    targets: &Targets,
+    seed: u64,
+    cert: &Certification,
+    mode: Mode,
+    fit: &[usize],
+    fit_level: f64,
+    cert_level: f64,
+    min_confidence: f64,
+) -> Result<Vec<(f64, HardPlan)>> {
+    // The best any plan can do on the fit part is gold's own result: no errors. Raised targets beyond that bound
+    // are infeasible for every plan, so they are not worth a solve.
+    let perfect = {
+        let (p, r) = hard_bounds(problem, &problem.gold_plan(), fit, mode, fit_level);
+        p.min(r)
+    };
+    let mut candidates: Vec<HardPlan> = Vec::new();
+    let schedule = cert.reject_only_margins.iter().map(|m| (true, *m)).chain(cert.margins.iter().map(|m| (false, *m)));
+    for (i, (reject_only, margin)) in schedule.enumerate() {
+        let raised = |t: f64| t + margin * (1.0 - t);
+        if raised(targets.precision).max(raised(targets.recall)) > perfect {
+            tracing::debug!(candidate = i, margin, perfect, "candidate infeasible even for a perfect plan");
+            continue;
+        }
+        let constraint = match mode {
+            Mode::Global => Constraint::Global,
+            Mode::Product => Constraint::Product { credible_each: fit_level },
+        };
+        let cfg = LossConfig {
+            precision: raised(targets.precision),
+            recall: raised(targets.recall),
+            credible: fit_level,
+            beta: 10.0,
+            constraint,
+            t_pick: 1.0,
+            t_par: 1.0,
+            frozen: None,
+            reject_only,
+        };
+        let settings = SolverSettings { seed: seed.wrapping_add(i as u64 * 7919), ..cert.solver.clone() };
+        let solution = solve(problem, fit, &cfg, &settings).map_err(|e| OptimError::Solver(e.to_string()))?;
+        tracing::debug!(
+            candidate = i,
+            reject_only,
+            margin,
+            fit_level,
+            feasible = solution.feasible,
+            cost = solution.cost,
+            "candidate solved"
+        );
+        if solution.feasible && !candidates.contains(&solution.plan) {
+            candidates.push(solution.plan);
+        }
+    }
+    let mut sequence: Vec<(f64, HardPlan)> = candidates
+        .into_iter()
+        .map(|plan| (fit_confidence(problem, &plan, fit, mode, targets, cert_level), plan))
+        .filter(|(q, _)| match mode {
+            Mode::Global => *q >= min_confidence,
+            Mode::Product => *q >= 0.5,
+        })
+        .collect();
+    sequence.sort_by(|a, b| b.0.total_cmp(&a.0));
+    Ok(sequence)
+}
+
+/// Solve on the fit part at several strictness levels, certify on the hold-out, keep the cheapest certified.
+fn certified_search(
+    problem: &Problem,
+    targets: &Targets,
+    seed: u64,
+    cert: &Certification,
+    mode: Mode,
+    level: f64,
+) -> Result<Optimized> {
+    let _span = tracing::info_span!("certified_search", tuples = problem.n, mode = ?mode).entered();
+    let (fit, hold) = split(problem.n, cert.holdout, seed);
+    if hold.len() < cert.min_holdout || fit.is_empty() {
+        return Ok(gold_result(
+            problem,
+            Some(format!(
+                "only {} profiled tuples: too few to certify a cheaper plan (need {} held out); using gold",
+                problem.n, cert.min_holdout
+            )),
+        ));
+    }
+    let cert_level = 1.0 - (1.0 - level) / 2.0;
+    // Candidates are solved at the stricter per-bound level; together with the raised targets this leaves room
+    // for the fit part's noise.
+    let solve_level = cert_level;
+    let all = problem.all_rows();
+    // Candidate generation and ordering look at the fit part only, so they may adapt to it freely: a strict round
+    // first, and only if it yields nothing, a relaxed one (its candidates are riskier, but the alternative is gold).
+    let mut sequence: Vec<(f64, HardPlan)> = Vec::new();
+    for (round, (fit_level, min_confidence)) in [(solve_level, level), (RELAXED_FIT_LEVEL, 0.5)].into_iter().enumerate()
+    {
+        if matches!(mode, Mode::Product) && round > 0 {
+            break;
+        }
+        sequence = candidate_sequence(
+            problem,
+            targets,
+            seed.wrapping_add(round as u64 * 104_729),
+            cert,
+            mode,
+            &fit,
+            fit_level,
+            cert_level,
+            min_confidence,
+        )?;
+        if !sequence.is_empty() {
+            break;
+        }
+    }
+    let tested = sequence.len();
+    // Fixed-sequence test on the hold-out: each candidate at the full level, the first failure ends it.
+    let mut best: Option<(f64, HardPlan, (f64, f64))> = None;
+    for (i, (q, plan)) in sequence.into_iter().enumerate() {
+        let (lbp, lbr) = hard_bounds(problem, &plan, &hold, mode, level);
+        let certified = match mode {
+            Mode::Global => {
+                let c = problem.evaluate(&plan, &hold);
+                joint_target_probability(c.tp, c.fp, c.fn_, targets.precision, targets.recall) >= level
+            }
+            // Per-operator posteriors do not combine into a joint one: a union bound over the two products.
+            Mode::Product => {
+                let (p, r) = hard_bounds(problem, &plan, &hold, mode, cert_level);
+                p >= targets.precision && r >= targets.recall
+            }
+        };
+        tracing::debug!(position = i, fit_confidence = q, lbp, lbr, certified, "candidate tested");
+        if !certified {
+            break;
+        }
+        let cost = problem.evaluate(&plan, &all).cost_per_tuple();
+        if best.as_ref().is_none_or(|(c, _, _)| cost < *c) {
+            best = Some((cost, plan, (lbp, lbr)));
+        }
+    }
+    let Some((_, plan, (lbp, lbr))) = best else {
+        let why = if tested == 0 {
+            format!(
+                "no candidate plan reached precision {} and recall {} on the {} tuples it was fitted on",
+                targets.precision,
+                targets.recall,
+                fit.len()
+            )
+        } else {
+            format!("the safest candidate plan was not certified on the {} held-out tuples", hold.len())
+        };
+        return Ok(gold_result(
+            problem,
+            Some(format!(
+            "{why} (credible level {}); using gold. A larger profiling sample or lower targets allow a cheaper plan",
+            targets.credible
+        )),
+        ));
+    };
+    let plan = order_plan(problem, &plan, &all);
+    let cost = problem.evaluate(&plan, &all).cost_per_tuple();
+    let gold = order_plan(problem, &problem.gold_plan(), &all);
+    if problem.evaluate(&gold, &all).cost_per_tuple() <= cost {
+        // Gold is exact and needs no certificate: a certified plan that is no cheaper has nothing to offer.
+        let mut g = gold_result(problem, None);
+        g.cost_per_tuple = problem.evaluate(&gold, &all).cost_per_tuple();
+        g.plan = gold;
+        return Ok(g);
+    }
+    Ok(Optimized {
+        cost_per_tuple: cost,
+        plan,
+        precision_lower_bound: lbp,
+        recall_lower_bound: lbr,
+        fell_back_to_gold: false,
+        warnings: vec![],
+    })
+}
+
+/// Stretto's global optimizer.
+#[derive(Debug, Clone, Default)]
+pub struct Global {
+    /// Certification settings.
+    pub certification: Certification,
+}
+
+impl Strategy for Global {
+    fn name(&self) -> &'static str {
+        "global"
+    }
+    fn optimize(&self, problem: &Problem, targets: &Targets, seed: u64) -> Result<Optimized> {
+        certified_search(problem, targets, seed, &self.certification, Mode::Global, targets.credible)
+    }
+}
+
+/// Stretto-Independent: per-operator bounds at `α^{1/n}`, constraint on their product.
+#[derive(Debug, Clone, Default)]
+pub struct Independent {
+    /// Certification settings.
+    pub certification: Certification,
+}
+
+impl Strategy for Independent {
+    fn name(&self) -> &'static str {
+        "independent"
+    }
+    fn optimize(&self, problem: &Problem, targets: &Targets, seed: u64) -> Result<Optimized> {
+        let level = targets.credible.powf(1.0 / problem.ops.len() as f64);
+        certified_search(problem, targets, seed, &self.certification, Mode::Product, level)
+    }
+}
+
+/// Stretto-Local: each operator optimized alone for `T^{1/n}` at `α^{1/n}`.
+#[derive(Debug, Clone, Default)]
+pub struct Local {
+    /// Certification settings.
+    pub certification: Certification,
+}
+
+impl Strategy for Local {
+    fn name(&self) -> &'static str {
+        "local"
+    }
+    fn optimize(&self, problem: &Problem, targets: &Targets, seed: u64) -> Result<Optimized> {
+        let n = problem.ops.len() as f64;
+        let each = Targets {
+            precision: targets.precision.powf(1.0 / n),
+            recall: targets.recall.powf(1.0 / n),
+            credible: targets.credible.powf(1.0 / n),
+        };
+        let mut stages = Vec::new();
+        let mut warnings = Vec::new();
+        let (mut lbp, mut lbr) = (1.0, 1.0);
+        for (o, op) in problem.ops.iter().enumerate() {
+            let sub = Problem { ops: vec![op.clone()], ..problem.clone() };
+            let r = certified_search(
+                &sub,
+                &each,
+                seed.wrapping_add(o as u64),
+                &self.certification,
+                Mode::Global,
+                each.credible,
+            )?;
+            warnings.extend(r.warnings.iter().map(|w| format!("{}: {w}", op.name)));
+            lbp *= r.precision_lower_bound;
+            lbr *= r.recall_lower_bound;
+            stages.extend(r.plan.stages.into_iter().map(|s| Stage { op: o, ..s }));
+        }
+        let all = problem.all_rows();
+        let plan = order_plan(problem, &HardPlan { stages }, &all);
+        Ok(Optimized {
+            cost_per_tuple: problem.evaluate(&plan, &all).cost_per_tuple(),
+            plan,
+            precision_lower_bound: lbp,
+            recall_lower_bound: lbr,
+            fell_back_to_gold: false,
+            warnings,
+        })
+    }
+}
+
+/// LOTUS-style per-operator guarantees (SUPG): per filter a proxy stage, then gold.
+#[derive(Debug, Default)]
+pub struct Lotus;
+
+/// Threshold candidates SUPG considers (the union bound's size).
+const SUPG_CANDIDATES: usize = 100;
+
+impl Lotus {
+    /// LOTUS' proxy: the uncompressed small model (the cheapest implementation named `…@0`), else the non-gold
+    /// implementation that separates gold's labels best on the sample.
+    fn proxy(problem: &Problem, o: usize) -> Option<usize> {
+        let op = &problem.ops[o];
+        let candidates: Vec<usize> =
+            (0..op.impls.len()).filter(|&i| !op.impls[i].gold && op.impls[i].scores.is_some()).collect();
+        let separation = |i: usize| auc(op.impls[i].scores.as_deref().unwrap_or(&[]), &op.label);
+        candidates
+            .iter()
+            .copied()
+            .find(|&i| op.impls[i].physical.ends_with("@0"))
+            .or_else(|| candidates.iter().copied().max_by(|&a, &b| separation(a).total_cmp(&separation(b))))
+    }
+}
+
+/// Area under the ROC curve of `scores` against `labels` (0.5 when one class is empty).
+pub fn auc(scores: &[f64], labels: &[bool]) -> f64 {
+    let mut idx: Vec<usize> = (0..scores.len()).collect();
+    idx.sort_by(|&a, &b| scores[a].total_cmp(&scores[b]));
+    let (mut rank_sum, mut pos) = (0.0, 0usize);
+    let mut i = 0;
+    while i < idx.len() {
+        let mut j = i;
+        while j + 1 < idx.len() && scores[idx[j + 1]] == scores[idx[i]] {
+            j += 1;
+        }
+        let r = (i + j) as f64 / 2.0 + 1.0;
+        for &k in &idx[i..=j] {
+            if labels[k] {
+                rank_sum += r;
+                pos += 1;
+            }
+        }
+        i = j + 1;
+    }
+    let neg = scores.len() - pos;
+    if pos == 0 || neg == 0 {
+        return 0.5;
+    }
+    (rank_sum - (pos * (pos + 1)) as f64 / 2.0) / (pos * neg) as f64
+}
+
+impl Strategy for Lotus {
+    fn name(&self) -> &'static str {
+        "lotus"
+    }
+    fn optimize(&self, problem: &Problem, targets: &Targets, _seed: u64) -> Result<Optimized> {
+        let n_filters = problem.ops.iter().filter(|o| o.kind == LogicalKind::Filter).count().max(1) as f64;
+        let tp = targets.precision.powf(1.0 / n_filters);
+        let tr = targets.recall.powf(1.0 / n_filters);
+        let delta = 1.0 - targets.credible.powf(1.0 / n_filters);
+        let z = Normal::standard().inverse_cdf(1.0 - delta);
+        let mut stages = Vec::new();
+        for (o, op) in problem.ops.iter().enumerate() {
+            if op.kind == LogicalKind::Filter {
+                if let Some(k) = Self::proxy(problem, o) {
+                    let scores = op.impls[k].scores.as_deref().unwrap_or(&[]);
+                    let (lower, upper) = supg_thresholds(scores, &op.label, tp, tr, delta, z);
+                    stages.push(Stage { op: o, imp: k, lower: Some(lower), upper: Some(upper) });
+                }
+            }
+            let th = (op.kind == LogicalKind::Filter).then_some(0.0);
+            stages.push(Stage { op: o, imp: op.gold(), lower: th, upper: th });
+        }
+        let plan = HardPlan { stages };
+        let all = problem.all_rows();
+        let c = problem.evaluate(&plan, &all);
+        Ok(Optimized {
+            cost_per_tuple: c.cost_per_tuple(),
+            precision_lower_bound: beta_lower_bound(c.tp, c.fp, targets.credible),
+            recall_lower_bound: beta_lower_bound(c.tp, c.fn_, targets.credible),
+            plan,
+            fell_back_to_gold: false,
+            warnings: vec![],
+        })
+    }
+}
+
+/// SUPG-style thresholds of a proxy: (reject below, accept above).
+///
+/// Accept: the lowest of [`SUPG_CANDIDATES`] quantile thresholds whose accepted set has a Hoeffding lower bound on
+/// precision of at least `tp`, at `δ / candidates`. Reject: the recall rule, a threshold keeping a share `γ'` of
+/// the sample's positives, where `γ' = tr + z·sqrt(tr(1 − tr)/n_pos)` inflates the target for sampling error (the
+/// sample is uniform, so the importance weights are 1).
+pub fn supg_thresholds(scores: &[f64], labels: &[bool], tp: f64, tr: f64, delta: f64, z: f64) -> (f64, f64) {
+    let mut sorted: Vec<f64> = scores.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    let n = sorted.len();
+    if n == 0 {
+        return (0.0, 0.0);
+    }
+    let above_max = sorted[n - 1] + 1.0;
+    let below_min = sorted[0] - 1.0;
+    // Accept threshold: scan quantile candidates from high to low, keep the lowest that still certifies.
+    let mut upper = above_max;
+    let log_term = (SUPG_CANDIDATES as f64 / delta).ln();
+    for q in (1..=SUPG_CANDIDATES).rev() {
+        let tau = sorted[((q - 1) * n) / SUPG_CANDIDATES];
+        let (mut m, mut hits) = (0usize, 0usize);
+        for (s, &y) in scores.iter().zip(labels) {
+            if *s >= tau {
+                m += 1;
+                hits += usize::from(y);
+            }
+        }
+        if m == 0 {
+            continue;
+        }
+        let lb = hits as f64 / m as f64 - (log_term / (2.0 * m as f64)).sqrt();
+        if lb >= tp {
+            // `s > upper` must hold exactly for s >= tau on the sample.
+            upper = sorted.iter().copied().filter(|&s| s < tau).fold(below_min, f64::max).max(below_min);
+            upper = 0.5 * (upper + tau);
+        } else {
+            break;
+        }
+    }
+    // Reject threshold from the positives' scores.
+    let mut pos: Vec<f64> = scores.iter().zip(labels).filter(|(_, &y)| y).map(|(s, _)| *s).collect();
+    pos.sort_by(f64::total_cmp);
+    let lower = if pos.is_empty() {
+        below_min
+    } else {
+        let gamma = (tr + z * (tr * (1.0 - tr) / pos.len() as f64).sqrt()).min(1.0);
+        if gamma >= 1.0 {
+            below_min
+        } else {
+            // Keep the top `gamma` share of positives: reject strictly below the score at that quantile.
+            let drop = ((1.0 - gamma) * pos.len() as f64).floor() as usize;
+            pos[drop.min(pos.len() - 1)]
+        }
+    };
+    (lower.min(upper), upper)
+}
+
+/// Abacus-style Pareto cascades: one implementation per operator at default thresholds, chosen by empirical sample
+/// precision and recall (products over operators), with no credibility.
+#[derive(Debug, Default)]
+pub struct Abacus;
+
+impl Abacus {
+    /// Default threshold: 0 for log-odds; 0.4 for similarity scores (implementations whose scores lie in [−1, 1]).
+    fn default_threshold(scores: &[f64]) -> f64 {
+        if scores.iter().all(|s| (-1.0..=1.0).contains(s)) {
+            0.4
+        } else {
+            0.0
+        }
+    }
+}
+
+impl Strategy for Abacus {
+    fn name(&self) -> &'static str {
+        "abacus"
+    }
+    fn optimize(&self, problem: &Problem, targets: &Targets, _seed: u64) -> Result<Optimized> {
+        let all = problem.all_rows();
+        // Per operator, each implementation's single-stage plan: (stage, precision, recall, cost).
+        let options: Vec<Vec<(Stage, f64, f64, f64)>> = problem
+            .ops
+            .iter()
+            .enumerate()
+            .map(|(o, op)| {
+                let sub = Problem { ops: vec![op.clone()], ..problem.clone() };
+                (0..op.impls.len())
+                    .map(|i| {
+                        let imp = &op.impls[i];
+                        let stage = match (op.kind, imp.gold) {
+                            (LogicalKind::Filter, true) => Stage { op: 0, imp: i, lower: Some(0.0), upper: Some(0.0) },
+                            (LogicalKind::Filter, false) => {
+                                let t = Self::default_threshold(imp.scores.as_deref().unwrap_or(&[]));
+                                Stage { op: 0, imp: i, lower: Some(t), upper: Some(t) }
+                            }
+                            (LogicalKind::Map, _) => Stage { op: 0, imp: i, lower: None, upper: None },
+                        };
+                        let c = sub.evaluate(&HardPlan { stages: vec![stage.clone()] }, &all);
+                        (Stage { op: o, ..stage }, c.precision(), c.recall(), imp.cost)
+                    })
+                    .collect()
+            })
+            .collect();
+        let mut best: Option<(f64, Vec<Stage>)> = None;
+        let mut idx = vec![0usize; options.len()];
+        loop {
+            let p: f64 = idx.iter().enumerate().map(|(o, &i)| options[o][i].1).product();
+            let r: f64 = idx.iter().enumerate().map(|(o, &i)| options[o][i].2).product();
+            if p >= targets.precision && r >= targets.recall {
+                let stages: Vec<Stage> = idx.iter().enumerate().map(|(o, &i)| options[o][i].0.clone()).collect();
+                let plan = order_plan(problem, &HardPlan { stages: stages.clone() }, &all);
+                let cost = problem.evaluate(&plan, &all).cost_per_tuple();
+                if best.as_ref().is_none_or(|(c, _)| cost < *c) {
+                    best = Some((cost, plan.stages));
+                }
+            }
+            // Next combination (odometer).
+            let mut d = 0;
+            while d < idx.len() {
+                idx[d] += 1;
+                if idx[d] < options[d].len() {
+                    break;
+                }
+                idx[d] = 0;
+                d += 1;
+            }
+            if d == idx.len() {
+                break;
+            }
+        }
+        let plan = match best {
+            Some((_, stages)) => HardPlan { stages },
+            None => order_plan(problem, &problem.gold_plan(), &all),
+        };
+        let c = problem.evaluate(&plan, &all);
+        Ok(Optimized {
+            cost_per_tuple: c.cost_per_tuple(),
+            precision_lower_bound: beta_lower_bound(c.tp, c.fp, targets.credible),
+            recall_lower_bound: beta_lower_bound(c.tp, c.fn_, targets.credible),
+            plan,
+            fell_back_to_gold: false,
+            warnings: vec!["abacus gives no credibility: its bounds are reported, not enforced".into()],
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn auc_of_perfect_and_reversed_scores() {
+        assert_eq!(auc(&[0.1, 0.2, 0.9, 0.8], &[false, false, true, true]), 1.0);
+        assert_eq!(auc(&[0.9, 0.8, 0.1, 0.2], &[false, false, true, true]), 0.0);
+        assert_eq!(auc(&[0.5, 0.5], &[false, true]), 0.5);
+    }
+
+    #[test]
+    fn split_is_disjoint_and_seeded() {
+        let (a, b) = split(101, 0.5, 3);
+        assert_eq!(a.len() + b.len(), 101);
+        assert!(a.iter().all(|x| !b.contains(x)));
+        assert_eq!(split(101, 0.5, 3), (a, b));
+    }
+
+    #[test]
+    fn bad_targets_are_rejected() {
+        assert!(Targets::new(0.0, 0.5, 0.95).is_err());
+        assert!(Targets::new(0.5, 1.5, 0.95).is_err());
+        assert!(Targets::new(0.5, 0.5, 1.0).is_err());
+        assert!(Targets::new(1.0, 1.0, 0.95).is_ok());
+        assert!(strategy("magic").is_err());
+    }
+}
