@@ -15,6 +15,8 @@
 #![warn(missing_docs)]
 
 pub mod error;
+pub mod gguf;
 pub mod models;
+pub mod tokenizer;
 
 pub use error::{KvError, Result};
