@@ -439,8 +439,8 @@ mod tests {
             scales[j] = 2;
             scales[j + 4] = 4;
         }
-        for j in 8..12 {
-            scales[j] = 3 | (1 << 4);
+        for s in &mut scales[8..12] {
+            *s = 3 | (1 << 4);
         }
         blk.extend(scales);
         blk.extend([0x21u8; 128]); // low nibble 1, high nibble 2
