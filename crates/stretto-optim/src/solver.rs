@@ -148,36 +148,32 @@ impl Default for SolverSettings {
     }
 }
 
-struct Stage1<'a> {
+/// The two stages of the schedule: choose operators (thresholds move too), then tune thresholds with picks frozen.
+#[derive(Debug, Clone, Copy)]
+enum Phase {
+    Pick,
+    Threshold,
+}
+
+/// The relaxed loss under the annealing schedule of one phase.
+struct Scheduled<'a> {
     soft: &'a SoftProblem,
     cfg: LossConfig,
     settings: &'a SolverSettings,
+    phase: Phase,
 }
 
-impl AnnealedObjective for Stage1<'_> {
+impl AnnealedObjective for Scheduled<'_> {
     fn loss_grad(&self, x: &[f64], iter: u64) -> (LossParts, Vec<f64>) {
+        let s = self.settings;
         let mut cfg = self.cfg.clone();
-        cfg.t_pick = self.settings.t_pick0 * (-self.settings.t_pick_rate * iter as f64).exp();
-        cfg.t_par = self.settings.t_par0;
-        let mut g = vec![0.0; x.len()];
-        let parts = self.soft.loss(x, &cfg, Some(&mut g));
-        (parts, g)
-    }
-    fn clip(&self) -> f64 {
-        self.settings.clip
-    }
-}
-
-struct Stage2<'a> {
-    soft: &'a SoftProblem,
-    cfg: LossConfig,
-    settings: &'a SolverSettings,
-}
-
-impl AnnealedObjective for Stage2<'_> {
-    fn loss_grad(&self, x: &[f64], iter: u64) -> (LossParts, Vec<f64>) {
-        let mut cfg = self.cfg.clone();
-        cfg.t_par = self.settings.t_par0 * (-self.settings.t_par_rate * iter as f64).exp();
+        match self.phase {
+            Phase::Pick => {
+                cfg.t_pick = s.t_pick0 * (-s.t_pick_rate * iter as f64).exp();
+                cfg.t_par = s.t_par0;
+            }
+            Phase::Threshold => cfg.t_par = s.t_par0 * (-s.t_par_rate * iter as f64).exp(),
+        }
         let mut g = vec![0.0; x.len()];
         let parts = self.soft.loss(x, &cfg, Some(&mut g));
         (parts, g)
@@ -352,10 +348,10 @@ pub fn solve(
             let (b0, b1) = settings.beta_range;
             let frac = if settings.restarts > 1 { restart as f64 / (settings.restarts - 1) as f64 } else { 0.5 };
             let cfg = &LossConfig { beta: b0 * (b1 / b0).powf(frac), ..cfg.clone() };
-            let s1 = Stage1 { soft: &soft, cfg: cfg.clone(), settings };
+            let s1 = Scheduled { soft: &soft, cfg: cfg.clone(), settings, phase: Phase::Pick };
             let x1 = run_adam(&s1, x0, settings.pick_steps, settings)?;
             let picks: Vec<bool> = (0..np / PARAMS_PER_IMPL).map(|k| x1[k * PARAMS_PER_IMPL] > 0.0).collect();
-            let s2 = Stage2 { soft: &soft, cfg: LossConfig { frozen: Some(picks), ..cfg.clone() }, settings };
+            let s2 = Scheduled { soft: &soft, cfg: LossConfig { frozen: Some(picks), ..cfg.clone() }, settings, phase: Phase::Threshold };
             let x2 = run_adam(&s2, x1, settings.threshold_steps, settings)?;
             let parts = s2.loss_grad(&x2, settings.threshold_steps).0;
             let plan = extract(problem, &x2, rows, cfg.reject_only);
