@@ -49,6 +49,9 @@ pub enum KvError {
         /// What is wrong.
         message: String,
     },
+    /// ONNX Runtime failed (loading its library, building a session, running a graph).
+    #[error("ONNX Runtime: {0}")]
+    Runtime(String),
     /// A model file is malformed (GGUF, safetensors...).
     #[error("malformed {file}: {message}")]
     Format {
@@ -61,6 +64,12 @@ pub enum KvError {
 
 /// Result alias for the KV crate.
 pub type Result<T, E = KvError> = std::result::Result<T, E>;
+
+impl From<ort::Error> for KvError {
+    fn from(e: ort::Error) -> Self {
+        KvError::Runtime(e.to_string())
+    }
+}
 
 impl KvError {
     pub(crate) fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {

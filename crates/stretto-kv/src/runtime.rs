@@ -1,0 +1,65 @@
+//! ONNX Runtime for Stretto: one environment per process, with the library loaded from the pinned `onnxruntime`
+//! wheel of the model catalog (prepared on first use), never from a CDN.
+//!
+//! ONNX Runtime allows one environment per process and `ort` keeps only a weak reference to it, so it lives in a
+//! `static` here, built once behind a lock. With the `cuda` feature, the CUDA execution provider is registered with
+//! `error_on_failure`: without it ONNX Runtime silently falls back to the CPU when CUDA cannot start.
+
+use std::path::Path;
+use std::sync::{Mutex, OnceLock};
+
+use ort::environment::Environment;
+use ort::ep::ExecutionProviderDispatch;
+use ort::session::builder::SessionBuilder;
+
+use crate::error::{KvError, Result};
+use crate::models::{default_source, ensure, spec};
+
+/// The shared library inside the prepared `onnxruntime` model folder.
+pub const LIBRARY: &str = "libonnxruntime.so.1.31.1";
+
+static ENVIRONMENT: OnceLock<Environment> = OnceLock::new();
+static INIT: Mutex<()> = Mutex::new(());
+
+/// The execution providers sessions try, in order (CPU is always the fallback ONNX Runtime adds itself).
+pub fn execution_providers() -> Vec<ExecutionProviderDispatch> {
+    #[allow(unused_mut)]
+    let mut eps = Vec::new();
+    #[cfg(feature = "cuda")]
+    eps.push(ort::ep::CUDA::default().build().error_on_failure());
+    eps
+}
+
+/// The process's ONNX Runtime environment, loading the library from `home` (preparing it if missing).
+///
+/// Call it before any other `ort` API (tensors, graphs, sessions): `ort` resolves the library on first use and,
+/// without this, would look for a system-wide `libonnxruntime.so` and panic when there is none.
+pub fn environment(home: &Path) -> Result<&'static Environment> {
+    if let Some(env) = ENVIRONMENT.get() {
+        return Ok(env);
+    }
+    let _guard = INIT.lock().map_err(|_| KvError::Runtime("a previous initialisation panicked".into()))?;
+    if let Some(env) = ENVIRONMENT.get() {
+        return Ok(env);
+    }
+    let _span = tracing::info_span!("onnxruntime_init").entered();
+    let dir = ensure(spec("onnxruntime")?, home, default_source().as_ref())?;
+    let lib = dir.join(LIBRARY);
+    let env = ort::init_from(&lib)
+        .map_err(|e| KvError::Runtime(format!("cannot load {}: {e}", lib.display())))?
+        .with_name("stretto")
+        .with_execution_providers(execution_providers())
+        .build()?;
+    Ok(ENVIRONMENT.get_or_init(|| env))
+}
+
+/// A session builder on the process's environment, with `threads` intra-op threads (0 lets ONNX Runtime choose).
+pub fn session_builder(home: &Path, threads: usize) -> Result<SessionBuilder> {
+    let builder = SessionBuilder::new(environment(home)?)?;
+    let builder = if threads > 0 {
+        builder.with_intra_threads(threads).map_err(|e| KvError::Runtime(e.to_string()))?
+    } else {
+        builder
+    };
+    Ok(builder)
+}
