@@ -169,12 +169,22 @@ impl SemanticTask {
     /// The referenced cells of one row, joined by newlines: the *item* an operator caches or embeds.
     pub fn item_text(&self, batch: &RecordBatch, row: usize) -> Result<String> {
         let idx = self.resolve(&batch.schema())?;
-        Ok(idx.iter().map(|i| cell_text(batch.column(*i).as_ref(), row)).collect::<Vec<_>>().join("\n"))
+        Ok(item_of(batch, &idx, row))
+    }
+
+    /// The items of every row of `batch` (references resolved once for the batch).
+    pub fn item_texts(&self, batch: &RecordBatch) -> Result<Vec<String>> {
+        let idx = self.resolve(&batch.schema())?;
+        Ok((0..batch.num_rows()).map(|row| item_of(batch, &idx, row)).collect())
     }
 
     fn bad(&self, message: &str) -> CoreError {
         CoreError::BadPredicate { text: self.prompt.clone(), message: message.into() }
     }
+}
+
+fn item_of(batch: &RecordBatch, columns: &[usize], row: usize) -> String {
+    columns.iter().map(|i| cell_text(batch.column(*i).as_ref(), row)).collect::<Vec<_>>().join("\n")
 }
 
 /// The `{table.column}` references of a prompt.
@@ -394,6 +404,7 @@ mod tests {
         assert_eq!(task.render(&batch, 0).unwrap(), "hi by 7 and again hi");
         assert_eq!(task.render(&batch, 1).unwrap(), " by 8 and again ");
         assert_eq!(task.item_text(&batch, 0).unwrap(), "hi\n7");
+        assert_eq!(task.item_texts(&batch).unwrap(), vec!["hi\n7".to_string(), "\n8".to_string()]);
     }
 
     #[test]

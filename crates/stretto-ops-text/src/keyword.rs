@@ -152,11 +152,14 @@ impl PhysicalOp for KeywordFilter {
                 format!("predicate `{}` has no keyword to look for", task.prompt),
             ));
         }
-        let mut scores = Vec::with_capacity(batch.num_rows());
-        for row in 0..batch.num_rows() {
-            let text: Vec<String> = words(&task.item_text(batch, row)?).collect();
-            scores.push(keywords.iter().filter(|k| contains_phrase(&text, k)).count() as f64);
-        }
+        let scores = task
+            .item_texts(batch)?
+            .iter()
+            .map(|item| {
+                let text: Vec<String> = words(item).collect();
+                keywords.iter().filter(|k| contains_phrase(&text, k)).count() as f64
+            })
+            .collect();
         Ok(OpOutput::Scores(scores))
     }
 }
