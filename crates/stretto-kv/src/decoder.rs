@@ -1,0 +1,439 @@
+//! The decoder runtime: a converted LLM on ONNX Runtime, run over cached KV pasts.
+//!
+//! A [`KvPast`] holds one item's keys and values (what the offline prefill computed). [`Decoder::run`] takes a batch
+//! of (past, new tokens) rows of any lengths: pasts are left-padded to the longest, new tokens are left-padded too,
+//! padding is masked out and every row keeps its own position ids, so a batch gives each row exactly what it would
+//! get alone. On top of it: [`Decoder::log_odds`] (filters: log-odds of one answer token over another after a
+//! question) and [`Decoder::generate`] (maps: greedy decoding with a per-answer confidence).
+
+use std::path::Path;
+use std::sync::Mutex;
+
+use ort::session::{RunOptions, Session, SessionInputValue};
+use ort::value::{Tensor, TensorRef};
+use tokenizers::Tokenizer;
+
+use crate::convert::{DecoderConfig, DecoderFiles};
+use crate::error::{KvError, Result};
+
+/// One item's cached keys and values, per layer `[kv_heads][len][head_dim]`, contiguous.
+#[derive(Debug, Clone, PartialEq)]
+pub struct KvPast {
+    /// Keys per layer.
+    pub keys: Vec<Vec<f32>>,
+    /// Values per layer.
+    pub values: Vec<Vec<f32>>,
+    /// Cached tokens kept (after compression, fewer than were prefilled).
+    pub len: usize,
+    /// Position id of the next token: the prefilled length, whatever compression kept (kept keys keep their
+    /// original positions).
+    pub next_position: i64,
+    /// KV heads.
+    pub kv_heads: usize,
+    /// Per-head size.
+    pub head_dim: usize,
+}
+
+impl KvPast {
+    /// An empty past for a model.
+    pub fn empty(config: &DecoderConfig) -> Self {
+        Self {
+            keys: vec![Vec::new(); config.layers],
+            values: vec![Vec::new(); config.layers],
+            len: 0,
+            next_position: 0,
+            kv_heads: config.kv_heads,
+            head_dim: config.head_dim,
+        }
+    }
+
+    /// Bytes of the cached tensors in f32.
+    pub fn bytes(&self) -> usize {
+        self.keys.iter().chain(&self.values).map(|v| v.len() * 4).sum()
+    }
+
+    fn check(&self, config: &DecoderConfig) -> Result<()> {
+        let per_layer = self.kv_heads * self.len * self.head_dim;
+        let ok = self.keys.len() == config.layers
+            && self.values.len() == config.layers
+            && self.kv_heads == config.kv_heads
+            && self.head_dim == config.head_dim
+            && self.keys.iter().chain(&self.values).all(|v| v.len() == per_layer);
+        if ok {
+            Ok(())
+        } else {
+            Err(KvError::Runtime(format!(
+                "a KV past does not fit this model ({} layers of {}×{}×{} expected)",
+                config.layers, config.kv_heads, self.len, config.head_dim
+            )))
+        }
+    }
+}
+
+/// Per-layer mean `[heads][head_dim]` and covariance `[heads][head_dim][head_dim]` of an item's pre-RoPE queries.
+#[derive(Debug, Clone, PartialEq)]
+pub struct QueryStats {
+    /// Means per layer.
+    pub mean: Vec<Vec<f32>>,
+    /// Covariances per layer.
+    pub cov: Vec<Vec<f32>>,
+}
+
+/// One row of a batch: new tokens after an optional cached past.
+#[derive(Debug, Clone, Copy)]
+pub struct Step<'a> {
+    /// The cached past, if any.
+    pub past: Option<&'a KvPast>,
+    /// New tokens (at least one).
+    pub tokens: &'a [u32],
+}
+
+/// What a run should return besides the last logits.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Want {
+    /// The extended past (past + new tokens).
+    pub present: bool,
+    /// Query statistics of the new tokens.
+    pub query_stats: bool,
+}
+
+/// One row's result.
+#[derive(Debug, Clone)]
+pub struct StepOutput {
+    /// Logits of the last new token.
+    pub logits: Vec<f32>,
+    /// The extended past, when asked for.
+    pub present: Option<KvPast>,
+    /// Query statistics, when asked for.
+    pub query_stats: Option<QueryStats>,
+}
+
+/// A greedy generation.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Generation {
+    /// Decoded text (special tokens removed).
+    pub text: String,
+    /// Generated token ids (without the stop token).
+    pub tokens: Vec<u32>,
+    /// Probability of the whole answer under the model (product of the chosen tokens' probabilities, the stop
+    /// token included when it was reached).
+    pub confidence: f64,
+    /// Whether a stop token ended it (rather than the token limit).
+    pub stopped: bool,
+}
+
+/// A converted decoder on ONNX Runtime.
+pub struct Decoder {
+    name: String,
+    config: DecoderConfig,
+    tokenizer: Tokenizer,
+    session: Mutex<Session>,
+}
+
+impl std::fmt::Debug for Decoder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Decoder").field("name", &self.name).field("config", &self.config).finish()
+    }
+}
+
+/// Log-softmax probability of `token` in `logits`.
+pub fn token_probability(logits: &[f32], token: u32) -> f64 {
+    let m = logits.iter().cloned().fold(f32::NEG_INFINITY, f32::max) as f64;
+    let z: f64 = logits.iter().map(|&l| (l as f64 - m).exp()).sum();
+    logits.get(token as usize).map(|&l| ((l as f64 - m).exp()) / z).unwrap_or(0.0)
+}
+
+fn layer_of(p: &KvPast, l: usize, pick: usize) -> &[f32] {
+    if pick == 0 {
+        &p.keys[l]
+    } else {
+        &p.values[l]
+    }
+}
+
+fn argmax(v: &[f32]) -> u32 {
+    v.iter().enumerate().max_by(|a, b| a.1.total_cmp(b.1)).map(|(i, _)| i as u32).unwrap_or(0)
+}
+
+impl Decoder {
+    /// Loads catalog model `name` from `home`, preparing and converting it first if needed.
+    pub fn load(home: &Path, name: &str, threads: usize) -> Result<Self> {
+        let files = crate::prepare::ensure_decoder(home, name)?;
+        Self::from_files(home, name, &files, threads)
+    }
+
+    /// Loads a converted decoder folder (ONNX Runtime's library comes from `home`).
+    pub fn from_files(home: &Path, name: &str, files: &DecoderFiles, threads: usize) -> Result<Self> {
+        let _span = tracing::info_span!("load_decoder", model = name).entered();
+        let mut builder = crate::runtime::session_builder(home, threads)?;
+        let session = builder
+            .commit_from_file(&files.model)
+            .map_err(|e| KvError::Runtime(format!("cannot load {}: {e}", files.model.display())))?;
+        let tokenizer = Tokenizer::from_file(&files.tokenizer)
+            .map_err(|e| KvError::Format { file: files.tokenizer.display().to_string(), message: e.to_string() })?;
+        Ok(Self { name: name.into(), config: files.config.clone(), tokenizer, session: Mutex::new(session) })
+    }
+
+    /// The catalog name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The architecture.
+    pub fn config(&self) -> &DecoderConfig {
+        &self.config
+    }
+
+    /// The tokenizer.
+    pub fn tokenizer(&self) -> &Tokenizer {
+        &self.tokenizer
+    }
+
+    /// Token ids of `text` (no special tokens added; ChatML markers in the text are recognised).
+    pub fn encode(&self, text: &str) -> Result<Vec<u32>> {
+        Ok(self
+            .tokenizer
+            .encode(text, false)
+            .map_err(|e| KvError::Runtime(format!("tokenizer: {e}")))?
+            .get_ids()
+            .to_vec())
+    }
+
+    /// Text of token ids, special tokens removed.
+    pub fn decode(&self, ids: &[u32]) -> Result<String> {
+        self.tokenizer.decode(ids, true).map_err(|e| KvError::Runtime(format!("tokenizer: {e}")))
+    }
+
+    /// The id of a single-token string, e.g. `"1"`.
+    pub fn token_id(&self, token: &str) -> Result<u32> {
+        match self.encode(token)?.as_slice() {
+            [id] => Ok(*id),
+            other => Err(KvError::Runtime(format!("`{token}` is {} tokens for {}, not one", other.len(), self.name))),
+        }
+    }
+
+    /// The model's ChatML prompt for one user turn, ready for the assistant's answer.
+    pub fn chat_prompt(&self, user: &str) -> String {
+        format!(
+            "<|im_start|>system\n{}<|im_end|>\n<|im_start|>user\n{user}<|im_end|>\n<|im_start|>assistant\n",
+            self.config.system_prompt
+        )
+    }
+
+    /// Runs a batch of rows; see the module docs for how rows of different lengths are combined.
+    pub fn run(&self, steps: &[Step<'_>], want: Want) -> Result<Vec<StepOutput>> {
+        let c = &self.config;
+        if steps.is_empty() {
+            return Ok(Vec::new());
+        }
+        let empty = KvPast::empty(c);
+        for s in steps {
+            if s.tokens.is_empty() {
+                return Err(KvError::Runtime("a decoder step needs at least one new token".into()));
+            }
+            if let Some(&t) = s.tokens.iter().find(|&&t| t as usize >= c.vocab) {
+                return Err(KvError::Runtime(format!("token id {t} is outside the vocabulary of {}", c.vocab)));
+            }
+            s.past.unwrap_or(&empty).check(c)?;
+        }
+        let b = steps.len();
+        let p_max = steps.iter().map(|s| s.past.map_or(0, |p| p.len)).max().unwrap_or(0);
+        let s_max = steps.iter().map(|s| s.tokens.len()).max().unwrap_or(0);
+        let total = p_max + s_max;
+        let (kv, hd) = (c.kv_heads, c.head_dim);
+
+        let mut ids = vec![0i64; b * s_max];
+        let mut mask = vec![0i64; b * total];
+        let mut pos = vec![0i64; b * s_max];
+        for (r, s) in steps.iter().enumerate() {
+            let past = s.past.unwrap_or(&empty);
+            let pad_q = s_max - s.tokens.len();
+            for (k, &t) in s.tokens.iter().enumerate() {
+                ids[r * s_max + pad_q + k] = t as i64;
+                pos[r * s_max + pad_q + k] = past.next_position + k as i64;
+            }
+            for j in p_max - past.len..p_max {
+                mask[r * total + j] = 1;
+            }
+            for j in p_max + pad_q..total {
+                mask[r * total + j] = 1;
+            }
+        }
+
+        // A single row with nothing to pad passes its cache without a copy.
+        let borrow = b == 1;
+        let mut inputs: Vec<(String, SessionInputValue<'_>)> = vec![
+            ("input_ids".into(), Tensor::from_array((vec![b, s_max], ids))?.into()),
+            ("attention_mask".into(), Tensor::from_array((vec![b, total], mask))?.into()),
+            ("position_ids".into(), Tensor::from_array((vec![b, s_max], pos))?.into()),
+        ];
+        for l in 0..c.layers {
+            for (which, pick) in [("key", 0usize), ("value", 1)] {
+                let name = format!("past_key_values.{l}.{which}");
+                if borrow {
+                    let past = steps[0].past.unwrap_or(&empty);
+                    let view = TensorRef::from_array_view((vec![1, kv, p_max, hd], layer_of(past, l, pick)))?;
+                    inputs.push((name, view.into()));
+                } else {
+                    let mut data = vec![0f32; b * kv * p_max * hd];
+                    for (r, s) in steps.iter().enumerate() {
+                        let Some(past) = s.past else { continue };
+                        let src = layer_of(past, l, pick);
+                        let off = p_max - past.len;
+                        for h in 0..kv {
+                            let from = &src[h * past.len * hd..(h + 1) * past.len * hd];
+                            let to = ((r * kv + h) * p_max + off) * hd;
+                            data[to..to + past.len * hd].copy_from_slice(from);
+                        }
+                    }
+                    inputs.push((name, Tensor::from_array((vec![b, kv, p_max, hd], data))?.into()));
+                }
+            }
+        }
+
+        let mut selector = ort::session::OutputSelector::no_default().with("logits");
+        for l in 0..c.layers {
+            if want.present {
+                selector = selector.with(format!("present.{l}.key")).with(format!("present.{l}.value"));
+            }
+            if want.query_stats {
+                selector = selector.with(format!("query_mean.{l}")).with(format!("query_cov.{l}"));
+            }
+        }
+        let options = RunOptions::new()?.with_outputs(selector);
+        let mut session = self.session.lock().map_err(|_| KvError::Runtime("decoder session poisoned".into()))?;
+        let outputs = session.run_with_options(inputs, &options)?;
+
+        let (_, logits) = outputs["logits"].try_extract_tensor::<f32>()?;
+        let vocab = c.vocab;
+        let mut results: Vec<StepOutput> = (0..b)
+            .map(|r| StepOutput {
+                logits: logits[r * vocab..(r + 1) * vocab].to_vec(),
+                present: None,
+                query_stats: None,
+            })
+            .collect();
+        if want.present {
+            for (r, s) in steps.iter().enumerate() {
+                let past = s.past.unwrap_or(&empty);
+                let pad_q = s_max - s.tokens.len();
+                let len = past.len + s.tokens.len();
+                let mut out = KvPast {
+                    keys: Vec::with_capacity(c.layers),
+                    values: Vec::with_capacity(c.layers),
+                    len,
+                    next_position: past.next_position + s.tokens.len() as i64,
+                    kv_heads: kv,
+                    head_dim: hd,
+                };
+                for l in 0..c.layers {
+                    for which in ["key", "value"] {
+                        let (_, data) = outputs[format!("present.{l}.{which}").as_str()].try_extract_tensor::<f32>()?;
+                        let mut v = Vec::with_capacity(kv * len * hd);
+                        for h in 0..kv {
+                            let base = (r * kv + h) * total * hd;
+                            v.extend_from_slice(&data[base + (p_max - past.len) * hd..base + p_max * hd]);
+                            v.extend_from_slice(&data[base + (p_max + pad_q) * hd..base + total * hd]);
+                        }
+                        if which == "key" {
+                            out.keys.push(v);
+                        } else {
+                            out.values.push(v);
+                        }
+                    }
+                }
+                results[r].present = Some(out);
+            }
+        }
+        if want.query_stats {
+            let (h, m, cv) = (c.heads, c.heads * hd, c.heads * hd * hd);
+            let _ = h;
+            let mut stats: Vec<QueryStats> = (0..b).map(|_| QueryStats { mean: Vec::new(), cov: Vec::new() }).collect();
+            for l in 0..c.layers {
+                let (_, mean) = outputs[format!("query_mean.{l}").as_str()].try_extract_tensor::<f32>()?;
+                let (_, cov) = outputs[format!("query_cov.{l}").as_str()].try_extract_tensor::<f32>()?;
+                for (r, st) in stats.iter_mut().enumerate() {
+                    st.mean.push(mean[r * m..(r + 1) * m].to_vec());
+                    st.cov.push(cov[r * cv..(r + 1) * cv].to_vec());
+                }
+            }
+            for (res, st) in results.iter_mut().zip(stats) {
+                res.query_stats = Some(st);
+            }
+        }
+        Ok(results)
+    }
+
+    /// Prefills `tokens` from scratch: the item's cache (and its query statistics when `query_stats`).
+    pub fn prefill(&self, tokens: &[u32], query_stats: bool) -> Result<(KvPast, Option<QueryStats>)> {
+        let mut out = self.run(&[Step { past: None, tokens }], Want { present: true, query_stats })?;
+        let row = out.pop().ok_or_else(|| KvError::Runtime("empty decoder output".into()))?;
+        let past = row.present.ok_or_else(|| KvError::Runtime("missing present".into()))?;
+        Ok((past, row.query_stats))
+    }
+
+    /// For each past: the log-odds `logit(yes) − logit(no)` of the token after `question`, in batches of `batch`.
+    pub fn log_odds(&self, pasts: &[&KvPast], question: &[u32], yes: u32, no: u32, batch: usize) -> Result<Vec<f32>> {
+        let mut out = Vec::with_capacity(pasts.len());
+        for chunk in pasts.chunks(batch.max(1)) {
+            let steps: Vec<Step<'_>> = chunk.iter().map(|p| Step { past: Some(p), tokens: question }).collect();
+            for row in self.run(&steps, Want::default())? {
+                out.push(row.logits[yes as usize] - row.logits[no as usize]);
+            }
+        }
+        Ok(out)
+    }
+
+    /// Greedy decoding of each row (a past, possibly empty, then prompt tokens), batched, up to `max_tokens`.
+    pub fn generate(&self, rows: &[Step<'_>], max_tokens: usize) -> Result<Vec<Generation>> {
+        let _span = tracing::info_span!("generate", model = %self.name, rows = rows.len()).entered();
+        let n = rows.len();
+        let mut gens: Vec<Generation> = (0..n)
+            .map(|_| Generation { text: String::new(), tokens: Vec::new(), confidence: 1.0, stopped: false })
+            .collect();
+        if max_tokens == 0 || n == 0 {
+            return Ok(gens);
+        }
+        let mut active: Vec<usize> = (0..n).collect();
+        let mut pasts: Vec<Option<KvPast>> = vec![None; n];
+        let mut next: Vec<u32> = vec![0; n];
+        let mut first = true;
+        while !active.is_empty() {
+            let outs = {
+                let steps: Vec<Step<'_>> = active
+                    .iter()
+                    .map(|&i| {
+                        if first {
+                            rows[i]
+                        } else {
+                            Step { past: pasts[i].as_ref(), tokens: std::slice::from_ref(&next[i]) }
+                        }
+                    })
+                    .collect();
+                self.run(&steps, Want { present: true, query_stats: false })?
+            };
+            first = false;
+            let mut still = Vec::with_capacity(active.len());
+            for (&i, out) in active.iter().zip(outs) {
+                let tok = argmax(&out.logits);
+                gens[i].confidence *= token_probability(&out.logits, tok);
+                if self.config.stop_tokens.contains(&tok) {
+                    gens[i].stopped = true;
+                    continue;
+                }
+                gens[i].tokens.push(tok);
+                if gens[i].tokens.len() >= max_tokens {
+                    continue;
+                }
+                next[i] = tok;
+                pasts[i] = out.present;
+                still.push(i);
+            }
+            active = still;
+        }
+        for g in &mut gens {
+            g.text = self.decode(&g.tokens)?;
+        }
+        Ok(gens)
+    }
+}

@@ -1,0 +1,45 @@
+//! Preparation of runnable models: fetch (see [`crate::models`]), then convert once into the model's folder.
+//!
+//! A conversion is written into a temporary folder and renamed into place, so a crash never leaves a half-written
+//! model that a later run would trust; a conversion by an older converter is redone.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use crate::convert::{convert_gguf, DecoderFiles};
+use crate::error::{KvError, Result};
+use crate::models::{default_source, ensure, spec};
+
+/// The folder of a model's converted decoder.
+pub fn decoder_dir(home: &Path, name: &str) -> PathBuf {
+    crate::models::model_dir(home, name).join("onnx")
+}
+
+/// The converted decoder of catalog model `name`, fetching and converting it first if needed.
+pub fn ensure_decoder(home: &Path, name: &str) -> Result<DecoderFiles> {
+    let s = spec(name)?;
+    if !s.artifacts.iter().any(|a| a.file == "model.gguf") {
+        return Err(KvError::Runtime(format!("`{name}` is not a decoder LLM (no GGUF weights)")));
+    }
+    let dir = decoder_dir(home, name);
+    if let Ok(files) = DecoderFiles::open(&dir) {
+        return Ok(files);
+    }
+    let model_dir = ensure(s, home, default_source().as_ref())?;
+    let tmp = model_dir.join(format!(".onnx.tmp{}", std::process::id()));
+    let _ = fs::remove_dir_all(&tmp);
+    if let Err(e) = convert_gguf(&model_dir.join("model.gguf"), &tmp) {
+        let _ = fs::remove_dir_all(&tmp);
+        return Err(e);
+    }
+    let _ = fs::remove_dir_all(&dir);
+    if let Err(e) = fs::rename(&tmp, &dir) {
+        let _ = fs::remove_dir_all(&tmp);
+        // A concurrent conversion may have won the race; its result is identical.
+        return DecoderFiles::open(&dir).map_err(|_| KvError::io(&dir, e));
+    }
+    if let Ok(d) = fs::File::open(&model_dir) {
+        let _ = d.sync_all();
+    }
+    DecoderFiles::open(&dir)
+}

@@ -1,0 +1,150 @@
+//! The converted SmolLM2-135M decoder on ONNX Runtime, checked against an independent f64 forward pass and against
+//! itself under KV pasts, batching and padding.
+
+use std::sync::OnceLock;
+
+use stretto_kv::decoder::{Decoder, KvPast, Step, Want};
+use stretto_kv::gguf::Gguf;
+use stretto_kv::models::default_home;
+
+mod support;
+use support::Llama;
+
+const MODEL: &str = "smollm2-135m";
+
+fn decoder() -> &'static Decoder {
+    static DEC: OnceLock<Decoder> = OnceLock::new();
+    DEC.get_or_init(|| Decoder::load(&default_home(), MODEL, 2).expect("SmolLM2-135M converts and loads"))
+}
+
+fn max_rel(a: &[f32], b: &[f32]) -> f64 {
+    assert_eq!(a.len(), b.len());
+    let scale = b.iter().fold(0f64, |m, v| m.max(v.abs() as f64)).max(1e-12);
+    a.iter().zip(b).map(|(x, y)| (*x as f64 - *y as f64).abs()).fold(0.0, f64::max) / scale
+}
+
+fn full(dec: &Decoder, tokens: &[u32]) -> Vec<f32> {
+    dec.run(&[Step { past: None, tokens }], Want::default()).unwrap().remove(0).logits
+}
+
+#[test]
+fn answers_the_capital_question() {
+    let dec = decoder();
+    let ids = dec.encode(&dec.chat_prompt("What is the capital of France?")).unwrap();
+    let out = dec.generate(&[Step { past: None, tokens: &ids }], 24).unwrap().remove(0);
+    assert!(out.text.contains("Paris"), "answer: {:?}", out.text);
+    assert!(out.stopped, "the answer should end with the end-of-turn token: {out:?}");
+    assert!(out.confidence > 0.0 && out.confidence <= 1.0);
+}
+
+#[test]
+fn logits_match_an_independent_f64_forward_pass() {
+    let dec = decoder();
+    let dir = stretto_kv::models::model_dir(&default_home(), MODEL);
+    let g = Gguf::open(&dir.join("model.gguf")).unwrap();
+    let reference = Llama::load(&g);
+    let ids = dec.encode("The quick brown fox jumps over 13 lazy dogs.").unwrap();
+    let mut cache = Vec::new();
+    let mut queries = Vec::new();
+    let want: Vec<f32> = reference.forward_capture(&ids, &mut cache, &mut queries).iter().map(|v| *v as f32).collect();
+    let out = dec.run(&[Step { past: None, tokens: &ids }], Want { present: true, query_stats: true }).unwrap();
+    let rel = max_rel(&out[0].logits, &want);
+    eprintln!("max relative logit error vs f64: {rel:.2e}");
+    assert!(rel <= 1e-3, "{rel}");
+
+    // The press's query statistics: mean and covariance of the pre-RoPE queries, per layer and head.
+    let stats = out[0].query_stats.as_ref().unwrap();
+    let (heads, hd, n) = (reference.heads, reference.hd, ids.len() as f64);
+    for (l, layer) in queries.iter().enumerate().step_by(7) {
+        let mut mean = vec![0f64; heads * hd];
+        for q in layer {
+            mean.iter_mut().zip(q).for_each(|(m, v)| *m += v / n);
+        }
+        let mean32: Vec<f32> = mean.iter().map(|v| *v as f32).collect();
+        let rel = max_rel(&stats.mean[l], &mean32);
+        assert!(rel <= 1e-3, "layer {l} query mean: {rel}");
+        let mut cov = vec![0f32; heads * hd * hd];
+        for h in 0..heads {
+            for i in 0..hd {
+                for j in 0..hd {
+                    let c: f64 = layer
+                        .iter()
+                        .map(|q| (q[h * hd + i] - mean[h * hd + i]) * (q[h * hd + j] - mean[h * hd + j]))
+                        .sum::<f64>()
+                        / n;
+                    cov[(h * hd + i) * hd + j] = c as f32;
+                }
+            }
+        }
+        let rel = max_rel(&stats.cov[l], &cov);
+        assert!(rel <= 1e-3, "layer {l} query covariance: {rel}");
+    }
+    // The present cache holds every token's key and value.
+    let present = out[0].present.as_ref().unwrap();
+    assert_eq!(present.len, ids.len());
+    assert_eq!(present.next_position, ids.len() as i64);
+}
+
+#[test]
+fn prefill_then_question_equals_one_full_pass() {
+    let dec = decoder();
+    let item = dec.encode(&dec.chat_prompt("Review: a warm, funny film with a great cast.")).unwrap();
+    let question = dec.encode("Is the review positive? Answer 1 or 0. Answer:").unwrap();
+    let (past, _) = dec.prefill(&item, false).unwrap();
+    let cached = dec.run(&[Step { past: Some(&past), tokens: &question }], Want::default()).unwrap();
+    let whole: Vec<u32> = item.iter().chain(&question).copied().collect();
+    let rel = max_rel(&cached[0].logits, &full(dec, &whole));
+    eprintln!("prefill-then-question vs full pass: {rel:.2e}");
+    assert!(rel <= 1e-4, "{rel}");
+}
+
+#[test]
+fn a_batch_of_left_padded_pasts_equals_per_item_runs() {
+    let dec = decoder();
+    let items = [
+        "Review: dull.",
+        "Review: an astonishing, moving piece of cinema; the best film of the year by far.",
+        "Review: I wanted to like it, but the plot made no sense at all and the ending dragged on.",
+    ];
+    let pasts: Vec<KvPast> =
+        items.iter().map(|t| dec.prefill(&dec.encode(&dec.chat_prompt(t)).unwrap(), false).unwrap().0).collect();
+    let questions = [
+        dec.encode("Positive? Answer:").unwrap(),
+        dec.encode("Is the sentiment of this review positive? Answer 1 or 0. Answer:").unwrap(),
+        dec.encode("Answer:").unwrap(),
+    ];
+    let steps: Vec<Step<'_>> = pasts.iter().zip(&questions).map(|(p, q)| Step { past: Some(p), tokens: q }).collect();
+    let want = Want { present: true, query_stats: true };
+    let batched = dec.run(&steps, want).unwrap();
+    for (i, step) in steps.iter().enumerate() {
+        let single = dec.run(std::slice::from_ref(step), want).unwrap().remove(0);
+        let rel = max_rel(&batched[i].logits, &single.logits);
+        eprintln!("row {i}: batched vs alone {rel:.2e}");
+        assert!(rel <= 1e-4, "row {i}: {rel}");
+        let (bp, sp) = (batched[i].present.as_ref().unwrap(), single.present.as_ref().unwrap());
+        assert_eq!((bp.len, bp.next_position), (sp.len, sp.next_position));
+        assert!(max_rel(&bp.keys[5], &sp.keys[5]) <= 1e-4);
+        let (bq, sq) = (batched[i].query_stats.as_ref().unwrap(), single.query_stats.as_ref().unwrap());
+        assert!(max_rel(&bq.cov[3], &sq.cov[3]) <= 1e-4, "padding leaked into the query statistics");
+    }
+    // Log-odds in batches of two give the same as one at a time.
+    let yes = dec.token_id("1").unwrap();
+    let no = dec.token_id("0").unwrap();
+    let refs: Vec<&KvPast> = pasts.iter().collect();
+    let a = dec.log_odds(&refs, &questions[1], yes, no, 2).unwrap();
+    let b = dec.log_odds(&refs, &questions[1], yes, no, 1).unwrap();
+    for (x, y) in a.iter().zip(&b) {
+        assert!((x - y).abs() <= 1e-3 * y.abs().max(1.0), "{x} vs {y}");
+    }
+}
+
+#[test]
+fn bad_input_is_an_error_not_a_panic() {
+    let dec = decoder();
+    assert!(dec.run(&[Step { past: None, tokens: &[] }], Want::default()).is_err());
+    assert!(dec.run(&[Step { past: None, tokens: &[u32::MAX] }], Want::default()).is_err());
+    let mut past = dec.prefill(&[1, 2, 3], false).unwrap().0;
+    past.keys[0].pop();
+    assert!(dec.run(&[Step { past: Some(&past), tokens: &[4] }], Want::default()).is_err());
+    assert!(dec.token_id("hello world").is_err());
+}
