@@ -86,6 +86,34 @@ enum Command {
         #[arg(long)]
         population: PathBuf,
     },
+    /// Answer a prompt with a catalog LLM (chat template applied, greedy decoding).
+    Generate {
+        /// Decoder model, e.g. smollm2-135m or qwen2.5-coder-0.5b.
+        #[arg(long, default_value = "smollm2-135m")]
+        model: String,
+        /// The user's message.
+        #[arg(long)]
+        prompt: String,
+        /// Most tokens to generate.
+        #[arg(long, default_value_t = 64)]
+        max_tokens: usize,
+        /// Print JSON {"text", "tokens", "confidence", "stopped", "seconds"} instead of the text.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Print unit-length sentence embeddings (one JSON array per line) and, for two or more texts, their cosine
+    /// similarities to the first.
+    Embed {
+        /// Sentence encoder.
+        #[arg(long, default_value = "minilm")]
+        model: String,
+        /// Texts to embed.
+        #[arg(required = true)]
+        texts: Vec<String>,
+        /// Print only the similarities to the first text.
+        #[arg(long)]
+        similarities: bool,
+    },
     /// Replay a plan on a profile; prints one JSON line {"precision", "recall", "cost_per_tuple"}.
     Replay {
         /// The profile.
@@ -233,6 +261,35 @@ fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
                 sample.display(),
                 population.display()
             );
+        }
+        Command::Generate { model, prompt, max_tokens, json } => {
+            use stretto::kv::decoder::{Decoder, Step};
+            let dec = Decoder::load(&stretto::kv::models::default_home(), &model, 0)?;
+            let ids = dec.encode(&dec.chat_prompt(&prompt))?;
+            let start = std::time::Instant::now();
+            let out = dec.generate(&[Step { past: None, tokens: &ids }], max_tokens)?.remove(0);
+            let seconds = start.elapsed().as_secs_f64();
+            if json {
+                let v = serde_json::json!({"text": out.text, "tokens": out.tokens.len(), "confidence": out.confidence,
+                    "stopped": out.stopped, "seconds": seconds});
+                println!("{v}");
+            } else {
+                println!("{}", out.text);
+            }
+        }
+        Command::Embed { model, texts, similarities } => {
+            use stretto::kv::embed::{cosine, Embedder};
+            let emb = Embedder::load(&stretto::kv::models::default_home(), &model, 0)?;
+            let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
+            let vectors = emb.embed(&refs, 32)?;
+            if !similarities {
+                for v in &vectors {
+                    println!("{}", serde_json::to_string(v)?);
+                }
+            }
+            for (t, v) in texts.iter().zip(&vectors).skip(1) {
+                println!("{:.4}\t{t}", cosine(&vectors[0], v));
+            }
         }
         Command::Replay { profile, plan } => {
             println!("{}", serde_json::to_string(&commands::replay(&profile, &plan)?)?);

@@ -49,6 +49,9 @@ pub enum KvError {
         /// What is wrong.
         message: String,
     },
+    /// A model was asked for something it cannot do (an encoder asked to generate...).
+    #[error("{0}")]
+    Usage(String),
     /// ONNX Runtime failed (loading its library, building a session, running a graph).
     #[error("ONNX Runtime: {0}")]
     Runtime(String),

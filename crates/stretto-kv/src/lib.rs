@@ -24,6 +24,7 @@
 
 pub mod convert;
 pub mod decoder;
+pub mod embed;
 pub mod error;
 pub mod gguf;
 pub mod models;

@@ -19,16 +19,40 @@ pub fn decoder_dir(home: &Path, name: &str) -> PathBuf {
 pub fn ensure_decoder(home: &Path, name: &str) -> Result<DecoderFiles> {
     let s = spec(name)?;
     if !s.artifacts.iter().any(|a| a.file == "model.gguf") {
-        return Err(KvError::Runtime(format!("`{name}` is not a decoder LLM (no GGUF weights)")));
+        return Err(KvError::Usage(format!(
+            "`{name}` is not a decoder LLM (it has no GGUF weights); try smollm2-135m"
+        )));
     }
     let dir = decoder_dir(home, name);
     if let Ok(files) = DecoderFiles::open(&dir) {
         return Ok(files);
     }
-    let model_dir = ensure(s, home, default_source().as_ref())?;
+    convert_atomically(home, name, |model_dir, tmp| convert_gguf(&model_dir.join("model.gguf"), tmp).map(|_| ()))?;
+    DecoderFiles::open(&dir)
+}
+
+/// The converted sentence encoder of catalog model `name` (a BERT safetensors model such as `minilm`).
+pub fn ensure_encoder(home: &Path, name: &str) -> Result<PathBuf> {
+    let s = spec(name)?;
+    if !s.artifacts.iter().any(|a| a.file == "model.safetensors") {
+        return Err(KvError::Usage(format!("`{name}` is not a sentence encoder (it has no BERT weights); try minilm")));
+    }
+    let dir = decoder_dir(home, name);
+    if crate::embed::open_encoder(&dir).is_ok() {
+        return Ok(dir);
+    }
+    convert_atomically(home, name, |model_dir, tmp| crate::embed::convert_bert(model_dir, tmp))?;
+    crate::embed::open_encoder(&dir)?;
+    Ok(dir)
+}
+
+/// Fetches `name`, runs `convert(model_dir, tmp)` into a temporary folder and renames it to the model's `onnx/`.
+fn convert_atomically(home: &Path, name: &str, convert: impl FnOnce(&Path, &Path) -> Result<()>) -> Result<()> {
+    let model_dir = ensure(spec(name)?, home, default_source().as_ref())?;
+    let dir = decoder_dir(home, name);
     let tmp = model_dir.join(format!(".onnx.tmp{}", std::process::id()));
     let _ = fs::remove_dir_all(&tmp);
-    if let Err(e) = convert_gguf(&model_dir.join("model.gguf"), &tmp) {
+    if let Err(e) = convert(&model_dir, &tmp) {
         let _ = fs::remove_dir_all(&tmp);
         return Err(e);
     }
@@ -36,10 +60,12 @@ pub fn ensure_decoder(home: &Path, name: &str) -> Result<DecoderFiles> {
     if let Err(e) = fs::rename(&tmp, &dir) {
         let _ = fs::remove_dir_all(&tmp);
         // A concurrent conversion may have won the race; its result is identical.
-        return DecoderFiles::open(&dir).map_err(|_| KvError::io(&dir, e));
+        if !dir.join("config.json").is_file() {
+            return Err(KvError::io(&dir, e));
+        }
     }
     if let Ok(d) = fs::File::open(&model_dir) {
         let _ = d.sync_all();
     }
-    DecoderFiles::open(&dir)
+    Ok(())
 }
