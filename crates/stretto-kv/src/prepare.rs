@@ -41,7 +41,7 @@ pub fn ensure_encoder(home: &Path, name: &str) -> Result<PathBuf> {
     if crate::embed::open_encoder(&dir).is_ok() {
         return Ok(dir);
     }
-    convert_atomically(home, name, |model_dir, tmp| crate::embed::convert_bert(model_dir, tmp))?;
+    convert_atomically(home, name, crate::embed::convert_bert)?;
     crate::embed::open_encoder(&dir)?;
     Ok(dir)
 }
