@@ -133,7 +133,7 @@ enum ModelsAction {
         #[arg(long)]
         json: bool,
     },
-    /// Prepare models (all default ones when none is named); idempotent.
+    /// Prepare models (all default ones when none is named): fetch, verify, convert to ONNX; idempotent.
     Fetch {
         /// Catalog names, e.g. smollm2-135m minilm.
         names: Vec<String>,
@@ -236,16 +236,15 @@ fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
             }
         }
         Command::Models { action: ModelsAction::Fetch { names } } => {
-            use stretto::kv::models::{default_home, default_source, ensure, spec, CATALOG};
+            use stretto::kv::models::{default_home, spec, CATALOG};
             let home = default_home();
             let specs = if names.is_empty() {
                 CATALOG.iter().filter(|m| m.default).collect::<Vec<_>>()
             } else {
                 names.iter().map(|n| spec(n)).collect::<Result<Vec<_>, _>>()?
             };
-            let source = default_source();
             for s in specs {
-                let dir = ensure(s, &home, source.as_ref())?;
+                let dir = stretto::kv::prepare::ensure_ready(&home, s.name)?;
                 println!("{:<20} ready in {}", s.name, dir.display());
             }
         }

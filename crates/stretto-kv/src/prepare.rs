@@ -46,6 +46,20 @@ pub fn ensure_encoder(home: &Path, name: &str) -> Result<PathBuf> {
     Ok(dir)
 }
 
+/// The converted image classifier of catalog model `name` (`efficientnet-lite0`).
+pub fn ensure_classifier(home: &Path, name: &str) -> Result<PathBuf> {
+    let s = spec(name)?;
+    if !s.artifacts.iter().any(|a| a.file == "model.pth") {
+        return Err(KvError::Usage(format!("`{name}` is not an image classifier; try efficientnet-lite0")));
+    }
+    let dir = decoder_dir(home, name);
+    if crate::vision::is_converted(&dir) {
+        return Ok(dir);
+    }
+    convert_atomically(home, name, crate::vision::convert_efficientnet)?;
+    Ok(dir)
+}
+
 /// Fetches `name`, runs `convert(model_dir, tmp)` into a temporary folder and renames it to the model's `onnx/`.
 fn convert_atomically(home: &Path, name: &str, convert: impl FnOnce(&Path, &Path) -> Result<()>) -> Result<()> {
     let model_dir = ensure(spec(name)?, home, default_source().as_ref())?;
@@ -68,4 +82,20 @@ fn convert_atomically(home: &Path, name: &str, convert: impl FnOnce(&Path, &Path
         let _ = d.sync_all();
     }
     Ok(())
+}
+
+/// Prepares catalog model `name` for use: fetched, verified and, for models that run on ONNX Runtime, converted.
+/// Returns the folder to load from.
+pub fn ensure_ready(home: &Path, name: &str) -> Result<PathBuf> {
+    let s = spec(name)?;
+    let has = |f: &str| s.artifacts.iter().any(|a| a.file == f);
+    if has("model.gguf") {
+        Ok(ensure_decoder(home, name)?.dir)
+    } else if has("model.safetensors") {
+        ensure_encoder(home, name)
+    } else if has("model.pth") {
+        ensure_classifier(home, name)
+    } else {
+        ensure(s, home, default_source().as_ref())
+    }
 }
