@@ -13,3 +13,4 @@
 #![warn(missing_docs)]
 
 pub mod commands;
+pub mod kv;

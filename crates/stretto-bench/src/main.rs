@@ -114,6 +114,11 @@ enum Command {
         #[arg(long)]
         similarities: bool,
     },
+    /// Build, check and budget the offline KV caches of a dataset.
+    Kv {
+        #[command(subcommand)]
+        action: KvAction,
+    },
     /// Replay a plan on a profile; prints one JSON line {"precision", "recall", "cost_per_tuple"}.
     Replay {
         /// The profile.
@@ -137,6 +142,74 @@ enum ModelsAction {
     Fetch {
         /// Catalog names, e.g. smollm2-135m minilm.
         names: Vec<String>,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+enum KvAction {
+    /// Prefill every item of a column once per model, compress at every ratio, store one record per profile.
+    /// Resumes where an interrupted build stopped.
+    Build {
+        /// Bundled dataset.
+        #[arg(long)]
+        dataset: String,
+        /// Text column of its main table.
+        #[arg(long)]
+        column: String,
+        /// Comma-separated decoder models.
+        #[arg(long, value_delimiter = ',', default_value = "smollm2-135m")]
+        models: Vec<String>,
+        /// Comma-separated compression ratios in [0, 1).
+        #[arg(long, default_value = "0,0.5,0.8")]
+        ratios: String,
+        /// expected-attention, key-norm or streaming.
+        #[arg(long, default_value = "expected-attention")]
+        press: String,
+        /// Re-rotate kept keys to contiguous positions (default: keep original positions).
+        #[arg(long)]
+        rerotate: bool,
+        /// Only the first N rows.
+        #[arg(long)]
+        limit: Option<usize>,
+        /// Cache directory (default: STRETTO_KV_DIR, else kv/ under STRETTO_HOME).
+        #[arg(long)]
+        kv_dir: Option<PathBuf>,
+    },
+    /// Read every record and report corrupt ones (exit status 1 if any).
+    Verify {
+        /// Bundled dataset.
+        #[arg(long)]
+        dataset: String,
+        /// Cache directory.
+        #[arg(long)]
+        kv_dir: Option<PathBuf>,
+    },
+    /// Remove corrupt records and rebuild every missing record of items built before.
+    Repair {
+        /// Bundled dataset.
+        #[arg(long)]
+        dataset: String,
+        /// Cache directory.
+        #[arg(long)]
+        kv_dir: Option<PathBuf>,
+    },
+    /// Items, bytes and mean kept tokens per profile; with --budget, drop dominated profiles until it holds.
+    Stats {
+        /// Bundled dataset.
+        #[arg(long)]
+        dataset: String,
+        /// Cache directory.
+        #[arg(long)]
+        kv_dir: Option<PathBuf>,
+        /// Disk budget in bytes.
+        #[arg(long)]
+        budget: Option<u64>,
+        /// Items sampled to measure agreement with the uncompressed cache.
+        #[arg(long, default_value_t = 16)]
+        sample: usize,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
     },
 }
 
@@ -290,8 +363,68 @@ fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
                 println!("{:.4}\t{t}", cosine(&vectors[0], v));
             }
         }
+        Command::Kv { action } => run_kv(action)?,
         Command::Replay { profile, plan } => {
             println!("{}", serde_json::to_string(&commands::replay(&profile, &plan)?)?);
+        }
+    }
+    Ok(())
+}
+
+fn run_kv(action: KvAction) -> Result<(), Box<dyn std::error::Error>> {
+    use stretto::kv::store::{default_kv_dir, KvStore};
+    use stretto_bench::kv;
+    let dir = |d: Option<PathBuf>| d.unwrap_or_else(default_kv_dir);
+    match action {
+        KvAction::Build { dataset, column, models, ratios, press, rerotate, limit, kv_dir } => {
+            let ratios = kv::parse_ratios(&ratios).map_err(|e| e.to_string())?;
+            let r = kv::build(&dir(kv_dir), &dataset, &column, &models, &ratios, &press, rerotate, limit)
+                .map_err(|e| e.to_string())?;
+            println!(
+                "built {} items, {} already present, {} stray temporary files removed, {:.1} s",
+                r.built, r.skipped, r.cleaned, r.seconds
+            );
+        }
+        KvAction::Verify { dataset, kv_dir } => {
+            let r = KvStore::open(&dir(kv_dir), &dataset).verify()?;
+            for (_, why) in &r.corrupt {
+                println!("{why}");
+            }
+            println!("{} records checked, {} corrupt", r.checked, r.corrupt.len());
+            if !r.corrupt.is_empty() {
+                return Err(format!(
+                    "{} corrupt records; run `stretto kv repair --dataset {dataset}`",
+                    r.corrupt.len()
+                )
+                .into());
+            }
+        }
+        KvAction::Repair { dataset, kv_dir } => {
+            let (removed, r) = kv::repair(&dir(kv_dir), &dataset).map_err(|e| e.to_string())?;
+            for line in &removed {
+                println!("removed: {line}");
+            }
+            println!("rebuilt {} items ({} intact)", r.built, r.skipped);
+        }
+        KvAction::Stats { dataset, kv_dir, budget, sample, json } => {
+            let rows = kv::stats(&dir(kv_dir), &dataset, budget, sample).map_err(|e| e.to_string())?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&rows)?);
+            } else {
+                println!(
+                    "{:<14} {:<44} {:>6} {:>12} {:>10} {:>10} {:>9}",
+                    "column", "profile", "items", "bytes", "mean kept", "mean toks", "agree"
+                );
+                for r in rows {
+                    let s = &r.stats;
+                    let agree = r.agreement.map(|a| format!("{a:.2}")).unwrap_or_else(|| "-".into());
+                    let dropped = if r.dropped { "  dropped" } else { "" };
+                    println!(
+                        "{:<14} {:<44} {:>6} {:>12} {:>10.1} {:>10.1} {:>9}{dropped}",
+                        s.column, s.profile, s.items, s.bytes, s.mean_kept, s.mean_tokens, agree
+                    );
+                }
+            }
         }
     }
     Ok(())

@@ -220,6 +220,18 @@ impl Decoder {
         )
     }
 
+    /// The cached part of an item's prompt: the chat prefix and the user turn's opening, then the item. The
+    /// question ([`Decoder::question_suffix`]) continues the same user turn later.
+    pub fn item_prefix(&self, item: &str) -> String {
+        format!("<|im_start|>system\n{}<|im_end|>\n<|im_start|>user\n{item}", self.config.system_prompt)
+    }
+
+    /// The question part of a prompt: the instruction closing the user turn, the assistant header and an answer
+    /// prefix (without it a small model puts little mass on the answer tokens).
+    pub fn question_suffix(&self, instruction: &str) -> String {
+        format!("\n{instruction}<|im_end|>\n<|im_start|>assistant\nAnswer: ")
+    }
+
     /// Runs a batch of rows; see the module docs for how rows of different lengths are combined.
     pub fn run(&self, steps: &[Step<'_>], want: Want) -> Result<Vec<StepOutput>> {
         let c = &self.config;

@@ -52,6 +52,14 @@ pub enum KvError {
     /// A model was asked for something it cannot do (an encoder asked to generate...).
     #[error("{0}")]
     Usage(String),
+    /// A stored record fails its checks (torn write, flipped bits, wrong shape); `stretto kv repair` rebuilds it.
+    #[error("corrupt KV record {path}: {message}")]
+    Corrupt {
+        /// The record file.
+        path: PathBuf,
+        /// What failed.
+        message: String,
+    },
     /// ONNX Runtime failed (loading its library, building a session, running a graph).
     #[error("ONNX Runtime: {0}")]
     Runtime(String),

@@ -1,0 +1,102 @@
+//! The KV store with the real SmolLM2-135M decoder: stored caches answer questions like the in-memory ones.
+
+use std::sync::OnceLock;
+
+use stretto_kv::decoder::{Decoder, KvPast, Step, Want};
+use stretto_kv::models::default_home;
+use stretto_kv::press::{compress_ladder, Positions, Press};
+use stretto_kv::store::{BuildSpec, KvStore, Profile};
+
+fn decoder() -> &'static Decoder {
+    static DEC: OnceLock<Decoder> = OnceLock::new();
+    DEC.get_or_init(|| Decoder::load(&default_home(), "smollm2-135m", 2).unwrap())
+}
+
+fn f16_rounded(p: &KvPast) -> KvPast {
+    let r = |v: &Vec<f32>| v.iter().map(|x| half::f16::from_f32(*x).to_f32()).collect::<Vec<f32>>();
+    KvPast { keys: p.keys.iter().map(r).collect(), values: p.values.iter().map(r).collect(), ..p.clone() }
+}
+
+fn logits(dec: &Decoder, past: &KvPast, q: &[u32]) -> Vec<f32> {
+    dec.run(&[Step { past: Some(past), tokens: q }], Want::default()).unwrap().remove(0).logits
+}
+
+const REVIEWS: [&str; 3] = [
+    "A tender, beautifully acted film that stays with you long after the credits roll.",
+    "Two hours of my life I will never get back; the script is lazy and the jokes fall flat.",
+    "Competent but forgettable: the kind of thriller you half-watch on a plane.",
+];
+
+#[test]
+fn a_ratio_zero_record_reproduces_the_uncompressed_logits() {
+    let dec = decoder();
+    let dir = tempfile::tempdir().unwrap();
+    let store = KvStore::open(dir.path(), "movie");
+    let items: Vec<(usize, String)> = REVIEWS.iter().enumerate().map(|(i, t)| (i, t.to_string())).collect();
+    let spec = BuildSpec {
+        column: "reviewtext".into(),
+        models: vec!["smollm2-135m".into()],
+        ratios: vec![0.0, 0.5],
+        press: Press::ExpectedAttention,
+        positions: Positions::Keep,
+    };
+    let report = store.build(&default_home(), &spec, &items, 2).unwrap();
+    assert_eq!(report.built, 3);
+    let q = dec.encode(&dec.question_suffix("Is this review clearly positive? Answer 1 or 0.")).unwrap();
+    let zero = &spec.profiles()[0];
+    for (i, text) in &items {
+        let (past, _) = dec.prefill(&dec.encode(&dec.item_prefix(text)).unwrap(), false).unwrap();
+        let rec = store.read("reviewtext", zero, *i).unwrap();
+        assert_eq!(rec.past, f16_rounded(&past), "ratio 0 stores every token, exactly as f16");
+        let stored = logits(dec, &rec.past, &q);
+        // Bit-identical to the same cache held in memory (at the storage precision) ...
+        assert_eq!(stored, logits(dec, &f16_rounded(&past), &q));
+        // ... and within f16 rounding of the f32 cache.
+        let exact = logits(dec, &past, &q);
+        let worst = stored.iter().zip(&exact).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
+        let scale = exact.iter().fold(0f32, |m, v| m.max(v.abs()));
+        eprintln!("item {i}: max |Δlogit| f16 store vs f32 = {worst:.4} (scale {scale:.1})");
+        assert!(worst <= 0.01 * scale, "{worst}");
+    }
+    // Loading under a memory budget batches items; a batch answers as the items do alone.
+    let half = &spec.profiles()[1];
+    let one = store.read("reviewtext", half, 0).unwrap().past.bytes();
+    let batches = store.load_batches("reviewtext", half, &[0, 1, 2], 2 * one + one / 2).unwrap();
+    assert!(batches.len() >= 2 && batches.iter().all(|b| !b.is_empty()));
+    for batch in batches {
+        let steps: Vec<Step<'_>> = batch.iter().map(|(_, p)| Step { past: Some(p), tokens: &q }).collect();
+        let out = dec.run(&steps, Want::default()).unwrap();
+        for ((_, p), o) in batch.iter().zip(out) {
+            let alone = logits(dec, p, &q);
+            let d = alone.iter().zip(&o.logits).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
+            assert!(d < 1e-3, "{d}");
+        }
+    }
+}
+
+#[test]
+fn a_compressed_ladder_keeps_its_token_budget_and_the_answer() {
+    let dec = decoder();
+    let q = dec.encode(&dec.question_suffix("Is this review clearly positive? Answer 1 or 0.")).unwrap();
+    let (yes, no) = (dec.token_id("1").unwrap(), dec.token_id("0").unwrap());
+    for text in &REVIEWS[..2] {
+        let tokens = dec.encode(&dec.item_prefix(text)).unwrap();
+        let out = dec.run(&[Step { past: None, tokens: &tokens }], Want { present: true, query_stats: true }).unwrap();
+        let past = out[0].present.clone().unwrap();
+        let stats = out[0].query_stats.clone().unwrap();
+        let ladder =
+            compress_ladder(Press::ExpectedAttention, Positions::Keep, dec.config(), &past, Some(&stats), &[0.0, 0.3])
+                .unwrap();
+        let odds = |p: &KvPast| {
+            let l = logits(dec, p, &q);
+            l[yes as usize] - l[no as usize]
+        };
+        let (full, pressed) = (odds(&ladder[0]), odds(&ladder[1]));
+        eprintln!("log-odds full {full:.3}, at 0.3 {pressed:.3}");
+        assert!(pressed.is_finite());
+        assert_eq!(full > 0.0, pressed > 0.0, "the 0.3 cache flips the decision");
+        assert_eq!(ladder[1].len, (past.len as f64 * 0.7 + 1e-9).floor() as usize);
+    }
+    let p = Profile::parse("smollm2-135m@key-norm-0.80").unwrap();
+    assert_eq!(p.press, Press::KeyNorm);
+}
