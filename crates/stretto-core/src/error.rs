@@ -160,6 +160,11 @@ impl CoreError {
         CoreError::Arrow { context: context.into(), source }
     }
 
+    /// An I/O failure on `path`.
+    pub fn io(path: impl Into<std::path::PathBuf>, source: std::io::Error) -> Self {
+        CoreError::Io { path: path.into(), source }
+    }
+
     /// An operator failure.
     pub fn operator(operator: impl Into<String>, message: impl Into<String>) -> Self {
         CoreError::Operator { operator: operator.into(), message: message.into() }

@@ -133,6 +133,8 @@ pub struct StageStats {
     pub unsure: usize,
     /// Wall time spent in the operator.
     pub seconds: f64,
+    /// The operator's own account of the tuples' cost (memoised answers count what computing them cost).
+    pub cost_seconds: f64,
 }
 
 /// What executing a cascade produced.
@@ -211,10 +213,12 @@ impl CascadeExecutor {
                 let t0 = Instant::now();
                 let out = {
                     let _s = tracing::debug_span!("stage", physical = %stage.physical, tuples = rows.len()).entered();
-                    stage.op.evaluate(task, &sub)?
+                    stage.op.evaluate_timed(task, &sub)?
                 };
+                let (out, costs) = out;
                 let st = &mut stats[si];
                 st.seconds += t0.elapsed().as_secs_f64();
+                st.cost_seconds += costs.iter().sum::<f64>();
                 st.tuples_in += rows.len();
                 if out.len() != rows.len() {
                     return Err(CoreError::operator(

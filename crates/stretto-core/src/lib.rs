@@ -49,11 +49,13 @@
 
 #![warn(missing_docs)]
 
+pub mod conformance;
 pub mod datasets;
 pub mod error;
 pub mod exec;
 pub mod expr;
 pub mod format;
+pub mod memo;
 pub mod op;
 pub mod plan;
 pub mod table;

@@ -264,6 +264,19 @@ pub trait PhysicalOp: Send + Sync + fmt::Debug {
     /// Evaluates the task on every row of `batch`. Must return exactly `batch.num_rows()` outputs: scores for a
     /// filter task, values and confidences for a map task.
     fn evaluate(&self, task: &SemanticTask, batch: &RecordBatch) -> Result<OpOutput>;
+
+    /// Evaluates and reports what each tuple cost, in seconds.
+    ///
+    /// The default times [`PhysicalOp::evaluate`] and spreads the time evenly. Operators that answer tuples from a
+    /// memo override it to report the cost measured when each answer was computed: profiles and plans must see
+    /// what the operator costs, not how warm a cache happened to be.
+    fn evaluate_timed(&self, task: &SemanticTask, batch: &RecordBatch) -> Result<(OpOutput, Vec<f64>)> {
+        let start = std::time::Instant::now();
+        let out = self.evaluate(task, batch)?;
+        let n = batch.num_rows().max(1);
+        let each = start.elapsed().as_secs_f64() / n as f64;
+        Ok((out, vec![each; batch.num_rows()]))
+    }
 }
 
 /// A factory that a plugin crate submits with `inventory::submit!`.

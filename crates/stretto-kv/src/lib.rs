@@ -22,6 +22,7 @@
 
 #![warn(missing_docs)]
 
+pub mod cache;
 pub mod convert;
 pub mod decoder;
 pub mod embed;
@@ -29,11 +30,13 @@ pub mod error;
 pub mod gguf;
 pub mod models;
 pub mod onnx;
+pub mod pool;
 pub mod prepare;
 pub mod press;
 pub mod progress;
 pub mod runtime;
 pub mod store;
+pub mod tasks;
 pub mod tokenizer;
 pub mod torch;
 pub mod vision;

@@ -3,8 +3,9 @@
 //! Physical operators over image columns (label-bridge embedding filter, caption-bridge LLM operators, a VLM
 //! operator for the Hugging Face ONNX layout), contributed to the registry via `inventory`.
 //!
-//! No image operator is implemented yet (tracked as its own issue); the crate already registers itself so the
-//! registry's link check covers it:
+//! Bundled today: the [`bridge`] label-bridge filter (an EfficientNet class posterior bridged to text embeddings,
+//! named as the composition it is). The caption-bridge LLM operators and the VLM operator are not built yet.
+//!
 //!
 //! ```
 //! stretto_ops_image::link();
@@ -14,6 +15,8 @@
 //! ```
 
 #![warn(missing_docs)]
+
+pub mod bridge;
 
 /// This crate's name as registered in the plugin registry.
 pub const PLUGIN: &str = "stretto-ops-image";

@@ -3,8 +3,11 @@
 //! Physical operators over text columns, each contributed to the [`Registry`](stretto_core::op::Registry) by an
 //! `inventory::submit!`ed [`OperatorFactory`](stretto_core::op::OperatorFactory).
 //!
-//! Today it holds the [`keyword`] filter: a cheap, exact operator that is useful as a first cascade stage and in
-//! tests. The LLM and embedding operators are tracked as their own issues.
+//! - [`llm`]: LLM filters and maps over precomputed KV caches, one rung per (model, compression ratio);
+//! - [`embedding`]: MiniLM cosine similarity between item and predicate;
+//! - [`keyword`]: a cheap, exact filter, useful as a first cascade stage and in tests.
+//!
+//! Every answer is memoised by (operator, task, item) and reports what it cost to compute.
 //!
 //! ```
 //! stretto_ops_text::link(); // make sure this crate's registrations are linked into the binary
@@ -16,7 +19,10 @@
 
 #![warn(missing_docs)]
 
+pub mod embedding;
 pub mod keyword;
+pub mod llm;
+pub mod normalize;
 
 /// This crate's name as registered in the plugin registry.
 pub const PLUGIN: &str = "stretto-ops-text";

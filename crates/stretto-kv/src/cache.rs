@@ -1,0 +1,148 @@
+//! Cached pasts for operators: an item's KV cache found by content, wherever `stretto kv build` stored it, or
+//! computed on a miss (and kept, so the next run finds it).
+//!
+//! Operators see tuples, not row ids (a tuple may come out of a join or a relational filter), so records are found
+//! by the SHA-256 of the cached text, which every record carries. The index scans record headers once per
+//! process and profile. A miss is prefilled and compressed at the standard ladder ratios at once (sibling
+//! operators of the same model then hit), and written under `adhoc/` of the cache directory.
+
+use std::collections::HashMap;
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use crate::decoder::{Decoder, KvPast, Step, Want};
+use crate::error::{KvError, Result};
+use crate::press::compress_ladder;
+use crate::store::{
+    decode_record, encode_record, read_meta, sha256_text, write_atomic, Profile, RecordMeta, RECORD_FORMAT,
+};
+
+/// Ratios a miss is compressed at (besides the requested one).
+pub const LADDER: [f64; 3] = [0.0, 0.5, 0.8];
+
+/// Finds or computes the pasts of one profile.
+#[derive(Debug)]
+pub struct PastSource {
+    profile: Profile,
+    kv_dir: PathBuf,
+    index: Mutex<Option<HashMap<String, PathBuf>>>,
+}
+
+fn adhoc_path(kv_dir: &Path, profile: &Profile, source: &str) -> PathBuf {
+    kv_dir.join("adhoc").join(profile.id()).join(format!("{source}.safetensors"))
+}
+
+impl PastSource {
+    /// A source for `profile` over the cache directory `kv_dir`.
+    pub fn new(profile: Profile, kv_dir: PathBuf) -> Self {
+        Self { profile, kv_dir, index: Mutex::new(None) }
+    }
+
+    /// The profile.
+    pub fn profile(&self) -> &Profile {
+        &self.profile
+    }
+
+    fn build_index(&self) -> HashMap<String, PathBuf> {
+        let id = self.profile.id();
+        let mut map = HashMap::new();
+        // <kv_dir>/<dataset>/<column>/<profile>/*.safetensors
+        let Ok(datasets) = fs::read_dir(&self.kv_dir) else { return map };
+        for ds in datasets.flatten() {
+            let Ok(columns) = fs::read_dir(ds.path()) else { continue };
+            for col in columns.flatten() {
+                let dir = col.path().join(&id);
+                let Ok(records) = fs::read_dir(&dir) else { continue };
+                for r in records.flatten() {
+                    let p = r.path();
+                    if p.extension().is_some_and(|e| e == "safetensors") {
+                        if let Ok(meta) = read_meta(&p) {
+                            map.insert(meta.source_sha256, p);
+                        }
+                    }
+                }
+            }
+        }
+        map
+    }
+
+    /// The pasts of `items` (raw item texts), in order. `computed[i]` says whether item `i` had to be prefilled.
+    pub fn get(&self, dec: &Decoder, items: &[String]) -> Result<(Vec<KvPast>, Vec<bool>)> {
+        let mut guard = self.index.lock().map_err(|_| KvError::Runtime("cache index poisoned".into()))?;
+        let index = guard.get_or_insert_with(|| self.build_index());
+        let mut out = Vec::with_capacity(items.len());
+        let mut computed = Vec::with_capacity(items.len());
+        for item in items {
+            let prompt = dec.item_prefix(item);
+            let source = sha256_text(&prompt);
+            let found = index.get(&source).cloned().or_else(|| {
+                let p = adhoc_path(&self.kv_dir, &self.profile, &source);
+                p.is_file().then_some(p)
+            });
+            if let Some(path) = found {
+                let bytes = fs::read(&path).map_err(|e| KvError::io(&path, e))?;
+                match decode_record(&path, &bytes) {
+                    Ok(rec) if rec.meta.source_sha256 == source => {
+                        out.push(rec.past);
+                        computed.push(false);
+                        continue;
+                    }
+                    // A corrupt record is never used: recompute (and overwrite the ad-hoc copy).
+                    Ok(_) | Err(_) => tracing::warn!(path = %path.display(), "unusable KV record; recomputing"),
+                }
+            }
+            let past = self.compute(dec, &prompt, &source)?;
+            index.insert(source.clone(), adhoc_path(&self.kv_dir, &self.profile, &source));
+            out.push(past);
+            computed.push(true);
+        }
+        Ok((out, computed))
+    }
+
+    fn compute(&self, dec: &Decoder, prompt: &str, source: &str) -> Result<KvPast> {
+        let tokens = dec.encode(prompt)?;
+        let rows = dec.run(&[Step { past: None, tokens: &tokens }], Want { present: true, query_stats: true })?;
+        let row = rows.into_iter().next().ok_or_else(|| KvError::Runtime("empty prefill".into()))?;
+        let past = row.present.ok_or_else(|| KvError::Runtime("prefill returned no cache".into()))?;
+        let mut ratios: Vec<f64> = LADDER.to_vec();
+        if !ratios.contains(&self.profile.ratio) {
+            ratios.push(self.profile.ratio);
+        }
+        let ladder = compress_ladder(
+            self.profile.press,
+            self.profile.positions,
+            dec.config(),
+            &past,
+            row.query_stats.as_ref(),
+            &ratios,
+        )?;
+        let mut mine = None;
+        for (r, c) in ratios.iter().zip(ladder) {
+            let profile = Profile { ratio: *r, ..self.profile.clone() };
+            let meta = RecordMeta {
+                format: RECORD_FORMAT,
+                model: profile.model.clone(),
+                press: profile.press,
+                ratio: *r,
+                positions: profile.positions,
+                layers: dec.config().layers,
+                kv_heads: c.kv_heads,
+                head_dim: c.head_dim,
+                tokens: tokens.len(),
+                kept: c.len,
+                next_position: c.next_position,
+                source_sha256: source.to_string(),
+                checksum: String::new(),
+            };
+            let path = adhoc_path(&self.kv_dir, &profile, source);
+            let bytes = encode_record(&meta, &c)?;
+            write_atomic(&path, &bytes)?;
+            if *r == self.profile.ratio {
+                // What later runs will load (f16), so a miss answers exactly as a hit would.
+                mine = Some(decode_record(&path, &bytes)?.past);
+            }
+        }
+        mine.ok_or_else(|| KvError::Runtime("requested ratio missing from the ladder".into()))
+    }
+}

@@ -1,0 +1,99 @@
+//! Semantic work over cached items: filter log-odds and greedy map answers, batched under a memory budget, with
+//! the seconds each item cost (cache loading and any prefill included).
+//!
+//! The prompt layout follows the method: the cached part is the chat prefix, the user turn's opening and the item
+//! ([`Decoder::item_prefix`]); the question part closes the turn with the instruction and opens the assistant's
+//! answer with `Answer: ` ([`Decoder::question_suffix`]).
+
+use std::time::Instant;
+
+use crate::cache::PastSource;
+use crate::decoder::{Decoder, KvPast, Step, Want};
+use crate::error::Result;
+
+/// The filter question for a predicate whose column references were replaced by "the text above".
+pub fn filter_question(predicate: &str) -> String {
+    format!(
+        "Answer the question about the text above with 1 for yes or 0 for no.\nQuestion: is it true that {}?",
+        predicate.trim().trim_end_matches(['.', '?'])
+    )
+}
+
+/// The map instruction for an extraction whose column references were replaced by "the text above".
+pub fn map_question(instruction: &str) -> String {
+    format!(
+        "{}. Reply with the value only, or with NONE if the text does not say.",
+        instruction.trim().trim_end_matches(['.', '?'])
+    )
+}
+
+/// Loads or computes the pasts of `items` in groups of at most `batch`, calling `f` per group with the group's
+/// item indices and pasts; returns per-item seconds (group time split evenly over the group).
+fn grouped(
+    dec: &Decoder,
+    source: &PastSource,
+    items: &[String],
+    batch: usize,
+    mut f: impl FnMut(&[usize], &[KvPast]) -> Result<()>,
+) -> Result<Vec<f64>> {
+    let mut seconds = vec![0.0; items.len()];
+    let idx: Vec<usize> = (0..items.len()).collect();
+    for group in idx.chunks(batch.max(1)) {
+        let start = Instant::now();
+        let texts: Vec<String> = group.iter().map(|&i| items[i].clone()).collect();
+        let (pasts, _) = source.get(dec, &texts)?;
+        f(group, &pasts)?;
+        let each = start.elapsed().as_secs_f64() / group.len() as f64;
+        for &i in group {
+            seconds[i] = each;
+        }
+    }
+    Ok(seconds)
+}
+
+/// Log-odds of `yes` over `no` after `question` for every item; and the seconds each cost.
+pub fn filter_scores(
+    dec: &Decoder,
+    source: &PastSource,
+    items: &[String],
+    question: &str,
+    (yes, no): (u32, u32),
+    batch: usize,
+) -> Result<(Vec<f64>, Vec<f64>)> {
+    let _span = tracing::info_span!("llm_filter", model = dec.name(), items = items.len()).entered();
+    let q = dec.encode(&dec.question_suffix(question))?;
+    let mut scores = vec![0.0; items.len()];
+    let seconds = grouped(dec, source, items, batch, |group, pasts| {
+        let steps: Vec<Step<'_>> = pasts.iter().map(|p| Step { past: Some(p), tokens: &q }).collect();
+        for (&i, row) in group.iter().zip(dec.run(&steps, Want::default())?) {
+            scores[i] = (row.logits[yes as usize] - row.logits[no as usize]) as f64;
+        }
+        Ok(())
+    })?;
+    Ok((scores, seconds))
+}
+
+/// A map answer: the decoded text and its probability.
+pub type Answer = (String, f64);
+
+/// Greedy answers (at most `max_tokens`) with their probabilities for every item; and the seconds each cost.
+pub fn map_answers(
+    dec: &Decoder,
+    source: &PastSource,
+    items: &[String],
+    instruction: &str,
+    max_tokens: usize,
+    batch: usize,
+) -> Result<(Vec<Answer>, Vec<f64>)> {
+    let _span = tracing::info_span!("llm_map", model = dec.name(), items = items.len()).entered();
+    let q = dec.encode(&dec.question_suffix(instruction))?;
+    let mut answers = vec![(String::new(), 0.0); items.len()];
+    let seconds = grouped(dec, source, items, batch, |group, pasts| {
+        let steps: Vec<Step<'_>> = pasts.iter().map(|p| Step { past: Some(p), tokens: &q }).collect();
+        for (&i, g) in group.iter().zip(dec.generate(&steps, max_tokens)?) {
+            answers[i] = (g.text.trim().to_string(), g.confidence);
+        }
+        Ok(())
+    })?;
+    Ok((answers, seconds))
+}

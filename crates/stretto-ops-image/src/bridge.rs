@@ -1,0 +1,212 @@
+//! The label-bridge image filter: an honest composition, named as what it is.
+//!
+//! No CLIP-like image–text model is available offline, so the image is described by EfficientNet-Lite0's ImageNet
+//! class posterior, and the description is embedded through text: the image's embedding is the posterior-weighted
+//! mean of MiniLM embeddings of "a photo of a <class>" over its top classes. The score is that embedding's cosine
+//! with the embedded predicate. It works where the predicate names things ImageNet knows (garments, shoes, bags),
+//! and cannot see what ImageNet has no class for.
+
+use std::path::Path;
+use std::sync::{Arc, OnceLock};
+use std::time::Instant;
+
+use arrow::array::RecordBatch;
+use stretto_core::memo::{memo_key, memoised, open_default, Memo, MemoEntry};
+use stretto_core::op::{LogicalKind, Modality, OpOutput, OpProperties, OperatorFactory, PhysicalOp, SemanticTask};
+use stretto_core::{CoreError, Result};
+use stretto_kv::embed::cosine;
+use stretto_kv::vision::top_k;
+use stretto_ops_text::embedding::{embed_cached, predicate_sentence};
+
+/// Classes of the posterior that describe an image.
+pub const TOP_CLASSES: usize = 5;
+
+/// Configuration.
+#[derive(Debug, Clone, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LabelBridgeConfig {
+    /// Sentence encoder bridging labels and predicates.
+    #[serde(default = "default_encoder")]
+    pub encoder: String,
+    /// Classes used per image.
+    #[serde(default = "default_top")]
+    pub top: usize,
+}
+
+fn default_encoder() -> String {
+    "minilm".into()
+}
+fn default_top() -> usize {
+    TOP_CLASSES
+}
+
+/// The label-bridge filter.
+#[derive(Debug)]
+pub struct LabelBridge {
+    name: String,
+    props: OpProperties,
+    config: LabelBridgeConfig,
+    memo: OnceLock<(Option<Memo>, Option<Memo>, Option<Memo>)>,
+}
+
+/// An image's top classes with their renormalised weights.
+pub type Classes = Vec<(String, f32)>;
+
+/// An image's top classes with renormalised weights, memoised by file path and size.
+pub fn image_classes(
+    store: Option<&Memo>,
+    paths: &[String],
+    top: usize,
+) -> Result<(Vec<Classes>, Vec<f64>)> {
+    let key = |p: &str| {
+        let len = std::fs::metadata(p).map(|m| m.len()).unwrap_or(0);
+        memo_key("efficientnet-lite0", &top.to_string(), &format!("{p}#{len}"))
+    };
+    let mut out: Vec<Option<Classes>> = vec![None; paths.len()];
+    let mut seconds = vec![0.0; paths.len()];
+    for (i, p) in paths.iter().enumerate() {
+        if let Some(e) = store.and_then(|m| m.get(&key(p))) {
+            if let Some(v) = e.value.as_deref().and_then(|v| serde_json::from_str(v).ok()) {
+                out[i] = Some(v);
+                seconds[i] = e.seconds;
+            }
+        }
+    }
+    let missing: Vec<usize> = (0..paths.len()).filter(|&i| out[i].is_none()).collect();
+    if !missing.is_empty() {
+        let c = stretto_kv::pool::classifier().map_err(|e| CoreError::operator("label-bridge", e.to_string()))?;
+        let mut entries = Vec::new();
+        for &i in &missing {
+            let start = Instant::now();
+            if paths[i].is_empty() {
+                return Err(CoreError::operator("label-bridge", format!("tuple {i} has no image")));
+            }
+            let probs = c
+                .classify_files(&[Path::new(&paths[i])], 1)
+                .map_err(|e| CoreError::operator("label-bridge", e.to_string()))?
+                .remove(0);
+            let best = top_k(&probs, top);
+            let z: f32 = best.iter().map(|(_, p)| p).sum::<f32>().max(1e-12);
+            let classes: Classes = best.iter().map(|(k, p)| (c.classes()[*k].clone(), p / z)).collect();
+            let secs = start.elapsed().as_secs_f64();
+            entries.push(MemoEntry {
+                key: key(&paths[i]),
+                score: None,
+                value: Some(serde_json::to_string(&classes).unwrap_or_default()),
+                confidence: None,
+                seconds: secs,
+            });
+            out[i] = Some(classes);
+            seconds[i] = secs;
+        }
+        if let Some(m) = store {
+            m.put(entries)?;
+        }
+    }
+    Ok((out.into_iter().map(Option::unwrap_or_default).collect(), seconds))
+}
+
+impl LabelBridge {
+    /// Builds it (cheap; models load on first use).
+    pub fn new(config: LabelBridgeConfig) -> Result<Self> {
+        stretto_kv::models::spec(&config.encoder)
+            .map_err(|e| CoreError::OperatorConfig { factory: "label-bridge".into(), message: e.to_string() })?;
+        if config.top == 0 {
+            return Err(CoreError::OperatorConfig {
+                factory: "label-bridge".into(),
+                message: "top must be ≥ 1".into(),
+            });
+        }
+        Ok(Self {
+            name: format!("label-bridge:efficientnet-lite0+{}", config.encoder),
+            props: OpProperties {
+                kind: LogicalKind::Filter,
+                family: "label-bridge".into(),
+                modality: Modality::Image,
+                model: Some(format!("efficientnet-lite0+{}", config.encoder)),
+                compression: None,
+                tunable: true,
+                gold: false,
+                cost_hint: 0.03,
+                score_range: (-1.0, 1.0),
+            },
+            config,
+            memo: OnceLock::new(),
+        })
+    }
+
+    fn memos(&self) -> (Option<&Memo>, Option<&Memo>, Option<&Memo>) {
+        let (a, b, c) = self.memo.get_or_init(|| {
+            let dir = stretto_kv::models::default_home().join("memo");
+            let open = |n: &str| {
+                open_default(&dir, n).unwrap_or_else(|e| {
+                    tracing::warn!(error = %e, "memo unavailable");
+                    None
+                })
+            };
+            (
+                open(&self.name),
+                open("efficientnet-lite0.classes"),
+                open(&format!("embed:{}.items", self.config.encoder)),
+            )
+        });
+        (a.as_ref(), b.as_ref(), c.as_ref())
+    }
+}
+
+impl PhysicalOp for LabelBridge {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn properties(&self) -> &OpProperties {
+        &self.props
+    }
+
+    fn evaluate(&self, task: &SemanticTask, batch: &RecordBatch) -> Result<OpOutput> {
+        Ok(self.evaluate_timed(task, batch)?.0)
+    }
+
+    fn evaluate_timed(&self, task: &SemanticTask, batch: &RecordBatch) -> Result<(OpOutput, Vec<f64>)> {
+        if task.kind != LogicalKind::Filter {
+            return Err(CoreError::operator(&self.name, "the label bridge only implements filters"));
+        }
+        let items = task.item_texts(batch)?;
+        let (answers, classes_store, text_store) = self.memos();
+        memoised(answers, &self.name, task, &items, |missing| {
+            let todo: Vec<String> = missing.iter().map(|&i| items[i].clone()).collect();
+            let (classes, mut secs) = image_classes(classes_store, &todo, self.config.top)?;
+            let pred_text = format!("a photo that {}", predicate_sentence(&task.prompt));
+            let (pred, _) = embed_cached(&self.config.encoder, text_store, &[pred_text], 1)?;
+            let mut scores = Vec::with_capacity(todo.len());
+            for (i, cls) in classes.iter().enumerate() {
+                let start = Instant::now();
+                let texts: Vec<String> = cls.iter().map(|(c, _)| format!("a photo of a {c}")).collect();
+                let (vecs, _) = embed_cached(&self.config.encoder, text_store, &texts, 16)?;
+                let mut mix = vec![0f32; vecs.first().map_or(0, Vec::len)];
+                for ((_, w), v) in cls.iter().zip(&vecs) {
+                    mix.iter_mut().zip(v).for_each(|(m, x)| *m += w * x);
+                }
+                scores.push(cosine(&mix, &pred[0]) as f64);
+                secs[i] += start.elapsed().as_secs_f64();
+            }
+            Ok((OpOutput::Scores(scores), secs))
+        })
+    }
+}
+
+stretto_core::inventory::submit! {
+    OperatorFactory {
+        name: "label-bridge",
+        plugin: crate::PLUGIN,
+        about: "image filter bridged through text: EfficientNet class posterior -> MiniLM label embeddings -> cosine",
+        ladder: || vec![serde_json::json!({})],
+        build: |c| {
+            let cfg: LabelBridgeConfig = serde_json::from_value(c.clone()).map_err(|e| CoreError::OperatorConfig {
+                factory: "label-bridge".into(),
+                message: e.to_string(),
+            })?;
+            Ok(Arc::new(LabelBridge::new(cfg)?) as Arc<dyn PhysicalOp>)
+        },
+    }
+}

@@ -1,0 +1,104 @@
+//! Every image operator in the registry passes the conformance suite; the label bridge finds t-shirts in photos.
+
+use arrow::array::{Array, AsArray, RecordBatch, UInt32Array};
+use arrow::compute::kernels::take::take_record_batch;
+use arrow::datatypes::Int64Type;
+use stretto_core::datasets::Dataset;
+use stretto_core::op::{OpOutput, Registry, SemanticTask};
+
+fn setup() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let dir = std::env::temp_dir().join(format!("stretto-test-memo-{}", std::process::id()));
+        // SAFETY: called once, before any operator (or other thread of this binary) reads the environment.
+        unsafe { std::env::set_var(stretto_core::memo::MEMO_DIR_ENV, dir) };
+        stretto_ops_image::link();
+    });
+}
+
+/// Products with a bundled photo (first `n`), qualified as `products.*`, and their t-shirt labels.
+fn photos(n: usize) -> (RecordBatch, Vec<bool>) {
+    let ds = Dataset::load("ecommerce").unwrap();
+    let products = ds.table("products").unwrap();
+    let photo = products.column_by_name("photo").unwrap();
+    let rows: Vec<u32> = (0..products.num_rows()).filter(|&i| photo.is_valid(i)).take(n).map(|i| i as u32).collect();
+    let batch = take_record_batch(products, &UInt32Array::from(rows.clone())).unwrap();
+    let labels = ds.table("labels").unwrap();
+    let t = labels.column_by_name("is_tshirt_or_top").unwrap().as_primitive::<Int64Type>();
+    (
+        stretto_core::table::qualify("products", &batch).unwrap(),
+        rows.iter().map(|&i| t.value(i as usize) == 1).collect(),
+    )
+}
+
+fn auc(s: &[f64], l: &[bool]) -> f64 {
+    let (mut p, mut w) = (0f64, 0f64);
+    for (a, la) in s.iter().zip(l) {
+        for (b, lb) in s.iter().zip(l) {
+            if *la && !*lb {
+                p += 1.0;
+                w += if a > b {
+                    1.0
+                } else if a == b {
+                    0.5
+                } else {
+                    0.0
+                };
+            }
+        }
+    }
+    w / p
+}
+
+#[test]
+fn every_image_operator_conforms() {
+    setup();
+    let registry = Registry::discover().unwrap();
+    let (batch, _) = photos(6);
+    let task = SemanticTask::filter("tshirt", "{products.photo} shows a t-shirt");
+    let mut checked = 0;
+    for (op, factory) in registry.operators() {
+        let plugin = registry.factories().find(|f| f.name == factory).map(|f| f.plugin);
+        if plugin != Some(stretto_ops_image::PLUGIN) {
+            continue;
+        }
+        let violations = stretto_core::conformance::check(op.as_ref(), &task, &batch);
+        assert!(violations.is_empty(), "{}: {violations:?}", op.name());
+        checked += 1;
+    }
+    assert!(checked >= 1);
+}
+
+#[test]
+fn label_bridge_finds_t_shirts_in_product_photos() {
+    setup();
+    let registry = Registry::discover().unwrap();
+    let op = registry.get("label-bridge:efficientnet-lite0+minilm").unwrap();
+    let (batch, labels) = photos(232);
+    let task = SemanticTask::filter("tshirt", "{products.photo} shows a t-shirt");
+    let OpOutput::Scores(scores) = op.evaluate(&task, &batch).unwrap() else { panic!("not scores") };
+    let a = auc(&scores, &labels);
+    eprintln!(
+        "label bridge 'shows a t-shirt': AUC {a:.3} on {} photos ({} t-shirts or tops)",
+        labels.len(),
+        labels.iter().filter(|l| **l).count()
+    );
+    assert!(a >= 0.9, "AUC {a}");
+}
+
+#[test]
+fn a_missing_image_is_an_error() {
+    setup();
+    let registry = Registry::discover().unwrap();
+    let op = registry.get("label-bridge:efficientnet-lite0+minilm").unwrap();
+    let schema = std::sync::Arc::new(arrow::datatypes::Schema::new(vec![arrow::datatypes::Field::new(
+        "p.photo",
+        arrow::datatypes::DataType::Utf8,
+        true,
+    )]));
+    let batch =
+        RecordBatch::try_new(schema, vec![std::sync::Arc::new(arrow::array::StringArray::from(vec!["/nope/x.jpg"]))])
+            .unwrap();
+    let err = op.evaluate(&SemanticTask::filter("t", "{p.photo} shows a cat"), &batch).unwrap_err().to_string();
+    assert!(err.contains("x.jpg"), "{err}");
+}

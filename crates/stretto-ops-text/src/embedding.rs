@@ -1,0 +1,183 @@
+//! Embedding filter: cosine similarity of MiniLM embeddings of the item and of the predicate.
+//!
+//! Item embeddings do not depend on the predicate, so they are kept in their own memo (keyed by item) and computed
+//! once per item across every query; the predicate is embedded with its column references removed.
+
+use std::sync::{Arc, OnceLock};
+use std::time::Instant;
+
+use arrow::array::RecordBatch;
+use stretto_core::memo::{memo_key, memoised, open_default, Memo, MemoEntry};
+use stretto_core::op::{LogicalKind, Modality, OpOutput, OpProperties, OperatorFactory, PhysicalOp, SemanticTask};
+use stretto_core::{CoreError, Result};
+use stretto_kv::embed::cosine;
+
+/// Configuration.
+#[derive(Debug, Clone, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EmbeddingConfig {
+    /// Catalog sentence encoder.
+    #[serde(default = "default_model")]
+    pub model: String,
+    /// Texts per encoder batch.
+    #[serde(default = "default_batch")]
+    pub batch: usize,
+}
+
+fn default_model() -> String {
+    "minilm".into()
+}
+fn default_batch() -> usize {
+    32
+}
+
+/// The predicate as a sentence: references removed, whitespace collapsed.
+pub fn predicate_sentence(prompt: &str) -> String {
+    let mut out = String::new();
+    let mut depth = 0usize;
+    for c in prompt.chars() {
+        match c {
+            '{' => depth += 1,
+            '}' => depth = depth.saturating_sub(1),
+            _ if depth == 0 => out.push(c),
+            _ => {}
+        }
+    }
+    out.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// The embedding filter.
+#[derive(Debug)]
+pub struct EmbeddingFilter {
+    name: String,
+    props: OpProperties,
+    config: EmbeddingConfig,
+    memo: OnceLock<(Option<Memo>, Option<Memo>)>,
+}
+
+impl EmbeddingFilter {
+    /// Builds it (cheap; the model loads on first use).
+    pub fn new(config: EmbeddingConfig) -> Result<Self> {
+        stretto_kv::models::spec(&config.model)
+            .map_err(|e| CoreError::OperatorConfig { factory: "embedding-filter".into(), message: e.to_string() })?;
+        Ok(Self {
+            name: format!("embed:{}", config.model),
+            props: OpProperties {
+                kind: LogicalKind::Filter,
+                family: "embedding-filter".into(),
+                modality: Modality::Text,
+                model: Some(config.model.clone()),
+                compression: None,
+                tunable: true,
+                gold: false,
+                cost_hint: 0.004,
+                score_range: (-1.0, 1.0),
+            },
+            config,
+            memo: OnceLock::new(),
+        })
+    }
+
+    fn memos(&self) -> (Option<&Memo>, Option<&Memo>) {
+        let (a, b) = self.memo.get_or_init(|| {
+            let dir = stretto_kv::models::default_home().join("memo");
+            let open = |n: &str| {
+                open_default(&dir, n).unwrap_or_else(|e| {
+                    tracing::warn!(error = %e, "memo unavailable");
+                    None
+                })
+            };
+            (open(&self.name), open(&format!("{}.items", self.name)))
+        });
+        (a.as_ref(), b.as_ref())
+    }
+}
+
+/// Embeddings of `texts`, reusing those in `store` (keyed by text) and adding the new ones; with seconds per text.
+pub fn embed_cached(
+    model: &str,
+    store: Option<&Memo>,
+    texts: &[String],
+    batch: usize,
+) -> Result<(Vec<Vec<f32>>, Vec<f64>)> {
+    let key = |t: &str| memo_key(model, "", t);
+    let mut out: Vec<Option<Vec<f32>>> = vec![None; texts.len()];
+    let mut seconds = vec![0.0; texts.len()];
+    for (i, t) in texts.iter().enumerate() {
+        if let Some(e) = store.and_then(|m| m.get(&key(t))) {
+            if let Some(v) = e.value.as_deref().and_then(|v| serde_json::from_str::<Vec<f32>>(v).ok()) {
+                out[i] = Some(v);
+                seconds[i] = e.seconds;
+            }
+        }
+    }
+    let missing: Vec<usize> = (0..texts.len()).filter(|&i| out[i].is_none()).collect();
+    if !missing.is_empty() {
+        let enc = stretto_kv::pool::embedder(model).map_err(|e| CoreError::operator(model, e.to_string()))?;
+        let start = Instant::now();
+        let refs: Vec<&str> = missing.iter().map(|&i| texts[i].as_str()).collect();
+        let vecs = enc.embed(&refs, batch).map_err(|e| CoreError::operator(model, e.to_string()))?;
+        let each = start.elapsed().as_secs_f64() / missing.len() as f64;
+        let mut entries = Vec::new();
+        for (&i, v) in missing.iter().zip(vecs) {
+            entries.push(MemoEntry {
+                key: key(&texts[i]),
+                score: None,
+                value: Some(serde_json::to_string(&v).unwrap_or_default()),
+                confidence: None,
+                seconds: each,
+            });
+            out[i] = Some(v);
+            seconds[i] = each;
+        }
+        if let Some(m) = store {
+            m.put(entries)?;
+        }
+    }
+    Ok((out.into_iter().map(Option::unwrap_or_default).collect(), seconds))
+}
+
+impl PhysicalOp for EmbeddingFilter {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn properties(&self) -> &OpProperties {
+        &self.props
+    }
+
+    fn evaluate(&self, task: &SemanticTask, batch: &RecordBatch) -> Result<OpOutput> {
+        Ok(self.evaluate_timed(task, batch)?.0)
+    }
+
+    fn evaluate_timed(&self, task: &SemanticTask, batch: &RecordBatch) -> Result<(OpOutput, Vec<f64>)> {
+        if task.kind != LogicalKind::Filter {
+            return Err(CoreError::operator(&self.name, "the embedding operator only implements filters"));
+        }
+        let items = task.item_texts(batch)?;
+        let (answers, item_store) = self.memos();
+        memoised(answers, &self.name, task, &items, |missing| {
+            let todo: Vec<String> = missing.iter().map(|&i| items[i].clone()).collect();
+            let (vecs, secs) = embed_cached(&self.config.model, item_store, &todo, self.config.batch)?;
+            let (pred, _) = embed_cached(&self.config.model, item_store, &[predicate_sentence(&task.prompt)], 1)?;
+            let scores = vecs.iter().map(|v| cosine(v, &pred[0]) as f64).collect();
+            Ok((OpOutput::Scores(scores), secs))
+        })
+    }
+}
+
+stretto_core::inventory::submit! {
+    OperatorFactory {
+        name: "embedding-filter",
+        plugin: crate::PLUGIN,
+        about: "cosine similarity of MiniLM embeddings of the item and the predicate",
+        ladder: || vec![serde_json::json!({"model": "minilm"})],
+        build: |c| {
+            let cfg: EmbeddingConfig = serde_json::from_value(c.clone()).map_err(|e| CoreError::OperatorConfig {
+                factory: "embedding-filter".into(),
+                message: e.to_string(),
+            })?;
+            Ok(Arc::new(EmbeddingFilter::new(cfg)?) as Arc<dyn PhysicalOp>)
+        },
+    }
+}

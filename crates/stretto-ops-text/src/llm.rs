@@ -1,0 +1,280 @@
+//! LLM filter and map operators over precomputed KV caches: one physical operator per (model, compression ratio).
+//!
+//! The item (the referenced columns) is the cached past; the question appends the predicate or instruction, with
+//! its column references written as "the text above". A filter scores log-odds of '1' over '0'; a map decodes
+//! greedily and reports the answer's probability as its confidence, normalised to the output type.
+
+use std::path::PathBuf;
+use std::sync::{Arc, OnceLock};
+
+use arrow::array::RecordBatch;
+use stretto_core::memo::{memoised, open_default, Memo};
+use stretto_core::op::{
+    LogicalKind, Modality, OpOutput, OpProperties, OperatorFactory, PhysicalOp, SemanticTask, ValueType,
+};
+use stretto_core::{CoreError, Result};
+use stretto_kv::cache::PastSource;
+use stretto_kv::press::{Positions, Press};
+use stretto_kv::store::{default_kv_dir, Profile};
+
+use crate::normalize::normalize;
+
+/// Configuration of an LLM operator.
+#[derive(Debug, Clone, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LlmConfig {
+    /// Catalog decoder model.
+    pub model: String,
+    /// KV compression ratio in [0, 1).
+    #[serde(default)]
+    pub ratio: f64,
+    /// Press name.
+    #[serde(default = "default_press")]
+    pub press: String,
+    /// Re-rotate kept keys.
+    #[serde(default)]
+    pub rerotate: bool,
+    /// Items per decoder batch.
+    #[serde(default = "default_batch")]
+    pub batch: usize,
+    /// Most tokens a map answer may take.
+    #[serde(default = "default_max_tokens")]
+    pub max_tokens: usize,
+    /// KV cache directory (default: `STRETTO_KV_DIR`, else under the model home).
+    #[serde(default)]
+    pub kv_dir: Option<PathBuf>,
+    /// Whether this rung is its family's reference (gold candidate).
+    #[serde(default)]
+    pub gold: bool,
+}
+
+fn default_press() -> String {
+    "expected-attention".into()
+}
+fn default_batch() -> usize {
+    8
+}
+fn default_max_tokens() -> usize {
+    16
+}
+
+/// Models of the standard ladder: the environment's `STRETTO_LADDER` (comma-separated) or both text LLMs.
+pub fn ladder_models() -> Vec<String> {
+    std::env::var("STRETTO_LADDER")
+        .ok()
+        .map(|v| v.split(',').map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect())
+        .unwrap_or_else(|| vec!["smollm2-135m".into(), "qwen2.5-coder-0.5b".into()])
+}
+
+/// The rungs: every ladder model at ratios 0, 0.5 and 0.8; the largest model uncompressed is the gold candidate.
+pub fn ladder() -> Vec<serde_json::Value> {
+    let models = ladder_models();
+    let last = models.len().saturating_sub(1);
+    let mut out = Vec::new();
+    for (i, m) in models.iter().enumerate() {
+        for ratio in [0.0, 0.5, 0.8] {
+            out.push(serde_json::json!({"model": m, "ratio": ratio, "gold": i == last && ratio == 0.0}));
+        }
+    }
+    out
+}
+
+/// An LLM filter or map at one cache profile.
+#[derive(Debug)]
+pub struct LlmOp {
+    name: String,
+    props: OpProperties,
+    config: LlmConfig,
+    source: PastSource,
+    memo: OnceLock<Option<Memo>>,
+}
+
+impl LlmOp {
+    /// Builds the operator (cheap: models load on first evaluation).
+    pub fn new(kind: LogicalKind, config: LlmConfig) -> Result<Self> {
+        let bad = |m: String| CoreError::OperatorConfig { factory: family(kind).into(), message: m };
+        stretto_kv::models::spec(&config.model).map_err(|e| bad(e.to_string()))?;
+        if !(0.0..1.0).contains(&config.ratio) {
+            return Err(bad(format!("ratio {} is outside [0, 1)", config.ratio)));
+        }
+        let press = Press::parse(&config.press).map_err(|e| bad(e.to_string()))?;
+        let profile = Profile {
+            model: config.model.clone(),
+            press,
+            ratio: config.ratio,
+            positions: if config.rerotate { Positions::Rerotate } else { Positions::Keep },
+        };
+        let prefix = if kind == LogicalKind::Filter { "llm" } else { "llm-map" };
+        let name = format!("{prefix}:{}", profile.id());
+        let big = config.model.contains("0.5b");
+        let props = OpProperties {
+            kind,
+            family: family(kind).into(),
+            modality: Modality::Text,
+            model: Some(config.model.clone()),
+            compression: Some(config.ratio),
+            tunable: true,
+            gold: config.gold,
+            cost_hint: if big { 0.45 } else { 0.05 } * (1.0 - 0.2 * config.ratio),
+            score_range: if kind == LogicalKind::Filter { (-10.0, 10.0) } else { (0.0, 1.0) },
+        };
+        let kv_dir = config.kv_dir.clone().unwrap_or_else(default_kv_dir);
+        Ok(Self { name, props, source: PastSource::new(profile, kv_dir), config, memo: OnceLock::new() })
+    }
+
+    fn memo(&self) -> Option<&Memo> {
+        self.memo
+            .get_or_init(|| match open_default(&stretto_kv::models::default_home().join("memo"), &self.name) {
+                Ok(m) => m,
+                Err(e) => {
+                    tracing::warn!(operator = %self.name, error = %e, "memo unavailable; answers are not kept");
+                    None
+                }
+            })
+            .as_ref()
+    }
+}
+
+fn family(kind: LogicalKind) -> &'static str {
+    if kind == LogicalKind::Filter {
+        "llm-filter"
+    } else {
+        "llm-map"
+    }
+}
+
+/// The prompt with every `{table.column}` written as "the text above".
+pub fn about_the_text(prompt: &str) -> String {
+    let mut out = String::with_capacity(prompt.len());
+    let mut depth = 0usize;
+    for c in prompt.chars() {
+        match c {
+            '{' => {
+                if depth == 0 {
+                    out.push_str("the text above");
+                }
+                depth += 1;
+            }
+            '}' => depth = depth.saturating_sub(1),
+            _ if depth == 0 => out.push(c),
+            _ => {}
+        }
+    }
+    out
+}
+
+fn kv_err(name: &str) -> impl Fn(stretto_kv::KvError) -> CoreError + '_ {
+    move |e| CoreError::operator(name, e.to_string())
+}
+
+impl PhysicalOp for LlmOp {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn properties(&self) -> &OpProperties {
+        &self.props
+    }
+
+    fn evaluate(&self, task: &SemanticTask, batch: &RecordBatch) -> Result<OpOutput> {
+        Ok(self.evaluate_timed(task, batch)?.0)
+    }
+
+    fn evaluate_timed(&self, task: &SemanticTask, batch: &RecordBatch) -> Result<(OpOutput, Vec<f64>)> {
+        if task.kind != self.props.kind {
+            return Err(CoreError::operator(&self.name, format!("cannot run a {} task", task.kind)));
+        }
+        let items = task.item_texts(batch)?;
+        let question = about_the_text(&task.prompt);
+        memoised(self.memo(), &self.name, task, &items, |missing| {
+            let dec = stretto_kv::pool::decoder(&self.config.model).map_err(kv_err(&self.name))?;
+            let todo: Vec<String> = missing.iter().map(|&i| items[i].clone()).collect();
+            match task.kind {
+                LogicalKind::Filter => {
+                    let yes = dec.token_id("1").map_err(kv_err(&self.name))?;
+                    let no = dec.token_id("0").map_err(kv_err(&self.name))?;
+                    let q = stretto_kv::tasks::filter_question(&question);
+                    let (scores, secs) =
+                        stretto_kv::tasks::filter_scores(&dec, &self.source, &todo, &q, (yes, no), self.config.batch)
+                            .map_err(kv_err(&self.name))?;
+                    Ok((OpOutput::Scores(scores), secs))
+                }
+                LogicalKind::Map => {
+                    let ty = task.output.as_ref().map(|o| o.1).unwrap_or(ValueType::String);
+                    let q = stretto_kv::tasks::map_question(&question);
+                    let (answers, secs) = stretto_kv::tasks::map_answers(
+                        &dec,
+                        &self.source,
+                        &todo,
+                        &q,
+                        self.config.max_tokens,
+                        self.config.batch,
+                    )
+                    .map_err(kv_err(&self.name))?;
+                    let (values, confidences) = answers
+                        .into_iter()
+                        .map(|(text, conf)| {
+                            let v = normalize(&text, ty);
+                            let c = if v.is_some() { conf } else { 0.0 };
+                            (v, c)
+                        })
+                        .unzip();
+                    Ok((OpOutput::Values { values, confidences }, secs))
+                }
+            }
+        })
+    }
+}
+
+fn build(kind: LogicalKind, config: &serde_json::Value) -> Result<Arc<dyn PhysicalOp>> {
+    let c: LlmConfig = serde_json::from_value(config.clone())
+        .map_err(|e| CoreError::OperatorConfig { factory: family(kind).into(), message: e.to_string() })?;
+    Ok(Arc::new(LlmOp::new(kind, c)?))
+}
+
+stretto_core::inventory::submit! {
+    OperatorFactory {
+        name: "llm-filter",
+        plugin: crate::PLUGIN,
+        about: "LLM filter over precomputed KV caches (log-odds of '1' over '0'), one rung per model and ratio",
+        ladder,
+        build: |c| build(LogicalKind::Filter, c),
+    }
+}
+
+stretto_core::inventory::submit! {
+    OperatorFactory {
+        name: "llm-map",
+        plugin: crate::PLUGIN,
+        about: "LLM map over precomputed KV caches (greedy answer, its probability as confidence)",
+        ladder,
+        build: |c| build(LogicalKind::Map, c),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn references_become_the_text_above() {
+        assert_eq!(about_the_text("{reviews.reviewtext} is clearly positive"), "the text above is clearly positive");
+        assert_eq!(about_the_text("Extract the [title] in {a.b}"), "Extract the [title] in the text above");
+    }
+
+    #[test]
+    fn bad_configs_are_typed_errors() {
+        let e = build(LogicalKind::Filter, &serde_json::json!({"model": "gpt-9"})).unwrap_err().to_string();
+        assert!(e.contains("unknown model"), "{e}");
+        let e = build(LogicalKind::Filter, &serde_json::json!({"model": "smollm2-135m", "ratio": 1.0}))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("outside"), "{e}");
+        let e = build(LogicalKind::Map, &serde_json::json!({"model": "smollm2-135m", "press": "x"}))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("unknown press"), "{e}");
+        let op = build(LogicalKind::Filter, &serde_json::json!({"model": "smollm2-135m", "ratio": 0.5})).unwrap();
+        assert_eq!(op.name(), "llm:smollm2-135m@expected-attention-0.50");
+    }
+}
