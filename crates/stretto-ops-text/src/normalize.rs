@@ -13,7 +13,7 @@ pub fn normalize(raw: &str, ty: ValueType) -> Option<String> {
     }
     match ty {
         ValueType::String => {
-            let t = line.trim_matches(|c: char| c == '"' || c == '\'' || c == '`').trim().trim_end_matches('.').trim();
+            let t = line.trim_matches(|c: char| c == '"' || c == '\'' || c == '`' || c == '.' || c.is_whitespace());
             (!t.is_empty()).then(|| t.to_string())
         }
         ValueType::Integer => first_number(line).and_then(|n| {
