@@ -14,3 +14,4 @@
 
 pub mod commands;
 pub mod kv;
+pub mod query;

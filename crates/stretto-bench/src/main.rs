@@ -114,6 +114,61 @@ enum Command {
         #[arg(long)]
         similarities: bool,
     },
+    /// Run a semantic query with precision/recall targets: prepare KV caches, profile, optimize, execute.
+    Query {
+        /// Bundled dataset.
+        #[arg(long)]
+        dataset: String,
+        /// Semantic operators joined by ` -- `, e.g. "{reviews.reviewtext} is clearly positive".
+        #[arg(long)]
+        query: String,
+        /// Precision target in (0, 1].
+        #[arg(long, default_value_t = 0.9)]
+        precision: f64,
+        /// Recall target in (0, 1].
+        #[arg(long, default_value_t = 0.9)]
+        recall: f64,
+        /// Credible level of the guarantee.
+        #[arg(long, default_value_t = 0.95)]
+        credible: f64,
+        /// Strategy: global, local, independent, lotus, abacus or gold.
+        #[arg(long, default_value = "global")]
+        method: String,
+        /// Also run the gold plan on everything and print the achieved precision and recall.
+        #[arg(long)]
+        check: bool,
+        /// Print one JSON object instead of the report.
+        #[arg(long)]
+        json: bool,
+        /// Read at most this many rows of each table.
+        #[arg(long)]
+        limit: Option<usize>,
+        /// Models operators may use (comma-separated).
+        #[arg(long, value_delimiter = ',', default_value = "smollm2-135m,minilm,efficientnet-lite0")]
+        models: Vec<String>,
+        /// Fraction of tuples profiled.
+        #[arg(long, default_value_t = 0.15)]
+        sample: f64,
+        /// Seed of the sample and the optimizer.
+        #[arg(long, default_value_t = 42)]
+        seed: u64,
+        /// Folder for the profile and the plan.
+        #[arg(long, default_value = "stretto-run")]
+        run_dir: PathBuf,
+        /// Result rows to print.
+        #[arg(long, default_value_t = 10)]
+        show: usize,
+    },
+    /// The README's main job: a real two-filter + one-map query on a bounded slice of the bundled movie reviews,
+    /// with SmolLM2-135M and MiniLM, checked against the gold plan.
+    Demo {
+        /// Reviews in the slice.
+        #[arg(long, default_value_t = stretto_bench::query::DEMO_ROWS)]
+        rows: usize,
+        /// Print one JSON object instead of the report.
+        #[arg(long)]
+        json: bool,
+    },
     /// Build, check and budget the offline KV caches of a dataset.
     Kv {
         #[command(subcommand)]
@@ -364,6 +419,53 @@ fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
             }
         }
         Command::Kv { action } => run_kv(action)?,
+        Command::Query {
+            dataset,
+            query,
+            precision,
+            recall,
+            credible,
+            method,
+            check,
+            json,
+            limit,
+            models,
+            sample,
+            seed,
+            run_dir,
+            show,
+        } => {
+            let mut o = stretto_bench::query::QueryOptions::new(&dataset, &query);
+            (o.precision, o.recall, o.credible, o.method, o.check) = (precision, recall, credible, method, check);
+            (o.limit, o.models, o.sample_fraction, o.seed, o.run_dir) = (limit, models, sample, seed, run_dir);
+            o.progress = !json && std::io::stderr().is_terminal();
+            let r = stretto_bench::query::run_query(&o).map_err(|e| e.to_string())?;
+            if json {
+                println!("{}", serde_json::to_string(&r)?);
+            } else {
+                print!("{}", stretto_bench::query::render(&r, show));
+            }
+        }
+        Command::Demo { rows, json } => {
+            use stretto_bench::query::{render, run_query, QueryOptions, DEMO_QUERY};
+            let mut o = QueryOptions::new("movie", DEMO_QUERY);
+            (o.precision, o.recall, o.check, o.limit, o.sample_fraction) = (0.8, 0.8, true, Some(rows), 0.3);
+            o.run_dir = PathBuf::from("stretto-demo");
+            o.progress = !json && std::io::stderr().is_terminal();
+            if !json {
+                println!(
+                    "Stretto demo: the first {rows} of 1000 bundled movie reviews (a bounded slice, so it runs on a CPU in minutes),\n\
+                     models SmolLM2-135M (KV caches at compression 0 / 0.5 / 0.8) and MiniLM, 30% profiled, targets precision 0.8\n\
+                     and recall 0.8 with 95% credibility. Models and caches are prepared on first use.\n"
+                );
+            }
+            let r = run_query(&o).map_err(|e| e.to_string())?;
+            if json {
+                println!("{}", serde_json::to_string(&r)?);
+            } else {
+                print!("{}", render(&r, 10));
+            }
+        }
         Command::Replay { profile, plan } => {
             println!("{}", serde_json::to_string(&commands::replay(&profile, &plan)?)?);
         }

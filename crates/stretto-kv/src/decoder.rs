@@ -232,6 +232,12 @@ impl Decoder {
         format!("\n{instruction}<|im_end|>\n<|im_start|>assistant\nAnswer: ")
     }
 
+    /// The question part of a map prompt: the instruction as a question closing the user turn, then the assistant's
+    /// answer opened with the field's label (`Title:`), which keeps a small model to the value itself.
+    pub fn map_suffix(&self, instruction: &str, label: &str) -> String {
+        format!("\n\nQuestion: {instruction}<|im_end|>\n<|im_start|>assistant\n{label}:")
+    }
+
     /// Runs a batch of rows; see the module docs for how rows of different lengths are combined.
     pub fn run(&self, steps: &[Step<'_>], want: Want) -> Result<Vec<StepOutput>> {
         let c = &self.config;

@@ -19,12 +19,19 @@ pub fn filter_question(predicate: &str) -> String {
     )
 }
 
-/// The map instruction for an extraction whose column references were replaced by "the text above".
+/// The map question for an extraction whose column references were replaced by "the text above".
 pub fn map_question(instruction: &str) -> String {
-    format!(
-        "{}. Reply with the value only, or with NONE if the text does not say.",
-        instruction.trim().trim_end_matches(['.', '?'])
-    )
+    format!("{}.", instruction.trim().trim_end_matches(['.', '?']))
+}
+
+/// The answer label of a map's output field: `movie_title` → `Movie title`.
+pub fn field_label(field: &str) -> String {
+    let words = field.replace('_', " ");
+    let mut c = words.chars();
+    match c.next() {
+        Some(f) => f.to_uppercase().chain(c).collect(),
+        None => "Answer".into(),
+    }
 }
 
 /// Loads or computes the pasts of `items` in groups of at most `batch`, calling `f` per group with the group's
@@ -82,11 +89,12 @@ pub fn map_answers(
     source: &PastSource,
     items: &[String],
     instruction: &str,
+    label: &str,
     max_tokens: usize,
     batch: usize,
 ) -> Result<(Vec<Answer>, Vec<f64>)> {
     let _span = tracing::info_span!("llm_map", model = dec.name(), items = items.len()).entered();
-    let q = dec.encode(&dec.question_suffix(instruction))?;
+    let q = dec.encode(&dec.map_suffix(instruction, label))?;
     let mut answers = vec![(String::new(), 0.0); items.len()];
     let seconds = grouped(dec, source, items, batch, |group, pasts| {
         let steps: Vec<Step<'_>> = pasts.iter().map(|p| Step { past: Some(p), tokens: &q }).collect();

@@ -53,11 +53,7 @@ pub struct LabelBridge {
 pub type Classes = Vec<(String, f32)>;
 
 /// An image's top classes with renormalised weights, memoised by file path and size.
-pub fn image_classes(
-    store: Option<&Memo>,
-    paths: &[String],
-    top: usize,
-) -> Result<(Vec<Classes>, Vec<f64>)> {
+pub fn image_classes(store: Option<&Memo>, paths: &[String], top: usize) -> Result<(Vec<Classes>, Vec<f64>)> {
     let key = |p: &str| {
         let len = std::fs::metadata(p).map(|m| m.len()).unwrap_or(0);
         memo_key("efficientnet-lite0", &top.to_string(), &format!("{p}#{len}"))

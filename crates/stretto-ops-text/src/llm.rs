@@ -1,7 +1,8 @@
 //! LLM filter and map operators over precomputed KV caches: one physical operator per (model, compression ratio).
 //!
 //! The item (the referenced columns) is the cached past; the question appends the predicate or instruction, with
-//! its column references written as "the text above". A filter scores log-odds of '1' over '0'; a map decodes
+//! its column references written as "the text above". A filter scores log-odds of '1' over '0', calibrated by
+//! those of a content-free item ("N/A") so that its sign means something for small models; a map decodes
 //! greedily and reports the answer's probability as its confidence, normalised to the output type.
 
 use std::path::PathBuf;
@@ -55,7 +56,7 @@ fn default_batch() -> usize {
     8
 }
 fn default_max_tokens() -> usize {
-    16
+    12
 }
 
 /// Models of the standard ladder: the environment's `STRETTO_LADDER` (comma-separated) or both text LLMs.
@@ -143,6 +144,9 @@ fn family(kind: LogicalKind) -> &'static str {
     }
 }
 
+/// The content-free item whose log-odds calibrate a filter question.
+pub const CONTENT_FREE: &str = "N/A";
+
 /// The prompt with every `{table.column}` written as "the text above".
 pub fn about_the_text(prompt: &str) -> String {
     let mut out = String::with_capacity(prompt.len());
@@ -197,16 +201,29 @@ impl PhysicalOp for LlmOp {
                     let (scores, secs) =
                         stretto_kv::tasks::filter_scores(&dec, &self.source, &todo, &q, (yes, no), self.config.batch)
                             .map_err(kv_err(&self.name))?;
-                    Ok((OpOutput::Scores(scores), secs))
+                    // Contextual calibration: small models lean to one answer whatever the item; the log-odds of a
+                    // content-free item measure that lean, and subtracting it centres the gold rule (score > 0).
+                    let (base, _) = stretto_kv::tasks::filter_scores(
+                        &dec,
+                        &self.source,
+                        &[CONTENT_FREE.to_string()],
+                        &q,
+                        (yes, no),
+                        1,
+                    )
+                    .map_err(kv_err(&self.name))?;
+                    Ok((OpOutput::Scores(scores.into_iter().map(|s| s - base[0]).collect()), secs))
                 }
                 LogicalKind::Map => {
                     let ty = task.output.as_ref().map(|o| o.1).unwrap_or(ValueType::String);
+                    let label = stretto_kv::tasks::field_label(task.output.as_ref().map_or("answer", |o| o.0.as_str()));
                     let q = stretto_kv::tasks::map_question(&question);
                     let (answers, secs) = stretto_kv::tasks::map_answers(
                         &dec,
                         &self.source,
                         &todo,
                         &q,
+                        &label,
                         self.config.max_tokens,
                         self.config.batch,
                     )

@@ -1,0 +1,573 @@
+//! `stretto query` and `stretto demo`: parse a semantic query, prepare KV caches, profile every physical operator on
+//! a seeded sample, optimize under precision/recall targets, execute on the whole input, and (with `check`) run
+//! the gold plan to measure what the plan achieved.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Instant;
+
+use arrow::array::{RecordBatch, UInt32Array};
+use arrow::compute::kernels::take::take_record_batch;
+use rand::seq::SliceRandom;
+use rand::SeedableRng;
+use stretto::kv::press::{Positions, Press};
+use stretto::kv::store::{default_kv_dir, BuildSpec, KvStore};
+use stretto::optim::problem::Problem;
+use stretto::optim::profile::{LogicalEntry, PhysicalEntry, Profile, PROFILE_FORMAT};
+use stretto::optim::strategy::{strategy, Targets};
+use stretto_core::datasets::Dataset;
+use stretto_core::exec::{CascadeExecutor, CascadePlan, StageStats};
+use stretto_core::format::PlanFile;
+use stretto_core::op::{Modality, OpOutput, PhysicalOp, Registry, SemanticTask, ValueType};
+use stretto_core::plan::PlanBuilder;
+use stretto_core::table::{resolve_column, ColumnKind};
+
+/// Errors of the query pipeline.
+pub type Error = Box<dyn std::error::Error + Send + Sync>;
+
+/// What to run.
+#[derive(Debug, Clone)]
+pub struct QueryOptions {
+    /// Bundled dataset.
+    pub dataset: String,
+    /// Semantic operators joined by ` -- `.
+    pub query: String,
+    /// Precision target in (0, 1].
+    pub precision: f64,
+    /// Recall target in (0, 1].
+    pub recall: f64,
+    /// Credible level in (0, 1).
+    pub credible: f64,
+    /// Optimizer strategy.
+    pub method: String,
+    /// Seed of the sample and the optimizer.
+    pub seed: u64,
+    /// Fraction of the input profiled.
+    pub sample_fraction: f64,
+    /// Fewest tuples profiled (all of them when the input is smaller).
+    pub min_sample: usize,
+    /// Rows read from each table.
+    pub limit: Option<usize>,
+    /// Models physical operators may use (operators without a model are always allowed).
+    pub models: Vec<String>,
+    /// Also run the gold plan on everything and measure precision and recall.
+    pub check: bool,
+    /// Where the profile and the plan are written.
+    pub run_dir: PathBuf,
+    /// Progress bars.
+    pub progress: bool,
+}
+
+impl QueryOptions {
+    /// Defaults for a dataset and query: targets 0.9/0.9 at 95%, global, 15% sample (at least 40), SmolLM2 + MiniLM.
+    pub fn new(dataset: &str, query: &str) -> Self {
+        Self {
+            dataset: dataset.into(),
+            query: query.into(),
+            precision: 0.9,
+            recall: 0.9,
+            credible: 0.95,
+            method: "global".into(),
+            seed: 42,
+            sample_fraction: 0.15,
+            min_sample: 40,
+            limit: None,
+            models: vec!["smollm2-135m".into(), "minilm".into(), "efficientnet-lite0".into()],
+            check: false,
+            run_dir: PathBuf::from("stretto-run"),
+            progress: false,
+        }
+    }
+}
+
+/// Parses the benchmark syntax: operators separated by ` -- `; an operator naming an output field in brackets
+/// (`Extract the movie [title] mentioned in {reviews.reviewtext}`) is a map, any other a filter.
+pub fn parse_query(query: &str) -> Result<Vec<SemanticTask>, Error> {
+    let mut tasks = Vec::new();
+    let mut names = BTreeSet::new();
+    for (i, part) in query.split(" -- ").map(str::trim).enumerate() {
+        if part.is_empty() {
+            return Err(format!("operator {} of the query is empty (operators are separated by ` -- `)", i + 1).into());
+        }
+        let refs = stretto_core::op::parse_references(part)?;
+        if refs.is_empty() {
+            return Err(format!("operator `{part}` references no column; write columns as {{table.column}}").into());
+        }
+        let task = match (part.find('['), part.find(']')) {
+            (Some(open), Some(close)) if close > open + 1 => {
+                let field = part[open + 1..close].trim().to_string();
+                if !field.chars().all(|c| c.is_alphanumeric() || c == '_') {
+                    return Err(format!("output field `[{field}]` must be a plain name (letters, digits, _)").into());
+                }
+                let prompt = format!("{}{}{}", &part[..open], field.replace('_', " "), &part[close + 1..]);
+                let lower = part.to_lowercase();
+                let ty = if field.starts_with("num_") || lower.contains("number of") || lower.contains("how many") {
+                    ValueType::Integer
+                } else {
+                    ValueType::String
+                };
+                SemanticTask::map(field.clone(), prompt, field, ty)
+            }
+            (None, None) => SemanticTask::filter(format!("f{}", i + 1), part),
+            _ => return Err(format!("operator `{part}` has an unbalanced `[`/`]` output field").into()),
+        };
+        if !names.insert(task.name.clone()) {
+            return Err(format!("two operators are both named `{}`", task.name).into());
+        }
+        tasks.push(task);
+    }
+    Ok(tasks)
+}
+
+/// Everything a query run reports.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct QueryReport {
+    /// The query.
+    pub query: String,
+    /// Dataset and slice.
+    pub dataset: String,
+    /// Tuples the semantic operators ran on.
+    pub input_rows: usize,
+    /// Tuples profiled.
+    pub sample_rows: usize,
+    /// The optimized plan (stages in order, thresholds, prediction, warnings).
+    pub plan: PlanFile,
+    /// The targets.
+    pub targets: serde_json::Value,
+    /// Certified lower bounds of the plan.
+    pub bounds: serde_json::Value,
+    /// With `check`: precision and recall against the gold plan on every input tuple.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub achieved: Option<serde_json::Value>,
+    /// Seconds per phase.
+    pub timings: BTreeMap<String, f64>,
+    /// Per-stage counts and seconds.
+    pub stages: Vec<StageStats>,
+    /// Result columns, in order.
+    pub columns: Vec<String>,
+    /// Result rows (column → value).
+    pub rows: Vec<serde_json::Map<String, serde_json::Value>>,
+    /// Operators considered per logical operator.
+    pub candidates: BTreeMap<String, Vec<String>>,
+    /// Files written.
+    pub files: Vec<String>,
+}
+
+fn modality_of(task: &SemanticTask, batch: &RecordBatch) -> Result<Modality, Error> {
+    let schema = batch.schema();
+    let mut image = false;
+    for r in task.references()? {
+        let idx = resolve_column(&schema, &r, &format!("operator `{}`", task.prompt))?;
+        image |= ColumnKind::of_field(schema.field(idx)) == ColumnKind::Image;
+    }
+    Ok(if image { Modality::Image } else { Modality::Text })
+}
+
+/// Candidate operators of a task, with the gold one first.
+fn candidates(
+    registry: &Registry,
+    task: &SemanticTask,
+    modality: Modality,
+    models: &[String],
+) -> Result<Vec<Arc<dyn PhysicalOp>>, Error> {
+    let allowed = |m: &Option<String>| m.as_ref().is_none_or(|m| m.split('+').all(|p| models.iter().any(|a| a == p)));
+    let mut ops: Vec<Arc<dyn PhysicalOp>> = registry
+        .operators()
+        .map(|(op, _)| op.clone())
+        .filter(|op| {
+            let p = op.properties();
+            p.kind == task.kind && p.modality == modality && allowed(&p.model)
+        })
+        .collect();
+    if ops.is_empty() {
+        return Err(format!(
+            "no {} operator for {} columns among the allowed models ({})",
+            task.kind,
+            modality,
+            models.join(", ")
+        )
+        .into());
+    }
+    // Gold: a declared gold rung if allowed, else the dearest uncompressed LLM rung, else the dearest operator.
+    let gold = ops
+        .iter()
+        .position(|o| o.properties().gold)
+        .or_else(|| {
+            ops.iter()
+                .enumerate()
+                .filter(|(_, o)| o.properties().compression == Some(0.0))
+                .max_by(|a, b| a.1.properties().cost_hint.total_cmp(&b.1.properties().cost_hint))
+                .map(|(i, _)| i)
+        })
+        .or_else(|| {
+            ops.iter()
+                .enumerate()
+                .max_by(|a, b| a.1.properties().cost_hint.total_cmp(&b.1.properties().cost_hint))
+                .map(|(i, _)| i)
+        })
+        .unwrap_or(0);
+    let g = ops.remove(gold);
+    ops.insert(0, g);
+    Ok(ops)
+}
+
+fn input_of(
+    dataset: &str,
+    tasks: &[SemanticTask],
+    limit: Option<usize>,
+) -> Result<(RecordBatch, stretto_core::plan::PulledUpPlan), Error> {
+    let ds = Dataset::load(dataset)?;
+    let mut tables = BTreeSet::new();
+    for task in tasks {
+        for r in task.references()? {
+            let (table, _) =
+                r.split_once('.').ok_or_else(|| format!("reference {{{r}}} must be qualified as {{table.column}}"))?;
+            tables.insert(table.to_string());
+        }
+    }
+    let mut builder: Option<PlanBuilder> = None;
+    for t in &tables {
+        let full = ds.table(t)?;
+        let batch = match limit {
+            Some(n) if n < full.num_rows() => full.slice(0, n),
+            _ => full.clone(),
+        };
+        let scan = PlanBuilder::scan(t, &batch)?;
+        builder = Some(match builder {
+            None => scan,
+            Some(b) => b.cross_join(scan)?,
+        });
+    }
+    let mut builder = builder.ok_or("the query references no table")?;
+    for task in tasks {
+        builder = match &task.output {
+            None => builder.sem_filter_named(&task.name, &task.prompt)?,
+            Some((column, ty)) => builder.sem_map(column, &task.prompt, *ty)?,
+        };
+    }
+    let pulled = builder.build().pull_up()?;
+    let input = pulled.relational.execute_relational()?;
+    Ok((input, pulled))
+}
+
+/// Runs a query end to end.
+pub fn run_query(o: &QueryOptions) -> Result<QueryReport, Error> {
+    let total = Instant::now();
+    let mut timings = BTreeMap::new();
+    // 1. Everything that can be wrong with the request, before any model work.
+    let targets = Targets::new(o.precision, o.recall, o.credible).map_err(|e| e.to_string())?;
+    let strat = strategy(&o.method).map_err(|e| e.to_string())?;
+    let tasks = parse_query(&o.query)?;
+    let (input, pulled) = input_of(&o.dataset, &tasks, o.limit)?;
+    if input.num_rows() == 0 {
+        return Err(format!("dataset `{}` gives no rows to query", o.dataset).into());
+    }
+    for t in &tasks {
+        t.resolve(&input.schema())?;
+    }
+    let registry = stretto::registry()?;
+    let mut cands = Vec::new();
+    for t in &tasks {
+        cands.push(candidates(&registry, t, modality_of(t, &input)?, &o.models)?);
+    }
+
+    // 2. KV caches of every item for every LLM model in play (resumable; existing records are reused).
+    let t0 = Instant::now();
+    {
+        let _span = tracing::info_span!("kv_caches").entered();
+        let store = KvStore::open(&default_kv_dir(), &o.dataset);
+        for (t, ops) in tasks.iter().zip(&cands) {
+            let refs = t.references()?;
+            if refs.len() != 1 {
+                continue; // multi-column items are cached on first use instead
+            }
+            let models: BTreeSet<String> = ops
+                .iter()
+                .filter(|op| op.properties().family.starts_with("llm"))
+                .filter_map(|op| op.properties().model.clone())
+                .collect();
+            if models.is_empty() {
+                continue;
+            }
+            let texts = t.item_texts(&input)?;
+            let items: Vec<(usize, String)> = texts.into_iter().enumerate().collect();
+            let spec = BuildSpec {
+                column: refs[0].replace('.', "_"),
+                models: models.into_iter().collect(),
+                ratios: vec![0.0, 0.5, 0.8],
+                press: Press::ExpectedAttention,
+                positions: Positions::Keep,
+            };
+            store.build(&stretto::kv::models::default_home(), &spec, &items, 0)?;
+        }
+    }
+    timings.insert("kv_caches".into(), t0.elapsed().as_secs_f64());
+
+    // 3. Profile every candidate on a seeded sample; logical operators in parallel.
+    let t0 = Instant::now();
+    let n = input.num_rows();
+    let mut order: Vec<usize> = (0..n).collect();
+    order.shuffle(&mut rand::rngs::StdRng::seed_from_u64(o.seed));
+    let want = ((n as f64 * o.sample_fraction).ceil() as usize).max(o.min_sample).min(n);
+    let mut sample: Vec<usize> = order[..want].to_vec();
+    sample.sort_unstable();
+    let sample_batch = take_record_batch(&input, &UInt32Array::from_iter_values(sample.iter().map(|&r| r as u32)))?;
+    let entries: Vec<Vec<PhysicalEntry>> = {
+        let _span = tracing::info_span!("profiling", tuples = sample.len()).entered();
+        std::thread::scope(|s| {
+            let handles: Vec<_> = tasks
+                .iter()
+                .zip(&cands)
+                .map(|(task, ops)| {
+                    let batch = &sample_batch;
+                    s.spawn(move || -> Result<Vec<PhysicalEntry>, String> {
+                        let mut out = Vec::new();
+                        for (i, op) in ops.iter().enumerate() {
+                            let (output, secs) = op.evaluate_timed(task, batch).map_err(|e| e.to_string())?;
+                            let cost = secs.iter().sum::<f64>() / secs.len().max(1) as f64;
+                            let (scores, values) = match output {
+                                OpOutput::Scores(s) => (Some(s.into_iter().map(Some).collect()), None),
+                                OpOutput::Values { values, confidences } => {
+                                    (Some(confidences.into_iter().map(Some).collect()), Some(values))
+                                }
+                            };
+                            out.push(PhysicalEntry {
+                                name: format!("{}/{}", task.name, op.name()),
+                                logical: task.name.clone(),
+                                cost: cost.max(1e-9),
+                                scores,
+                                values,
+                                gold: i == 0,
+                            });
+                        }
+                        Ok(out)
+                    })
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| h.join().map_err(|_| "a profiling thread panicked".to_string())?)
+                .collect::<Result<Vec<_>, String>>()
+        })?
+    };
+    let profile = Profile {
+        format: PROFILE_FORMAT.into(),
+        query: o.query.clone(),
+        population: n as u64,
+        tuples: sample.iter().map(|r| r.to_string()).collect(),
+        logical: tasks.iter().map(|t| LogicalEntry { name: t.name.clone(), kind: t.kind }).collect(),
+        physical: entries.into_iter().flatten().collect(),
+    };
+    std::fs::create_dir_all(&o.run_dir).map_err(|e| format!("cannot create {}: {e}", o.run_dir.display()))?;
+    let profile_path = o.run_dir.join("profile.json");
+    profile.write(&profile_path)?;
+    timings.insert("profiling".into(), t0.elapsed().as_secs_f64());
+
+    // 4. Optimize.
+    let t0 = Instant::now();
+    let problem = Problem::from_profile(&profile)?;
+    let optimized = {
+        let _span = tracing::info_span!("optimize", method = %o.method).entered();
+        strat.optimize(&problem, &targets, o.seed)?
+    };
+    let mut plan = optimized.to_plan_file(&problem);
+    plan.query = Some(o.query.clone());
+    plan.logical = tasks.clone();
+    let plan_path = o.run_dir.join("plan.json");
+    plan.write(&plan_path)?;
+    timings.insert("optimization".into(), t0.elapsed().as_secs_f64());
+
+    // 5. Execute on everything.
+    let t0 = Instant::now();
+    let resolve = |name: &str| registry.get(name);
+    let cascade = CascadePlan::bind(&plan, tasks.clone(), resolve)?;
+    let out = CascadeExecutor::default().with_progress(o.progress).execute(&cascade, &input)?;
+    let result = pulled.finish(out.batch.clone())?;
+    timings.insert("execution".into(), t0.elapsed().as_secs_f64());
+
+    // 6. Optionally, the gold plan on everything.
+    let achieved = if o.check {
+        let t0 = Instant::now();
+        let mut gold = problem.to_plan_file(&problem.gold_plan());
+        gold.logical = tasks.clone();
+        let gcascade = CascadePlan::bind(&gold, tasks.clone(), resolve)?;
+        let gout = CascadeExecutor::default().with_progress(o.progress).execute(&gcascade, &input)?;
+        let map_cols: Vec<String> = tasks.iter().filter_map(|t| t.output.as_ref().map(|(c, _)| c.clone())).collect();
+        let key = |batch: &RecordBatch, i: usize, row: usize| -> String {
+            let mut k = row.to_string();
+            for c in &map_cols {
+                if let Some(col) = batch.column_by_name(c) {
+                    k.push('\u{1f}');
+                    k.push_str(&stretto_core::op::cell_text(col.as_ref(), i));
+                }
+            }
+            k
+        };
+        let got: BTreeSet<String> = out.rows.iter().enumerate().map(|(i, &r)| key(&out.batch, i, r)).collect();
+        let truth: BTreeSet<String> = gout.rows.iter().enumerate().map(|(i, &r)| key(&gout.batch, i, r)).collect();
+        let tp = got.intersection(&truth).count() as f64;
+        let precision = if got.is_empty() { 1.0 } else { tp / got.len() as f64 };
+        let recall = if truth.is_empty() { 1.0 } else { tp / truth.len() as f64 };
+        timings.insert("gold_check".into(), t0.elapsed().as_secs_f64());
+        Some(serde_json::json!({
+            "precision": precision, "recall": recall, "result_rows": got.len(), "gold_rows": truth.len(),
+            "met": precision >= o.precision && recall >= o.recall,
+        }))
+    } else {
+        None
+    };
+    timings.insert("total".into(), total.elapsed().as_secs_f64());
+
+    let rows = batch_rows(&result);
+    Ok(QueryReport {
+        query: o.query.clone(),
+        dataset: match o.limit {
+            Some(l) => format!("{} (first {l} rows of each table)", o.dataset),
+            None => o.dataset.clone(),
+        },
+        input_rows: n,
+        sample_rows: sample.len(),
+        targets: serde_json::json!({"precision": o.precision, "recall": o.recall, "credible": o.credible}),
+        bounds: serde_json::json!({
+            "precision": optimized.precision_lower_bound,
+            "recall": optimized.recall_lower_bound,
+            "fell_back_to_gold": optimized.fell_back_to_gold,
+        }),
+        plan,
+        achieved,
+        timings,
+        stages: out.stats,
+        columns: {
+            // Map outputs and the columns the query reads first: what a reader wants to see.
+            let mut first: Vec<String> =
+                tasks.iter().filter_map(|t| t.output.as_ref().map(|(c, _)| c.clone())).collect();
+            for t in &tasks {
+                for r in t.references().unwrap_or_default() {
+                    if !first.contains(&r) {
+                        first.push(r);
+                    }
+                }
+            }
+            let all: Vec<String> = result.schema().fields().iter().map(|f| f.name().clone()).collect();
+            let mut cols: Vec<String> = first.into_iter().filter(|c| all.contains(c)).collect();
+            let rest: Vec<String> = all.into_iter().filter(|c| !cols.contains(c)).collect();
+            cols.extend(rest);
+            cols
+        },
+        rows,
+        candidates: tasks
+            .iter()
+            .zip(&cands)
+            .map(|(t, ops)| (t.name.clone(), ops.iter().map(|o| o.name().to_string()).collect()))
+            .collect(),
+        files: vec![profile_path.display().to_string(), plan_path.display().to_string()],
+    })
+}
+
+/// Rows of a batch as JSON objects (text shortened to 200 characters).
+fn batch_rows(batch: &RecordBatch) -> Vec<serde_json::Map<String, serde_json::Value>> {
+    let schema = batch.schema();
+    (0..batch.num_rows())
+        .map(|i| {
+            schema
+                .fields()
+                .iter()
+                .enumerate()
+                .map(|(c, f)| {
+                    let mut v = stretto_core::op::cell_text(batch.column(c).as_ref(), i);
+                    if v.chars().count() > 200 {
+                        v = v.chars().take(200).collect::<String>() + "…";
+                    }
+                    (f.name().clone(), serde_json::Value::String(v))
+                })
+                .collect()
+        })
+        .collect()
+}
+
+/// The text report `stretto query` prints.
+pub fn render(r: &QueryReport, show: usize) -> String {
+    let mut s = String::new();
+    let mut line = |t: String| {
+        s.push_str(&t);
+        s.push('\n');
+    };
+    line(format!("query: {}", r.query));
+    line(format!("data: {}; {} tuples, {} profiled", r.dataset, r.input_rows, r.sample_rows));
+    for (name, ops) in &r.candidates {
+        line(format!("  {name}: {} candidates (gold: {})", ops.len(), ops.first().map(String::as_str).unwrap_or("-")));
+    }
+    line("plan (stages in execution order):".into());
+    for st in &r.plan.stages {
+        let th = match (st.lower, st.upper) {
+            (Some(l), Some(u)) => format!("reject < {l:.3}, accept > {u:.3}"),
+            (None, Some(u)) => format!("take if confidence > {u:.3}"),
+            _ => "gold rule".into(),
+        };
+        line(format!("  {:<60} {th}", st.physical));
+    }
+    for w in &r.plan.warnings {
+        line(format!("  warning: {w}"));
+    }
+    line(format!(
+        "targets: precision {} recall {} at credibility {}",
+        r.targets["precision"], r.targets["recall"], r.targets["credible"]
+    ));
+    line(format!(
+        "certified lower bounds: precision {:.3}, recall {:.3}{}",
+        r.bounds["precision"].as_f64().unwrap_or(0.0),
+        r.bounds["recall"].as_f64().unwrap_or(0.0),
+        if r.bounds["fell_back_to_gold"] == true { " (gold fallback)" } else { "" }
+    ));
+    if let Some(a) = &r.achieved {
+        line(format!(
+            "achieved vs gold on all {} tuples: precision {:.3}, recall {:.3} ({} result rows, {} gold rows) — targets {}",
+            r.input_rows,
+            a["precision"].as_f64().unwrap_or(0.0),
+            a["recall"].as_f64().unwrap_or(0.0),
+            a["result_rows"],
+            a["gold_rows"],
+            if a["met"] == true { "met" } else { "MISSED" }
+        ));
+    }
+    line(format!("{:<62} {:>6} {:>7} {:>7} {:>7} {:>9}", "stage", "in", "accept", "reject", "unsure", "seconds"));
+    for st in &r.stages {
+        line(format!(
+            "{:<62} {:>6} {:>7} {:>7} {:>7} {:>9.2}",
+            st.physical, st.tuples_in, st.accepted, st.rejected, st.unsure, st.seconds
+        ));
+    }
+    let t = |k: &str| r.timings.get(k).copied().unwrap_or(0.0);
+    line(format!(
+        "time: kv caches {:.1} s, profiling {:.1} s, optimizer {:.2} s, execution {:.1} s{}, total {:.1} s",
+        t("kv_caches"),
+        t("profiling"),
+        t("optimization"),
+        t("execution"),
+        r.timings.get("gold_check").map(|g| format!(", gold check {g:.1} s")).unwrap_or_default(),
+        t("total")
+    ));
+    line(format!("result: {} rows", r.rows.len()));
+    let shown: Vec<&String> = r.columns.iter().take(3).collect();
+    for row in r.rows.iter().take(show) {
+        let cells: Vec<String> = shown
+            .iter()
+            .map(|c| {
+                let v = row.get(*c).and_then(|v| v.as_str()).unwrap_or_default();
+                let v: String =
+                    if v.chars().count() > 70 { v.chars().take(70).collect::<String>() + "…" } else { v.into() };
+                format!("{c}={v}")
+            })
+            .collect();
+        line(format!("  {}", cells.join(" | ")));
+    }
+    line(format!("files: {}", r.files.join(", ")));
+    s
+}
+
+/// The demo query: two filters and one map over the bundled movie reviews.
+pub const DEMO_QUERY: &str = "{reviews.reviewtext} is clearly positive -- {reviews.reviewtext} praises the acting or the cast -- Extract the movie [title] mentioned in {reviews.reviewtext}";
+
+/// Rows of the demo's bounded slice.
+pub const DEMO_ROWS: usize = 200;

@@ -1,0 +1,87 @@
+//! `stretto query` end to end on a CI-sized slice (SmolLM2-135M + MiniLM), and its input validation.
+
+use std::process::Command;
+
+fn stretto(args: &[&str], dir: &std::path::Path) -> (bool, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_stretto"))
+        .args(args)
+        .current_dir(dir)
+        .env("STRETTO_MEMO_DIR", dir.join("memo"))
+        .env("STRETTO_KV_DIR", dir.join("kv"))
+        .output()
+        .expect("binary runs");
+    (out.status.success(), String::from_utf8_lossy(&out.stdout).into(), String::from_utf8_lossy(&out.stderr).into())
+}
+
+#[test]
+fn a_two_operator_query_meets_its_certified_targets_or_says_why() {
+    let dir = tempfile::tempdir().unwrap();
+    let query = "{reviews.reviewtext} is clearly positive -- {reviews.reviewtext} praises the acting or the cast";
+    let (ok, out, err) = stretto(
+        &[
+            "query",
+            "--dataset",
+            "movie",
+            "--query",
+            query,
+            "--precision",
+            "0.7",
+            "--recall",
+            "0.7",
+            "--limit",
+            "60",
+            "--sample",
+            "0.5",
+            "--check",
+            "--json",
+        ],
+        dir.path(),
+    );
+    assert!(ok, "{err}");
+    let r: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    for key in ["plan", "targets", "bounds", "achieved", "timings", "rows"] {
+        assert!(r.get(key).is_some(), "missing `{key}` in {out}");
+    }
+    let achieved = &r["achieved"];
+    let fell_back = r["bounds"]["fell_back_to_gold"] == true;
+    if fell_back {
+        assert!(!r["plan"]["warnings"].as_array().unwrap().is_empty(), "a gold fallback must say why");
+    }
+    assert!(
+        achieved["met"] == true || fell_back,
+        "the plan missed its targets on the slice without falling back: {achieved}"
+    );
+    assert_eq!(r["input_rows"], 60);
+    // The profile and the plan were written next to the run, and the plan replays on the profile.
+    let (ok, out, err) =
+        stretto(&["replay", "--profile", "stretto-run/profile.json", "--plan", "stretto-run/plan.json"], dir.path());
+    assert!(ok, "{err}");
+    assert!(out.contains("cost_per_tuple"), "{out}");
+}
+
+#[test]
+fn bad_queries_fail_before_any_model_work() {
+    let dir = tempfile::tempdir().unwrap();
+    let cases: [(&[&str], &str); 6] = [
+        (&["--query", "{reviews.nope} is positive"], "unknown column"),
+        (&["--query", "is positive"], "references no column"),
+        (&["--query", "{reviews.reviewtext} is positive -- "], "operator 2 of the query is empty"),
+        (&["--query", "Extract the [title from {reviews.reviewtext}"], "unbalanced"),
+        (&["--query", "{reviews.reviewtext} is positive", "--precision", "1.5"], "precision"),
+        (&["--query", "{reviews.reviewtext} is positive", "--recall", "0"], "recall"),
+    ];
+    for (args, want) in cases {
+        let mut all = vec!["query", "--dataset", "movie"];
+        all.extend_from_slice(args);
+        let (ok, _, err) = stretto(&all, dir.path());
+        assert!(!ok, "{args:?} should fail");
+        assert!(err.contains(want), "{args:?}: {err}");
+    }
+    let (ok, _, err) =
+        stretto(&["query", "--dataset", "movie", "--query", "{reviews.reviewtext} is x", "--limit", "0"], dir.path());
+    assert!(!ok && err.contains("no rows"), "{err}");
+    let (ok, _, err) = stretto(&["query", "--dataset", "films", "--query", "{reviews.reviewtext} is x"], dir.path());
+    assert!(!ok && err.contains("films"), "{err}");
+    // Nothing was prepared for these: no KV cache directory was created.
+    assert!(!dir.path().join("kv").exists());
+}
