@@ -19,6 +19,7 @@
 
 #![warn(missing_docs)]
 
+pub mod codegen;
 pub mod embedding;
 pub mod keyword;
 pub mod llm;

@@ -1,0 +1,400 @@
+//! Codegen map: a local coder LLM writes a small extraction program, which runs in a sandbox.
+//!
+//! The program is an *extraction spec*: a regular expression whose first capture group is the value. That is the
+//! sandbox: a spec is data for the `regex` engine, which has no file, process or network access, matches in time
+//! linear in the input (no catastrophic backtracking), and is built under hard size limits; inputs are truncated
+//! to a bounded length. Anything else the model writes (Python, Perl code blocks, look-arounds the engine does not
+//! run) is rejected with the reason, and the model is asked to repair its program a bounded number of times; a
+//! spec that matches none of the sample values is repaired the same way. A program that still fails is rejected
+//! and the operator extracts nothing (no value, confidence 0) rather than guessing.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Instant;
+
+use arrow::array::RecordBatch;
+use regex::{Regex, RegexBuilder};
+use stretto_core::memo::{memo_key, memoised, open_default, Memo, MemoEntry};
+use stretto_core::op::{
+    LogicalKind, Modality, OpOutput, OpProperties, OperatorFactory, PhysicalOp, SemanticTask, ValueType,
+};
+use stretto_core::{CoreError, Result};
+
+use crate::llm::about_the_text;
+use crate::normalize::normalize;
+
+/// Compiled-program size limit (bytes of the regex engine's program).
+pub const SIZE_LIMIT: usize = 1 << 20;
+/// Longest input a program sees (characters); the rest is cut off.
+pub const MAX_INPUT: usize = 20_000;
+
+/// Why a program was refused.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum SandboxError {
+    /// Not a regular expression the engine accepts (code, look-around, backreferences...).
+    #[error("rejected: not a valid extraction spec ({0})")]
+    Invalid(String),
+    /// Over the size limits.
+    #[error("rejected: the spec exceeds the sandbox's size limits ({0})")]
+    TooLarge(String),
+    /// No capture group to take the value from.
+    #[error("rejected: the spec has no capture group for the value")]
+    NoGroup,
+}
+
+/// A sandboxed extraction program.
+#[derive(Debug, Clone)]
+pub struct Program {
+    spec: String,
+    re: Regex,
+}
+
+impl Program {
+    /// Compiles a spec under the sandbox's limits.
+    pub fn compile(spec: &str) -> std::result::Result<Self, SandboxError> {
+        let re = RegexBuilder::new(spec)
+            .size_limit(SIZE_LIMIT)
+            .dfa_size_limit(SIZE_LIMIT)
+            .nest_limit(64)
+            .build()
+            .map_err(|e| match e {
+                regex::Error::CompiledTooBig(n) => SandboxError::TooLarge(format!("over {n} bytes")),
+                other => SandboxError::Invalid(other.to_string().lines().last().unwrap_or_default().trim().to_string()),
+            })?;
+        if re.captures_len() < 2 {
+            return Err(SandboxError::NoGroup);
+        }
+        Ok(Self { spec: spec.to_string(), re })
+    }
+
+    /// The spec's text.
+    pub fn spec(&self) -> &str {
+        &self.spec
+    }
+
+    /// The first capture of the first match in (the bounded prefix of) `text`.
+    pub fn run(&self, text: &str) -> Option<String> {
+        let end = text.char_indices().nth(MAX_INPUT).map_or(text.len(), |(i, _)| i);
+        let caps = self.re.captures(&text[..end])?;
+        caps.iter().skip(1).flatten().next().map(|m| m.as_str().trim().to_string()).filter(|s| !s.is_empty())
+    }
+}
+
+/// The spec inside a model's reply: a fenced block if there is one, else the first non-empty line; Python raw
+/// string wrappers (`r"..."`) are removed.
+pub fn spec_from_reply(reply: &str) -> String {
+    let body = match reply.split("```").nth(1) {
+        Some(block) => {
+            let mut lines = block.lines();
+            let first = lines.next().unwrap_or_default().trim();
+            // A language tag line (```regex, ```python) is not part of the spec.
+            if first.is_empty() || first.chars().all(|c| c.is_ascii_alphabetic()) {
+                lines.collect::<Vec<_>>().join("\n")
+            } else {
+                block.to_string()
+            }
+        }
+        None => reply.to_string(),
+    };
+    let line = body.lines().map(str::trim).find(|l| !l.is_empty()).unwrap_or_default();
+    let line = line.strip_prefix("r\"").and_then(|l| l.strip_suffix('"')).unwrap_or(line);
+    let line = line.strip_prefix("r'").and_then(|l| l.strip_suffix('\'')).unwrap_or(line);
+    line.trim_matches('`').to_string()
+}
+
+/// Configuration.
+#[derive(Debug, Clone, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CodegenConfig {
+    /// The coder LLM.
+    #[serde(default = "default_model")]
+    pub model: String,
+    /// Sample values shown to the model.
+    #[serde(default = "default_samples")]
+    pub samples: usize,
+    /// Repair rounds after a failing program.
+    #[serde(default = "default_repairs")]
+    pub repairs: usize,
+    /// A fixed spec instead of a generated one (for users who write their own extractor).
+    #[serde(default)]
+    pub program: Option<String>,
+}
+
+fn default_model() -> String {
+    "qwen2.5-coder-0.5b".into()
+}
+fn default_samples() -> usize {
+    3
+}
+fn default_repairs() -> usize {
+    2
+}
+
+/// The codegen map operator.
+#[derive(Debug)]
+pub struct CodegenMap {
+    name: String,
+    props: OpProperties,
+    config: CodegenConfig,
+    programs: Mutex<HashMap<String, Option<Program>>>,
+    memo: OnceLock<Option<Memo>>,
+}
+
+impl CodegenMap {
+    /// Builds it (cheap; the coder loads when a program is first needed).
+    pub fn new(config: CodegenConfig) -> Result<Self> {
+        let bad = |m: String| CoreError::OperatorConfig { factory: "codegen-map".into(), message: m };
+        stretto_kv::models::spec(&config.model).map_err(|e| bad(e.to_string()))?;
+        if let Some(p) = &config.program {
+            Program::compile(p).map_err(|e| bad(format!("program `{p}`: {e}")))?;
+        }
+        // A fixed program is part of the operator's identity (memoised answers are keyed by it).
+        let name = match &config.program {
+            Some(p) => format!("codegen:fixed-{}", &memo_key("codegen", p, "")[..12]),
+            None => format!("codegen:{}", config.model),
+        };
+        Ok(Self {
+            name,
+            props: OpProperties {
+                kind: LogicalKind::Map,
+                family: "codegen-map".into(),
+                modality: Modality::Text,
+                model: config.program.is_none().then(|| config.model.clone()),
+                compression: None,
+                tunable: true,
+                gold: false,
+                cost_hint: 1e-4,
+                score_range: (0.0, 1.0),
+            },
+            config,
+            programs: Mutex::new(HashMap::new()),
+            memo: OnceLock::new(),
+        })
+    }
+
+    fn memo(&self) -> Option<&Memo> {
+        self.memo
+            .get_or_init(|| {
+                open_default(&stretto_kv::models::default_home().join("memo"), &self.name).unwrap_or_else(|e| {
+                    tracing::warn!(error = %e, "memo unavailable");
+                    None
+                })
+            })
+            .as_ref()
+    }
+
+    /// The program for a task: fixed, memoised, or synthesised (with repairs) from sample items.
+    pub fn program(&self, task: &SemanticTask, samples: &[String]) -> Result<Option<Program>> {
+        if let Some(p) = &self.config.program {
+            return Ok(Program::compile(p).ok());
+        }
+        let mut programs = self.programs.lock().map_err(|_| CoreError::operator(&self.name, "lock poisoned"))?;
+        if let Some(p) = programs.get(&task.prompt) {
+            return Ok(p.clone());
+        }
+        let key = memo_key(&self.name, &task.prompt, "__program__");
+        if let Some(e) = self.memo().and_then(|m| m.get(&key)) {
+            let p = e.value.as_deref().and_then(|s| Program::compile(s).ok());
+            programs.insert(task.prompt.clone(), p.clone());
+            return Ok(p);
+        }
+        let start = Instant::now();
+        let (program, log) = synthesize(&self.config, task, samples)?;
+        for line in &log {
+            tracing::info!(operator = %self.name, "{line}");
+        }
+        if let Some(m) = self.memo() {
+            m.put(vec![MemoEntry {
+                key,
+                score: None,
+                value: program.as_ref().map(|p| p.spec().to_string()),
+                confidence: None,
+                seconds: start.elapsed().as_secs_f64(),
+            }])?;
+        }
+        programs.insert(task.prompt.clone(), program.clone());
+        Ok(program)
+    }
+}
+
+/// Asks the coder for reference answers on the samples, then for a spec; checks the spec in the sandbox and against
+/// the reference answers, and repairs it up to `repairs` times.
+/// Returns the accepted program (if any) and a log of every attempt.
+pub fn synthesize(
+    config: &CodegenConfig,
+    task: &SemanticTask,
+    samples: &[String],
+) -> Result<(Option<Program>, Vec<String>)> {
+    let _span = tracing::info_span!("codegen", model = %config.model).entered();
+    let dec = stretto_kv::pool::decoder(&config.model).map_err(|e| CoreError::operator("codegen", e.to_string()))?;
+    let field = task.output.as_ref().map_or("value".to_string(), |o| o.0.replace('_', " "));
+    let shown: Vec<String> =
+        samples.iter().take(config.samples).map(|s| s.chars().take(400).collect::<String>()).collect();
+    // Reference answers for the samples, from the coder itself reading each one: the program must reproduce them,
+    // which catches programs that match the wrong thing (a player's points instead of the team's).
+    let ty = task.output.as_ref().map(|o| o.1).unwrap_or(ValueType::String);
+    let instruction = about_the_text(&task.prompt).replace("the text above", "the text");
+    let mut answers = Vec::with_capacity(shown.len());
+    for s in &shown {
+        let ids = dec
+            .encode(&dec.chat_prompt(&format!("{s}\n\n{instruction}. Reply with the value only.")))
+            .map_err(|e| CoreError::operator("codegen", e.to_string()))?;
+        let g = dec
+            .generate(&[stretto_kv::decoder::Step { past: None, tokens: &ids }], 16)
+            .map_err(|e| CoreError::operator("codegen", e.to_string()))?
+            .remove(0);
+        answers.push(normalize(&g.text, ty));
+    }
+    let examples = shown
+        .iter()
+        .zip(&answers)
+        .enumerate()
+        .map(|(i, (s, a))| format!("Text {}:\n{s}\nExpected {field}: {}", i + 1, a.as_deref().unwrap_or("(none)")))
+        .collect::<Vec<_>>()
+        .join("\n\n");
+    let mut request = format!(
+        "Write one regular expression with exactly one capturing group that extracts the {field} from texts like \
+         these. Task: {instruction}.\n\n{examples}\n\nReply with the regular expression only, in a ```regex block."
+    );
+    let mut log = vec![format!("reference answers: {answers:?}")];
+    for attempt in 0..=config.repairs {
+        let ids = dec.encode(&dec.chat_prompt(&request)).map_err(|e| CoreError::operator("codegen", e.to_string()))?;
+        let g = dec
+            .generate(&[stretto_kv::decoder::Step { past: None, tokens: &ids }], 96)
+            .map_err(|e| CoreError::operator("codegen", e.to_string()))?
+            .remove(0);
+        let spec = spec_from_reply(&g.text);
+        let feedback = match Program::compile(&spec) {
+            Err(e) => format!("{e}"),
+            Ok(p) => {
+                let got: Vec<Option<String>> = shown.iter().map(|s| p.run(s).and_then(|v| normalize(&v, ty))).collect();
+                let known = answers.iter().filter(|a| a.is_some()).count();
+                let right = got.iter().zip(&answers).filter(|(g, a)| a.is_some() && g == a).count();
+                let hits = got.iter().filter(|g| g.is_some()).count();
+                // Agree with the reference on most samples that have one; with no reference at all, just match.
+                if (known > 0 && 2 * right > known) || (known == 0 && hits > 0) {
+                    log.push(format!("attempt {attempt}: accepted `{spec}` ({right}/{known} reference answers)"));
+                    return Ok((Some(p), log));
+                }
+                let wrong: Vec<String> = got
+                    .iter()
+                    .zip(&answers)
+                    .enumerate()
+                    .filter(|(_, (g, a))| g != a)
+                    .map(|(i, (g, a))| {
+                        format!(
+                            "on text {} it gave {} instead of {}",
+                            i + 1,
+                            g.as_deref().unwrap_or("nothing"),
+                            a.as_deref().unwrap_or("nothing")
+                        )
+                    })
+                    .collect();
+                format!("wrong: {}", wrong.join("; "))
+            }
+        };
+        log.push(format!("attempt {attempt}: `{spec}` {feedback}"));
+        // Where the expected values sit: the line around each one, so the model can anchor on its context.
+        let context: Vec<String> = shown
+            .iter()
+            .zip(&answers)
+            .filter_map(|(s, a)| {
+                let a = a.as_deref()?;
+                let line = s.lines().find(|l| l.contains(a))?;
+                Some(format!("`{}`", line.trim().chars().take(120).collect::<String>()))
+            })
+            .collect();
+        request.push_str(&format!(
+            "\n\nYour previous answer `{spec}` was {feedback}. The expected values appear in these lines: {}. \
+             Anchor the expression on the words around the value. Rust's regex engine has no look-around or \
+             backreferences. Write a better regular expression with one capturing group.",
+            context.join(", ")
+        ));
+    }
+    Ok((None, log))
+}
+
+impl PhysicalOp for CodegenMap {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn properties(&self) -> &OpProperties {
+        &self.props
+    }
+
+    fn evaluate(&self, task: &SemanticTask, batch: &RecordBatch) -> Result<OpOutput> {
+        Ok(self.evaluate_timed(task, batch)?.0)
+    }
+
+    fn evaluate_timed(&self, task: &SemanticTask, batch: &RecordBatch) -> Result<(OpOutput, Vec<f64>)> {
+        if task.kind != LogicalKind::Map {
+            return Err(CoreError::operator(&self.name, "the codegen operator only implements maps"));
+        }
+        let items = task.item_texts(batch)?;
+        memoised(self.memo(), &self.name, task, &items, |missing| {
+            let start = Instant::now();
+            let todo: Vec<String> = missing.iter().map(|&i| items[i].clone()).collect();
+            let program = self.program(task, &todo)?;
+            let ty = task.output.as_ref().map(|o| o.1).unwrap_or(ValueType::String);
+            let values: Vec<Option<String>> =
+                todo.iter().map(|t| program.as_ref().and_then(|p| p.run(t)).and_then(|v| normalize(&v, ty))).collect();
+            let confidences = values.iter().map(|v| if v.is_some() { 1.0 } else { 0.0 }).collect();
+            // Synthesis (once per task) is paid by the batch that needed it; matching itself costs microseconds.
+            let each = (start.elapsed().as_secs_f64() / todo.len().max(1) as f64).max(1e-7);
+            Ok((OpOutput::Values { values, confidences }, vec![each; todo.len()]))
+        })
+    }
+}
+
+stretto_core::inventory::submit! {
+    OperatorFactory {
+        name: "codegen-map",
+        plugin: crate::PLUGIN,
+        about: "a coder LLM writes a regex extraction spec once per task; it runs sandboxed on every tuple",
+        ladder: || vec![serde_json::json!({"model": "qwen2.5-coder-0.5b"})],
+        build: |c| {
+            let cfg: CodegenConfig = serde_json::from_value(c.clone()).map_err(|e| CoreError::OperatorConfig {
+                factory: "codegen-map".into(),
+                message: e.to_string(),
+            })?;
+            Ok(Arc::new(CodegenMap::new(cfg)?) as Arc<dyn PhysicalOp>)
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn escape_attempts_are_stopped_and_reported() {
+        // Code instead of a spec: refused before anything runs.
+        for code in [r#"(?{ system("cat /etc/passwd") })"#, "(?<=x)(\\d+)", "(?P<x>a)(?P=x)", "(\\d+)\\1"] {
+            let e = Program::compile(code).unwrap_err();
+            assert!(matches!(e, SandboxError::Invalid(_)), "{code}: {e:?}");
+            assert!(e.to_string().starts_with("rejected"));
+        }
+        // Python that happens to parse as a pattern is only a pattern: it matches text, it cannot open files.
+        let py = Program::compile("import os; (open('/etc/passwd').read())").unwrap();
+        let out = py.run("import os; open('/etc/passwd').read()");
+        assert!(out.as_deref().is_none_or(|o| !o.contains("root:")), "{out:?}");
+        // A program built to exhaust memory is over the size limit.
+        assert!(matches!(Program::compile("(a{1000}){1000}{1000}").unwrap_err(), SandboxError::TooLarge(_)));
+        assert_eq!(Program::compile("\\d+").unwrap_err(), SandboxError::NoGroup);
+        // The classic catastrophic-backtracking spec ends (the engine is linear-time) and finds nothing.
+        let p = Program::compile("^(a+)+$").unwrap();
+        let evil = format!("{}!", "a".repeat(MAX_INPUT - 100));
+        assert!(p.run(&evil).is_none());
+    }
+
+    #[test]
+    fn specs_are_read_from_replies_and_extract() {
+        assert_eq!(spec_from_reply("```regex\n(\\d+) points\n```"), "(\\d+) points");
+        assert_eq!(spec_from_reply("Here: r\"(\\d+) - \\d+\""), "Here: r\"(\\d+) - \\d+\"");
+        assert_eq!(spec_from_reply("r\"(\\d+) - \\d+\""), "(\\d+) - \\d+");
+        let p = Program::compile(r"\) (\d+) - \d+").unwrap();
+        assert_eq!(p.run("The Hawks (46 - 12) beat the Magic (19 - 41) 95 - 88 on Friday").as_deref(), Some("95"));
+        assert_eq!(p.run("no score"), None);
+    }
+}

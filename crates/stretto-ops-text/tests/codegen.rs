@@ -1,0 +1,136 @@
+//! The codegen map on Rotowire reports: the winner's points, against the bundled ground truth.
+
+use std::collections::HashMap;
+
+use arrow::array::{Array, AsArray, UInt32Array};
+use arrow::compute::kernels::take::take_record_batch;
+use arrow::datatypes::{Float64Type, Int64Type};
+use stretto_core::datasets::Dataset;
+use stretto_core::op::{OpOutput, PhysicalOp, Registry, SemanticTask, ValueType};
+
+const N: usize = 40;
+
+fn setup() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let dir = std::env::temp_dir().join(format!("stretto-test-memo-cg-{}", std::process::id()));
+        // SAFETY: called once, before any operator (or other thread of this binary) reads the environment.
+        unsafe { std::env::set_var(stretto_core::memo::MEMO_DIR_ENV, dir) };
+        stretto_ops_text::link();
+    });
+}
+
+/// The first `N` reports and, per report, the winner's points (the larger "Total points" of its game).
+fn reports() -> (arrow::array::RecordBatch, Vec<Option<i64>>) {
+    let ds = Dataset::load("rotowire").unwrap();
+    let reports = ds.table("reports").unwrap();
+    let batch = take_record_batch(reports, &UInt32Array::from_iter_values(0..N as u32)).unwrap();
+    let game = batch.column_by_name("game_id").unwrap().as_primitive::<Int64Type>().clone();
+    let truth = ds.table("team_labels").unwrap();
+    let tg = truth.column_by_name("game_id").unwrap().as_primitive::<Int64Type>();
+    let pts = truth.column_by_name("Total points").unwrap().as_primitive::<Float64Type>();
+    let mut best: HashMap<i64, i64> = HashMap::new();
+    for i in 0..truth.num_rows() {
+        if pts.is_valid(i) {
+            let e = best.entry(tg.value(i)).or_insert(i64::MIN);
+            *e = (*e).max(pts.value(i) as i64);
+        }
+    }
+    let labels = (0..N).map(|i| best.get(&game.value(i)).copied()).collect();
+    (stretto_core::table::qualify("reports", &batch).unwrap(), labels)
+}
+
+fn accuracy(op: &dyn PhysicalOp) -> f64 {
+    let (batch, labels) = reports();
+    let task = SemanticTask::map(
+        "num_points_winner",
+        "Extract the number of points scored by the winning team from {reports.report}",
+        "num_points_winner",
+        ValueType::Integer,
+    );
+    let OpOutput::Values { values, .. } = op.evaluate(&task, &batch).unwrap() else { panic!("not values") };
+    let right = values
+        .iter()
+        .zip(&labels)
+        .filter(|(v, l)| l.is_some() && v.as_deref().and_then(|v| v.parse().ok()) == **l)
+        .count();
+    right as f64 / labels.iter().filter(|l| l.is_some()).count() as f64
+}
+
+#[test]
+fn a_fixed_extractor_runs_sandboxed_on_real_reports() {
+    setup();
+    let registry = Registry::discover().unwrap();
+    // The game score, not a team record "(46 - 12)": two- or three-digit numbers not inside parentheses.
+    let op = registry
+        .build("codegen-map", &serde_json::json!({"program": r"(?:^|[^(\d])(\d{2,3}) - \d{2,3}(?:[^)\d]|$)"}))
+        .unwrap();
+    let acc = accuracy(op.as_ref());
+    eprintln!("fixed extractor: {acc:.3} of the labelled reports among the first {N}");
+    assert!(acc >= 0.8, "{acc}");
+    let bad = registry.build("codegen-map", &serde_json::json!({"program": r"(?{ system('id') })"}));
+    assert!(bad.unwrap_err().to_string().contains("rejected"));
+}
+
+#[test]
+#[ignore = "needs qwen2.5-coder-0.5b; prints the synthesis log"]
+fn synthesis_log() {
+    setup();
+    let (batch, _) = emails();
+    let task = SemanticTask::map(
+        "num_year",
+        "Extract the year in the Date header of {emails.text}",
+        "num_year",
+        ValueType::Integer,
+    );
+    let items = task.item_texts(&batch).unwrap();
+    let cfg: stretto_ops_text::codegen::CodegenConfig = serde_json::from_value(serde_json::json!({})).unwrap();
+    let (p, log) = stretto_ops_text::codegen::synthesize(&cfg, &task, &items[..3]).unwrap();
+    for l in log {
+        eprintln!("{l}");
+    }
+    eprintln!("{:?}", p.map(|p| p.spec().to_string()));
+}
+
+/// The first `N` emails and the year of their `Date:` header, parsed independently of any extractor.
+fn emails() -> (arrow::array::RecordBatch, Vec<Option<i64>>) {
+    let ds = Dataset::load("email").unwrap();
+    let emails = ds.table("emails").unwrap();
+    let batch = take_record_batch(emails, &UInt32Array::from_iter_values(0..N as u32)).unwrap();
+    let text = batch.column_by_name("text").unwrap().as_string::<i32>().clone();
+    let labels = (0..N)
+        .map(|i| {
+            let date = text.value(i).lines().find(|l| l.starts_with("Date:"))?;
+            date.split_whitespace().find_map(|w| w.parse::<i64>().ok().filter(|y| (1900..2100).contains(y)))
+        })
+        .collect();
+    (stretto_core::table::qualify("emails", &batch).unwrap(), labels)
+}
+
+fn email_accuracy(op: &dyn PhysicalOp) -> f64 {
+    let (batch, labels) = emails();
+    let task = SemanticTask::map(
+        "num_year",
+        "Extract the year in the Date header of {emails.text}",
+        "num_year",
+        ValueType::Integer,
+    );
+    let OpOutput::Values { values, .. } = op.evaluate(&task, &batch).unwrap() else { panic!("not values") };
+    let right = values
+        .iter()
+        .zip(&labels)
+        .filter(|(v, l)| l.is_some() && v.as_deref().and_then(|v| v.parse().ok()) == **l)
+        .count();
+    right as f64 / labels.iter().filter(|l| l.is_some()).count() as f64
+}
+
+#[test]
+#[ignore = "needs qwen2.5-coder-0.5b; run with --ignored"]
+fn the_coder_writes_a_header_extractor() {
+    setup();
+    let registry = Registry::discover().unwrap();
+    let op = registry.get("codegen:qwen2.5-coder-0.5b").unwrap();
+    let acc = email_accuracy(op.as_ref());
+    eprintln!("generated email-year extractor: {acc:.3} of {N} emails");
+    assert!(acc >= 0.8, "{acc}");
+}
