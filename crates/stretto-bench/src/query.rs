@@ -12,7 +12,7 @@ use arrow::compute::kernels::take::take_record_batch;
 use rand::seq::SliceRandom;
 use rand::SeedableRng;
 use stretto::kv::press::{Positions, Press};
-use stretto::kv::store::{default_kv_dir, BuildSpec, KvStore};
+use stretto::kv::store::default_kv_dir;
 use stretto::optim::problem::Problem;
 use stretto::optim::profile::{LogicalEntry, PhysicalEntry, Profile, PROFILE_FORMAT};
 use stretto::optim::strategy::{strategy, Targets};
@@ -253,13 +253,31 @@ fn input_of(
 
 /// Runs a query end to end.
 pub fn run_query(o: &QueryOptions) -> Result<QueryReport, Error> {
-    let total = Instant::now();
-    let mut timings = BTreeMap::new();
-    // 1. Everything that can be wrong with the request, before any model work.
-    let targets = Targets::new(o.precision, o.recall, o.credible).map_err(|e| e.to_string())?;
-    let strat = strategy(&o.method).map_err(|e| e.to_string())?;
+    // Checked before the data is even read: nothing else can go wrong cheaply.
+    Targets::new(o.precision, o.recall, o.credible).map_err(|e| e.to_string())?;
+    strategy(&o.method).map_err(|e| e.to_string())?;
     let tasks = parse_query(&o.query)?;
     let (input, pulled) = input_of(&o.dataset, &tasks, o.limit)?;
+    run_pipeline(&pulled, &input, o)
+}
+
+/// Runs the semantic part of a pulled-up plan (`pulled.semantic`) on `input` (the output of its relational part)
+/// with the targets and settings of `o` (its `query` is only a label here): KV caches, profiling, optimization,
+/// execution, and the gold check if asked.
+pub fn run_pipeline(
+    pulled: &stretto_core::plan::PulledUpPlan,
+    input: &RecordBatch,
+    o: &QueryOptions,
+) -> Result<QueryReport, Error> {
+    let total = Instant::now();
+    let mut timings = BTreeMap::new();
+    let targets = Targets::new(o.precision, o.recall, o.credible).map_err(|e| e.to_string())?;
+    let strat = strategy(&o.method).map_err(|e| e.to_string())?;
+    let tasks = pulled.semantic.clone();
+    if tasks.is_empty() {
+        return Err("the plan has no semantic operator".into());
+    }
+    let input = input.clone();
     if input.num_rows() == 0 {
         return Err(format!("dataset `{}` gives no rows to query", o.dataset).into());
     }
@@ -272,34 +290,28 @@ pub fn run_query(o: &QueryOptions) -> Result<QueryReport, Error> {
         cands.push(candidates(&registry, t, modality_of(t, &input)?, &o.models)?);
     }
 
-    // 2. KV caches of every item for every LLM model in play (resumable; existing records are reused).
+    // 2. KV caches of every item for every LLM model in play, found by content (built once, reused by every
+    //    later query over the same texts).
     let t0 = Instant::now();
     {
         let _span = tracing::info_span!("kv_caches").entered();
-        let store = KvStore::open(&default_kv_dir(), &o.dataset);
         for (t, ops) in tasks.iter().zip(&cands) {
-            let refs = t.references()?;
-            if refs.len() != 1 {
-                continue; // multi-column items are cached on first use instead
-            }
             let models: BTreeSet<String> = ops
                 .iter()
                 .filter(|op| op.properties().family.starts_with("llm"))
                 .filter_map(|op| op.properties().model.clone())
                 .collect();
-            if models.is_empty() {
-                continue;
-            }
             let texts = t.item_texts(&input)?;
-            let items: Vec<(usize, String)> = texts.into_iter().enumerate().collect();
-            let spec = BuildSpec {
-                column: refs[0].replace('.', "_"),
-                models: models.into_iter().collect(),
-                ratios: vec![0.0, 0.5, 0.8],
-                press: Press::ExpectedAttention,
-                positions: Positions::Keep,
-            };
-            store.build(&stretto::kv::models::default_home(), &spec, &items, 0)?;
+            for m in models {
+                let dec = stretto::kv::pool::decoder(&m)?;
+                let profile = stretto::kv::store::Profile {
+                    model: m.clone(),
+                    press: Press::ExpectedAttention,
+                    ratio: 0.0,
+                    positions: Positions::Keep,
+                };
+                stretto::kv::cache::PastSource::new(profile, default_kv_dir()).ensure(&dec, &texts)?;
+            }
         }
     }
     timings.insert("kv_caches".into(), t0.elapsed().as_secs_f64());

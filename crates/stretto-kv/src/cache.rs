@@ -67,6 +67,28 @@ impl PastSource {
         map
     }
 
+    /// Computes and stores the pasts of those `items` not cached yet, without loading the cached ones; returns how
+    /// many were computed.
+    pub fn ensure(&self, dec: &Decoder, items: &[String]) -> Result<usize> {
+        let mut guard = self.index.lock().map_err(|_| KvError::Runtime("cache index poisoned".into()))?;
+        let index = guard.get_or_insert_with(|| self.build_index());
+        let bar = crate::progress::bar(items.len() as u64, &format!("kv {}", self.profile.id()));
+        let mut computed = 0;
+        for item in items {
+            bar.inc(1);
+            let prompt = dec.item_prefix(item);
+            let source = sha256_text(&prompt);
+            if index.contains_key(&source) || adhoc_path(&self.kv_dir, &self.profile, &source).is_file() {
+                continue;
+            }
+            self.compute(dec, &prompt, &source)?;
+            index.insert(source.clone(), adhoc_path(&self.kv_dir, &self.profile, &source));
+            computed += 1;
+        }
+        bar.finish_and_clear();
+        Ok(computed)
+    }
+
     /// The pasts of `items` (raw item texts), in order. `computed[i]` says whether item `i` had to be prefilled.
     pub fn get(&self, dec: &Decoder, items: &[String]) -> Result<(Vec<KvPast>, Vec<bool>)> {
         let mut guard = self.index.lock().map_err(|_| KvError::Runtime("cache index poisoned".into()))?;

@@ -136,6 +136,12 @@ impl std::fmt::Debug for Decoder {
     }
 }
 
+/// The cached part of an item's prompt for a model (see [`Decoder::item_prefix`]); needs only the model's config,
+/// so caches can be checked without loading the model.
+pub fn item_prefix(config: &DecoderConfig, item: &str) -> String {
+    format!("<|im_start|>system\n{}<|im_end|>\n<|im_start|>user\n{item}", config.system_prompt)
+}
+
 /// Log-softmax probability of `token` in `logits`.
 pub fn token_probability(logits: &[f32], token: u32) -> f64 {
     let m = logits.iter().cloned().fold(f32::NEG_INFINITY, f32::max) as f64;
@@ -223,7 +229,7 @@ impl Decoder {
     /// The cached part of an item's prompt: the chat prefix and the user turn's opening, then the item. The
     /// question ([`Decoder::question_suffix`]) continues the same user turn later.
     pub fn item_prefix(&self, item: &str) -> String {
-        format!("<|im_start|>system\n{}<|im_end|>\n<|im_start|>user\n{item}", self.config.system_prompt)
+        item_prefix(&self.config, item)
     }
 
     /// The question part of a prompt: the instruction closing the user turn, the assistant header and an answer

@@ -399,22 +399,17 @@ impl KvStore {
         for model in &spec.models {
             let profiles: Vec<Profile> = spec.profiles().into_iter().filter(|p| &p.model == model).collect();
             let mut decoder: Option<Decoder> = None;
+            // The chat template comes from the converted model's config: checking records needs no session.
+            let config = crate::prepare::ensure_decoder(home, model)?.config;
             let bar = crate::progress::bar(items.len() as u64, &format!("kv {model}"));
             for (item, text) in items {
                 bar.inc(1);
-                let done = |dec: Option<&Decoder>| -> bool {
-                    profiles.iter().all(|p| {
-                        let path = self.record_path(&spec.column, p, *item);
-                        let Ok(meta) = read_meta(&path) else { return false };
-                        match dec {
-                            Some(d) => meta.source_sha256 == sha256_text(&d.item_prefix(text)),
-                            None => true,
-                        }
-                    })
-                };
-                // Fast path without loading the model when everything exists; the source hash is checked once
-                // the model (and so its chat template) is loaded.
-                if decoder.is_none() && done(None) {
+                // A record counts only if it caches this very text: data may have changed since it was built.
+                let source = sha256_text(&crate::decoder::item_prefix(&config, text));
+                let done = profiles.iter().all(|p| {
+                    read_meta(&self.record_path(&spec.column, p, *item)).is_ok_and(|m| m.source_sha256 == source)
+                });
+                if done {
                     report.skipped += 1;
                     continue;
                 }
@@ -422,10 +417,6 @@ impl KvStore {
                     decoder = Some(Decoder::load(home, model, threads)?);
                 }
                 let dec = decoder.as_ref().ok_or_else(|| KvError::Runtime("decoder missing".into()))?;
-                if done(Some(dec)) {
-                    report.skipped += 1;
-                    continue;
-                }
                 let prompt = dec.item_prefix(text);
                 let tokens = dec.encode(&prompt)?;
                 if tokens.is_empty() {
