@@ -3,8 +3,11 @@
 //! Physical operators over image columns (label-bridge embedding filter, caption-bridge LLM operators, a VLM
 //! operator for the Hugging Face ONNX layout), contributed to the registry via `inventory`.
 //!
-//! Bundled today: the [`bridge`] label-bridge filter (an EfficientNet class posterior bridged to text embeddings,
-//! named as the composition it is). The caption-bridge LLM operators and the VLM operator are not built yet.
+//! Bundled today, each an honest composition named as what it is (no CLIP-like model is available offline):
+//! - [`bridge`]: the label-bridge filter, an EfficientNet class posterior bridged to text embeddings;
+//! - [`caption`]: caption-bridge LLM filter and map, the image's classes written as the LLM's cached item.
+//!
+//! The VLM operator for the Hugging Face ONNX layout is not built yet.
 //!
 //!
 //! ```
@@ -17,6 +20,7 @@
 #![warn(missing_docs)]
 
 pub mod bridge;
+pub mod caption;
 
 /// This crate's name as registered in the plugin registry.
 pub const PLUGIN: &str = "stretto-ops-image";

@@ -88,6 +88,29 @@ pub struct LlmOp {
     config: LlmConfig,
     source: PastSource,
     memo: OnceLock<Option<Memo>>,
+    bridge: Option<Bridge>,
+}
+
+/// Turns items that are not text (image paths) into the text an LLM reads, with the seconds each took.
+pub type ItemTransform = Arc<dyn Fn(&[String]) -> Result<(Vec<String>, Vec<f64>)> + Send + Sync>;
+
+/// How a bridged LLM operator sees its items: the transform, and how questions refer to the item.
+#[derive(Clone)]
+pub struct Bridge {
+    /// Items → texts.
+    pub transform: ItemTransform,
+    /// What a column reference becomes in the question ("the photo described above").
+    pub subject: &'static str,
+    /// Operator-name prefix and family.
+    pub family: &'static str,
+    /// Modality of the items.
+    pub modality: Modality,
+}
+
+impl std::fmt::Debug for Bridge {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Bridge").field("family", &self.family).field("subject", &self.subject).finish()
+    }
 }
 
 impl LlmOp {
@@ -120,7 +143,18 @@ impl LlmOp {
             score_range: if kind == LogicalKind::Filter { (-10.0, 10.0) } else { (0.0, 1.0) },
         };
         let kv_dir = config.kv_dir.clone().unwrap_or_else(default_kv_dir);
-        Ok(Self { name, props, source: PastSource::new(profile, kv_dir), config, memo: OnceLock::new() })
+        Ok(Self { name, props, source: PastSource::new(profile, kv_dir), config, memo: OnceLock::new(), bridge: None })
+    }
+
+    /// An LLM operator over items that a bridge first turns into text (e.g. an image into its caption).
+    pub fn bridged(kind: LogicalKind, config: LlmConfig, bridge: Bridge) -> Result<Self> {
+        let mut op = Self::new(kind, config)?;
+        let suffix = if kind == LogicalKind::Filter { "" } else { "-map" };
+        op.name = format!("{}{suffix}:{}", bridge.family, op.source.profile().id());
+        op.props.family = format!("{}{}", bridge.family, if kind == LogicalKind::Filter { "-filter" } else { "-map" });
+        op.props.modality = bridge.modality;
+        op.bridge = Some(bridge);
+        Ok(op)
     }
 
     fn memo(&self) -> Option<&Memo> {
@@ -149,13 +183,18 @@ pub const CONTENT_FREE: &str = "N/A";
 
 /// The prompt with every `{table.column}` written as "the text above".
 pub fn about_the_text(prompt: &str) -> String {
+    about(prompt, "the text above")
+}
+
+/// The prompt with every `{table.column}` written as `subject`.
+pub fn about(prompt: &str, subject: &str) -> String {
     let mut out = String::with_capacity(prompt.len());
     let mut depth = 0usize;
     for c in prompt.chars() {
         match c {
             '{' => {
                 if depth == 0 {
-                    out.push_str("the text above");
+                    out.push_str(subject);
                 }
                 depth += 1;
             }
@@ -189,10 +228,18 @@ impl PhysicalOp for LlmOp {
             return Err(CoreError::operator(&self.name, format!("cannot run a {} task", task.kind)));
         }
         let items = task.item_texts(batch)?;
-        let question = about_the_text(&task.prompt);
+        let question = match &self.bridge {
+            Some(b) => about(&task.prompt, b.subject),
+            None => about_the_text(&task.prompt),
+        };
         memoised(self.memo(), &self.name, task, &items, |missing| {
             let dec = stretto_kv::pool::decoder(&self.config.model).map_err(kv_err(&self.name))?;
-            let todo: Vec<String> = missing.iter().map(|&i| items[i].clone()).collect();
+            let raw: Vec<String> = missing.iter().map(|&i| items[i].clone()).collect();
+            let (todo, bridge_secs) = match &self.bridge {
+                Some(b) => (b.transform)(&raw)?,
+                None => (raw, vec![0.0; missing.len()]),
+            };
+            let add = |secs: Vec<f64>| -> Vec<f64> { secs.iter().zip(&bridge_secs).map(|(a, b)| a + b).collect() };
             match task.kind {
                 LogicalKind::Filter => {
                     let yes = dec.token_id("1").map_err(kv_err(&self.name))?;
@@ -212,7 +259,7 @@ impl PhysicalOp for LlmOp {
                         1,
                     )
                     .map_err(kv_err(&self.name))?;
-                    Ok((OpOutput::Scores(scores.into_iter().map(|s| s - base[0]).collect()), secs))
+                    Ok((OpOutput::Scores(scores.into_iter().map(|s| s - base[0]).collect()), add(secs)))
                 }
                 LogicalKind::Map => {
                     let ty = task.output.as_ref().map(|o| o.1).unwrap_or(ValueType::String);
@@ -236,7 +283,7 @@ impl PhysicalOp for LlmOp {
                             (v, c)
                         })
                         .unzip();
-                    Ok((OpOutput::Values { values, confidences }, secs))
+                    Ok((OpOutput::Values { values, confidences }, add(secs)))
                 }
             }
         })
