@@ -13,5 +13,6 @@
 #![warn(missing_docs)]
 
 pub mod commands;
+pub mod experiments;
 pub mod kv;
 pub mod query;

@@ -169,6 +169,11 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// The paper's experiments at CPU scale (CSV + markdown summary into --out).
+    Bench {
+        #[command(subcommand)]
+        action: BenchAction,
+    },
     /// Build, check and budget the offline KV caches of a dataset.
     Kv {
         #[command(subcommand)]
@@ -197,6 +202,37 @@ enum ModelsAction {
     Fetch {
         /// Catalog names, e.g. smollm2-135m minilm.
         names: Vec<String>,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+enum BenchAction {
+    /// Print the generated queries of a dataset (published pools and shapes, seed 42).
+    Queries {
+        /// Dataset.
+        #[arg(long)]
+        dataset: String,
+        /// Include operators over image columns.
+        #[arg(long)]
+        images: bool,
+    },
+    /// Target Met and cost of global, lotus and abacus at targets 0.5 / 0.7 / 0.9.
+    Exp1 {
+        /// tiny, small or paper.
+        #[arg(long, default_value = "small")]
+        scale: String,
+        /// Output folder.
+        #[arg(long, default_value = "bench/results/exp1")]
+        out: PathBuf,
+    },
+    /// global vs local vs independent.
+    Exp3 {
+        /// tiny, small or paper.
+        #[arg(long, default_value = "small")]
+        scale: String,
+        /// Output folder.
+        #[arg(long, default_value = "bench/results/exp3")]
+        out: PathBuf,
     },
 }
 
@@ -419,6 +455,33 @@ fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
             }
         }
         Command::Kv { action } => run_kv(action)?,
+        Command::Bench { action } => {
+            use stretto_bench::experiments::{generate_queries, run_experiment, Scale};
+            match action {
+                BenchAction::Queries { dataset, images } => {
+                    for q in generate_queries(&dataset, 42, !images).map_err(|e| e.to_string())? {
+                        println!("{q}");
+                    }
+                }
+                BenchAction::Exp1 { scale, out } => {
+                    let s = Scale::named(&scale).map_err(|e| e.to_string())?;
+                    run_experiment("Experiment 1: Target Met", &["global", "lotus", "abacus"], &s, &out)
+                        .map_err(|e| e.to_string())?;
+                    print!("{}", std::fs::read_to_string(out.join("summary.md"))?);
+                }
+                BenchAction::Exp3 { scale, out } => {
+                    let s = Scale::named(&scale).map_err(|e| e.to_string())?;
+                    run_experiment(
+                        "Experiment 3: global vs local vs independent",
+                        &["global", "local", "independent"],
+                        &s,
+                        &out,
+                    )
+                    .map_err(|e| e.to_string())?;
+                    print!("{}", std::fs::read_to_string(out.join("summary.md"))?);
+                }
+            }
+        }
         Command::Query {
             dataset,
             query,

@@ -96,13 +96,17 @@ pub fn parse_query(query: &str) -> Result<Vec<SemanticTask>, Error> {
         }
         let task = match (part.find('['), part.find(']')) {
             (Some(open), Some(close)) if close > open + 1 => {
-                let field = part[open + 1..close].trim().to_string();
-                if !field.chars().all(|c| c.is_alphanumeric() || c == '_') {
-                    return Err(format!("output field `[{field}]` must be a plain name (letters, digits, _)").into());
+                let written = part[open + 1..close].trim();
+                // `[number of attachments]` names the column `number_of_attachments`.
+                let field = written.split_whitespace().collect::<Vec<_>>().join("_");
+                if field.is_empty() || !field.chars().all(|c| c.is_alphanumeric() || c == '_') {
+                    return Err(
+                        format!("output field `[{written}]` must be a name (letters, digits, _ or spaces)").into()
+                    );
                 }
-                let prompt = format!("{}{}{}", &part[..open], field.replace('_', " "), &part[close + 1..]);
+                let prompt = format!("{}{}{}", &part[..open], written.replace('_', " "), &part[close + 1..]);
                 let lower = part.to_lowercase();
-                let ty = if field.starts_with("num_") || lower.contains("number of") || lower.contains("how many") {
+                let ty = if field.starts_with("num") || lower.contains("number of") || lower.contains("how many") {
                     ValueType::Integer
                 } else {
                     ValueType::String
@@ -212,7 +216,8 @@ fn candidates(
     Ok(ops)
 }
 
-fn input_of(
+/// The relational input of a query's semantic operators over a dataset (tables cross-joined when several).
+pub fn input_of(
     dataset: &str,
     tasks: &[SemanticTask],
     limit: Option<usize>,
@@ -269,10 +274,39 @@ pub fn run_pipeline(
     input: &RecordBatch,
     o: &QueryOptions,
 ) -> Result<QueryReport, Error> {
+    let profiled = profile_pipeline(pulled, input, o)?;
+    finish_pipeline(pulled, &profiled, o)
+}
+
+/// A pipeline prepared and profiled: what every plan for it (any method, any targets) starts from.
+#[derive(Debug, Clone)]
+pub struct Profiled {
+    /// Logical operators.
+    pub tasks: Vec<SemanticTask>,
+    /// The semantic pipeline's input.
+    pub input: RecordBatch,
+    /// The profile.
+    pub profile: Profile,
+    /// Where the profile was written.
+    pub profile_path: PathBuf,
+    /// Tuples profiled.
+    pub sample_rows: usize,
+    /// Candidates per logical operator, gold first.
+    pub candidates: BTreeMap<String, Vec<String>>,
+    /// Seconds of the phases so far.
+    pub timings: BTreeMap<String, f64>,
+}
+
+/// Steps 1–3 of [`run_pipeline`]: validation, KV caches, profiling.
+pub fn profile_pipeline(
+    pulled: &stretto_core::plan::PulledUpPlan,
+    input: &RecordBatch,
+    o: &QueryOptions,
+) -> Result<Profiled, Error> {
     let total = Instant::now();
     let mut timings = BTreeMap::new();
-    let targets = Targets::new(o.precision, o.recall, o.credible).map_err(|e| e.to_string())?;
-    let strat = strategy(&o.method).map_err(|e| e.to_string())?;
+    Targets::new(o.precision, o.recall, o.credible).map_err(|e| e.to_string())?;
+    strategy(&o.method).map_err(|e| e.to_string())?;
     let tasks = pulled.semantic.clone();
     if tasks.is_empty() {
         return Err("the plan has no semantic operator".into());
@@ -375,10 +409,40 @@ pub fn run_pipeline(
     let profile_path = o.run_dir.join("profile.json");
     profile.write(&profile_path)?;
     timings.insert("profiling".into(), t0.elapsed().as_secs_f64());
+    timings.insert("prepare_total".into(), total.elapsed().as_secs_f64());
+    Ok(Profiled {
+        candidates: tasks
+            .iter()
+            .zip(&cands)
+            .map(|(t, ops)| (t.name.clone(), ops.iter().map(|o| o.name().to_string()).collect()))
+            .collect(),
+        tasks,
+        input,
+        profile,
+        profile_path,
+        sample_rows: sample.len(),
+        timings,
+    })
+}
+
+/// Steps 4–6 of [`run_pipeline`] for the method, targets and `check` of `o`: optimize, execute, check.
+pub fn finish_pipeline(
+    pulled: &stretto_core::plan::PulledUpPlan,
+    p: &Profiled,
+    o: &QueryOptions,
+) -> Result<QueryReport, Error> {
+    let total = Instant::now();
+    let targets = Targets::new(o.precision, o.recall, o.credible).map_err(|e| e.to_string())?;
+    let strat = strategy(&o.method).map_err(|e| e.to_string())?;
+    let registry = stretto::registry()?;
+    let (tasks, input, profile) = (p.tasks.clone(), &p.input, &p.profile);
+    let n = input.num_rows();
+    let mut timings = p.timings.clone();
+    let profile_path = p.profile_path.clone();
 
     // 4. Optimize.
     let t0 = Instant::now();
-    let problem = Problem::from_profile(&profile)?;
+    let problem = Problem::from_profile(profile)?;
     let optimized = {
         let _span = tracing::info_span!("optimize", method = %o.method).entered();
         strat.optimize(&problem, &targets, o.seed)?
@@ -394,7 +458,7 @@ pub fn run_pipeline(
     let t0 = Instant::now();
     let resolve = |name: &str| registry.get(name);
     let cascade = CascadePlan::bind(&plan, tasks.clone(), resolve)?;
-    let out = CascadeExecutor::default().with_progress(o.progress).execute(&cascade, &input)?;
+    let out = CascadeExecutor::default().with_progress(o.progress).execute(&cascade, input)?;
     let result = pulled.finish(out.batch.clone())?;
     timings.insert("execution".into(), t0.elapsed().as_secs_f64());
 
@@ -404,7 +468,7 @@ pub fn run_pipeline(
         let mut gold = problem.to_plan_file(&problem.gold_plan());
         gold.logical = tasks.clone();
         let gcascade = CascadePlan::bind(&gold, tasks.clone(), resolve)?;
-        let gout = CascadeExecutor::default().with_progress(o.progress).execute(&gcascade, &input)?;
+        let gout = CascadeExecutor::default().with_progress(o.progress).execute(&gcascade, input)?;
         let map_cols: Vec<String> = tasks.iter().filter_map(|t| t.output.as_ref().map(|(c, _)| c.clone())).collect();
         let key = |batch: &RecordBatch, i: usize, row: usize| -> String {
             let mut k = row.to_string();
@@ -429,7 +493,9 @@ pub fn run_pipeline(
     } else {
         None
     };
-    timings.insert("total".into(), total.elapsed().as_secs_f64());
+    timings
+        .insert("total".into(), total.elapsed().as_secs_f64() + p.timings.get("prepare_total").copied().unwrap_or(0.0));
+    timings.remove("prepare_total");
 
     let rows = batch_rows(&result);
     Ok(QueryReport {
@@ -439,7 +505,7 @@ pub fn run_pipeline(
             None => o.dataset.clone(),
         },
         input_rows: n,
-        sample_rows: sample.len(),
+        sample_rows: p.sample_rows,
         targets: serde_json::json!({"precision": o.precision, "recall": o.recall, "credible": o.credible}),
         bounds: serde_json::json!({
             "precision": optimized.precision_lower_bound,
@@ -468,11 +534,7 @@ pub fn run_pipeline(
             cols
         },
         rows,
-        candidates: tasks
-            .iter()
-            .zip(&cands)
-            .map(|(t, ops)| (t.name.clone(), ops.iter().map(|o| o.name().to_string()).collect()))
-            .collect(),
+        candidates: p.candidates.clone(),
         files: vec![profile_path.display().to_string(), plan_path.display().to_string()],
     })
 }

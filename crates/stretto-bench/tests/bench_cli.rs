@@ -1,0 +1,46 @@
+//! Smoke runs of the experiments (`--scale tiny`: one movie query on 40 reviews).
+
+use std::process::Command;
+
+fn stretto(args: &[&str], dir: &std::path::Path) -> (bool, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_stretto"))
+        .args(args)
+        .current_dir(dir)
+        .env("STRETTO_MEMO_DIR", dir.join("memo"))
+        .env("STRETTO_KV_DIR", dir.join("kv"))
+        .output()
+        .expect("binary runs");
+    (out.status.success(), String::from_utf8_lossy(&out.stdout).into(), String::from_utf8_lossy(&out.stderr).into())
+}
+
+#[test]
+fn exp1_and_exp3_write_results_and_a_summary() {
+    let dir = tempfile::tempdir().unwrap();
+    for (exp, methods) in [("exp1", ["global", "lotus", "abacus"]), ("exp3", ["global", "local", "independent"])] {
+        let out = dir.path().join(exp);
+        let (ok, stdout, err) = stretto(&["bench", exp, "--scale", "tiny", "--out", out.to_str().unwrap()], dir.path());
+        assert!(ok, "{err}");
+        let csv = std::fs::read_to_string(out.join("results.csv")).unwrap();
+        // One query × 3 methods × 3 targets.
+        assert_eq!(csv.lines().count(), 1 + 9, "{csv}");
+        for m in methods {
+            assert!(csv.contains(&format!(",{m},")), "{m} missing in {csv}");
+            assert!(stdout.contains(&format!("| {m} |")), "{stdout}");
+        }
+        for line in csv.lines().skip(1) {
+            let precision: f64 = line.rsplit(',').nth(7).unwrap().parse().unwrap();
+            assert!((0.0..=1.0).contains(&precision), "{line}");
+        }
+    }
+}
+
+#[test]
+fn generated_queries_parse() {
+    let dir = tempfile::tempdir().unwrap();
+    let (ok, out, err) = stretto(&["bench", "queries", "--dataset", "email"], dir.path());
+    assert!(ok, "{err}");
+    assert!(out.lines().count() >= 10);
+    for q in out.lines() {
+        assert!(stretto_bench::query::parse_query(q).is_ok(), "{q}");
+    }
+}
