@@ -7,7 +7,7 @@
 //! - [`bridge`]: the label-bridge filter, an EfficientNet class posterior bridged to text embeddings;
 //! - [`caption`]: caption-bridge LLM filter and map, the image's classes written as the LLM's cached item.
 //!
-//! The VLM operator for the Hugging Face ONNX layout is not built yet.
+//! - [`vlm`]: a real vision-language model operator for models in the Hugging Face ONNX layout that users bring.
 //!
 //!
 //! ```
@@ -21,6 +21,7 @@
 
 pub mod bridge;
 pub mod caption;
+pub mod vlm;
 
 /// This crate's name as registered in the plugin registry.
 pub const PLUGIN: &str = "stretto-ops-image";
