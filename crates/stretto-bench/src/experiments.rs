@@ -45,6 +45,17 @@ pub struct Scale {
 }
 
 impl Scale {
+    /// This scale restricted to `datasets` (when any) and `queries` per dataset (when given).
+    pub fn with(mut self, datasets: Vec<String>, queries: Option<usize>) -> Self {
+        if !datasets.is_empty() {
+            self.datasets = datasets;
+        }
+        if let Some(q) = queries {
+            self.queries = q;
+        }
+        self
+    }
+
     /// `small` (CPU, within an hour) or `paper` (the published sizes).
     pub fn named(name: &str) -> Result<Self, Error> {
         let text = vec!["movie".to_string(), "email".into(), "ecommerce".into()];

@@ -221,6 +221,12 @@ enum BenchAction {
         /// tiny, small or paper.
         #[arg(long, default_value = "small")]
         scale: String,
+        /// Only these datasets (comma-separated), instead of the scale's.
+        #[arg(long, value_delimiter = ',')]
+        datasets: Vec<String>,
+        /// Queries per dataset, instead of the scale's.
+        #[arg(long)]
+        queries: Option<usize>,
         /// Output folder.
         #[arg(long, default_value = "bench/results/exp1")]
         out: PathBuf,
@@ -230,6 +236,12 @@ enum BenchAction {
         /// tiny, small or paper.
         #[arg(long, default_value = "small")]
         scale: String,
+        /// Only these datasets (comma-separated), instead of the scale's.
+        #[arg(long, value_delimiter = ',')]
+        datasets: Vec<String>,
+        /// Queries per dataset, instead of the scale's.
+        #[arg(long)]
+        queries: Option<usize>,
         /// Output folder.
         #[arg(long, default_value = "bench/results/exp3")]
         out: PathBuf,
@@ -463,14 +475,14 @@ fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
                         println!("{q}");
                     }
                 }
-                BenchAction::Exp1 { scale, out } => {
-                    let s = Scale::named(&scale).map_err(|e| e.to_string())?;
+                BenchAction::Exp1 { scale, datasets, queries, out } => {
+                    let s = Scale::named(&scale).map_err(|e| e.to_string())?.with(datasets, queries);
                     run_experiment("Experiment 1: Target Met", &["global", "lotus", "abacus"], &s, &out)
                         .map_err(|e| e.to_string())?;
                     print!("{}", std::fs::read_to_string(out.join("summary.md"))?);
                 }
-                BenchAction::Exp3 { scale, out } => {
-                    let s = Scale::named(&scale).map_err(|e| e.to_string())?;
+                BenchAction::Exp3 { scale, datasets, queries, out } => {
+                    let s = Scale::named(&scale).map_err(|e| e.to_string())?.with(datasets, queries);
                     run_experiment(
                         "Experiment 3: global vs local vs independent",
                         &["global", "local", "independent"],

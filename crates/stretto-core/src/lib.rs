@@ -56,6 +56,7 @@ pub mod exec;
 pub mod expr;
 pub mod format;
 pub mod memo;
+pub mod metrics;
 pub mod op;
 pub mod plan;
 pub mod table;

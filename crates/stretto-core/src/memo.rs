@@ -132,6 +132,15 @@ pub fn open_default(default_dir: &Path, operator: &str) -> Result<Option<Memo>> 
     }
 }
 
+/// [`open_default`], but a memo that cannot be opened only costs a warning: answers are then recomputed, never
+/// wrong.
+pub fn open_or_warn(default_dir: &Path, operator: &str) -> Option<Memo> {
+    open_default(default_dir, operator).unwrap_or_else(|e| {
+        tracing::warn!(operator, error = %e, "memo unavailable; answers are not kept");
+        None
+    })
+}
+
 /// Evaluates `task` on `items` through `memo`: memoised answers are reused, the rest are computed by `compute`
 /// (given the indices of the missing items, it returns their output and per-item seconds, in that order) and then
 /// memoised. Returns the output for every item and each item's cost in seconds.

@@ -8,23 +8,8 @@ use stretto_kv::decoder::{Decoder, Step, Want};
 use stretto_kv::models::default_home;
 use stretto_kv::tasks::filter_question;
 
-fn auc(s: &[f32], l: &[bool]) -> f64 {
-    let (mut p, mut w) = (0f64, 0f64);
-    for (a, la) in s.iter().zip(l) {
-        for (b, lb) in s.iter().zip(l) {
-            if *la && !*lb {
-                p += 1.0;
-                w += if a > b {
-                    1.0
-                } else if a == b {
-                    0.5
-                } else {
-                    0.0
-                };
-            }
-        }
-    }
-    w / p
+fn auc(scores: &[f32], labels: &[bool]) -> f64 {
+    stretto_core::metrics::auc(&scores.iter().map(|&s| s as f64).collect::<Vec<_>>(), labels)
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {

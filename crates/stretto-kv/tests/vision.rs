@@ -6,24 +6,8 @@ use stretto_core::datasets::Dataset;
 use stretto_kv::models::default_home;
 use stretto_kv::vision::{top_k, Classifier};
 
-/// Area under the ROC curve of `scores` against 0/1 `labels` (ties count half).
 fn auc(scores: &[f32], labels: &[bool]) -> f64 {
-    let (mut pairs, mut wins) = (0f64, 0f64);
-    for (s1, l1) in scores.iter().zip(labels) {
-        for (s0, l0) in scores.iter().zip(labels) {
-            if *l1 && !*l0 {
-                pairs += 1.0;
-                wins += if s1 > s0 {
-                    1.0
-                } else if s1 == s0 {
-                    0.5
-                } else {
-                    0.0
-                };
-            }
-        }
-    }
-    wins / pairs
+    stretto_core::metrics::auc(&scores.iter().map(|&s| s as f64).collect::<Vec<_>>(), labels)
 }
 
 #[test]

@@ -5,23 +5,8 @@ use arrow::datatypes::Int64Type;
 use stretto_core::datasets::Dataset;
 use stretto_kv::decoder::{Step, Want};
 
-fn auc(s: &[f32], l: &[bool]) -> f64 {
-    let (mut p, mut w) = (0f64, 0f64);
-    for (a, la) in s.iter().zip(l) {
-        for (b, lb) in s.iter().zip(l) {
-            if *la && !*lb {
-                p += 1.0;
-                w += if a > b {
-                    1.0
-                } else if a == b {
-                    0.5
-                } else {
-                    0.0
-                };
-            }
-        }
-    }
-    w / p
+fn auc(scores: &[f32], labels: &[bool]) -> f64 {
+    stretto_core::metrics::auc(&scores.iter().map(|&s| s as f64).collect::<Vec<_>>(), labels)
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {

@@ -11,7 +11,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 
 use arrow::array::RecordBatch;
-use stretto_core::memo::{memo_key, memoised, open_default, Memo, MemoEntry};
+use stretto_core::memo::{memo_key, memoised, open_or_warn, Memo, MemoEntry};
 use stretto_core::op::{LogicalKind, Modality, OpOutput, OpProperties, OperatorFactory, PhysicalOp, SemanticTask};
 use stretto_core::{CoreError, Result};
 use stretto_kv::embed::cosine;
@@ -134,12 +134,7 @@ impl LabelBridge {
     fn memos(&self) -> (Option<&Memo>, Option<&Memo>, Option<&Memo>) {
         let (a, b, c) = self.memo.get_or_init(|| {
             let dir = stretto_kv::models::default_home().join("memo");
-            let open = |n: &str| {
-                open_default(&dir, n).unwrap_or_else(|e| {
-                    tracing::warn!(error = %e, "memo unavailable");
-                    None
-                })
-            };
+            let open = |n: &str| open_or_warn(&dir, n);
             (
                 open(&self.name),
                 open("efficientnet-lite0.classes"),

@@ -6,7 +6,7 @@
 
 use std::sync::{Arc, OnceLock};
 
-use stretto_core::memo::{open_default, Memo};
+use stretto_core::memo::{open_or_warn, Memo};
 use stretto_core::op::{LogicalKind, Modality, OperatorFactory, PhysicalOp};
 use stretto_core::{CoreError, Result};
 use stretto_ops_text::llm::{ladder_models, Bridge, LlmConfig, LlmOp};
@@ -24,15 +24,8 @@ pub fn caption(classes: &Classes) -> String {
 
 fn classes_memo() -> Option<&'static Memo> {
     static MEMO: OnceLock<Option<Memo>> = OnceLock::new();
-    MEMO.get_or_init(|| {
-        open_default(&stretto_kv::models::default_home().join("memo"), "efficientnet-lite0.classes").unwrap_or_else(
-            |e| {
-                tracing::warn!(error = %e, "memo unavailable");
-                None
-            },
-        )
-    })
-    .as_ref()
+    MEMO.get_or_init(|| open_or_warn(&stretto_kv::models::default_home().join("memo"), "efficientnet-lite0.classes"))
+        .as_ref()
 }
 
 /// The bridge: image paths → captions.

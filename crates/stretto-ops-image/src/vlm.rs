@@ -18,7 +18,7 @@ use std::time::Instant;
 use arrow::array::RecordBatch;
 use ort::session::Session;
 use ort::value::Tensor;
-use stretto_core::memo::{memoised, open_default, Memo};
+use stretto_core::memo::{memoised, open_or_warn, Memo};
 use stretto_core::op::{LogicalKind, Modality, OpOutput, OpProperties, OperatorFactory, PhysicalOp, SemanticTask};
 use stretto_core::{CoreError, Result};
 use tokenizers::Tokenizer;
@@ -302,9 +302,7 @@ impl PhysicalOp for VlmFilter {
             return Err(CoreError::operator(&self.name, "the VLM operator implements filters"));
         }
         let items = task.item_texts(batch)?;
-        let memo = self
-            .memo
-            .get_or_init(|| open_default(&stretto_kv::models::default_home().join("memo"), &self.name).unwrap_or(None));
+        let memo = self.memo.get_or_init(|| open_or_warn(&stretto_kv::models::default_home().join("memo"), &self.name));
         let question = stretto_ops_text::llm::about(&task.prompt, "the image");
         let question = format!(" Is it true that {}? Answer yes or no.", question.trim().trim_end_matches(['.', '?']));
         memoised(memo.as_ref(), &self.name, task, &items, |missing| {

@@ -14,7 +14,7 @@ use std::time::Instant;
 
 use arrow::array::RecordBatch;
 use regex::{Regex, RegexBuilder};
-use stretto_core::memo::{memo_key, memoised, open_default, Memo, MemoEntry};
+use stretto_core::memo::{memo_key, memoised, open_or_warn, Memo, MemoEntry};
 use stretto_core::op::{
     LogicalKind, Modality, OpOutput, OpProperties, OperatorFactory, PhysicalOp, SemanticTask, ValueType,
 };
@@ -173,14 +173,7 @@ impl CodegenMap {
     }
 
     fn memo(&self) -> Option<&Memo> {
-        self.memo
-            .get_or_init(|| {
-                open_default(&stretto_kv::models::default_home().join("memo"), &self.name).unwrap_or_else(|e| {
-                    tracing::warn!(error = %e, "memo unavailable");
-                    None
-                })
-            })
-            .as_ref()
+        self.memo.get_or_init(|| open_or_warn(&stretto_kv::models::default_home().join("memo"), &self.name)).as_ref()
     }
 
     /// The program for a task: fixed, memoised, or synthesised (with repairs) from sample items.

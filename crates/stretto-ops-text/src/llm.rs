@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, OnceLock};
 
 use arrow::array::RecordBatch;
-use stretto_core::memo::{memoised, open_default, Memo};
+use stretto_core::memo::{memoised, open_or_warn, Memo};
 use stretto_core::op::{
     LogicalKind, Modality, OpOutput, OpProperties, OperatorFactory, PhysicalOp, SemanticTask, ValueType,
 };
@@ -158,15 +158,7 @@ impl LlmOp {
     }
 
     fn memo(&self) -> Option<&Memo> {
-        self.memo
-            .get_or_init(|| match open_default(&stretto_kv::models::default_home().join("memo"), &self.name) {
-                Ok(m) => m,
-                Err(e) => {
-                    tracing::warn!(operator = %self.name, error = %e, "memo unavailable; answers are not kept");
-                    None
-                }
-            })
-            .as_ref()
+        self.memo.get_or_init(|| open_or_warn(&stretto_kv::models::default_home().join("memo"), &self.name)).as_ref()
     }
 }
 

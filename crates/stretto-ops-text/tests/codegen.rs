@@ -40,21 +40,37 @@ fn reports() -> (arrow::array::RecordBatch, Vec<Option<i64>>) {
     (stretto_core::table::qualify("reports", &batch).unwrap(), labels)
 }
 
-fn accuracy(op: &dyn PhysicalOp) -> f64 {
-    let (batch, labels) = reports();
-    let task = SemanticTask::map(
-        "num_points_winner",
-        "Extract the number of points scored by the winning team from {reports.report}",
-        "num_points_winner",
-        ValueType::Integer,
-    );
-    let OpOutput::Values { values, .. } = op.evaluate(&task, &batch).unwrap() else { panic!("not values") };
+/// Share of labelled items whose extracted integer equals the label.
+fn accuracy(
+    op: &dyn PhysicalOp,
+    (batch, labels): (arrow::array::RecordBatch, Vec<Option<i64>>),
+    task: &SemanticTask,
+) -> f64 {
+    let OpOutput::Values { values, .. } = op.evaluate(task, &batch).unwrap() else { panic!("not values") };
     let right = values
         .iter()
         .zip(&labels)
         .filter(|(v, l)| l.is_some() && v.as_deref().and_then(|v| v.parse().ok()) == **l)
         .count();
     right as f64 / labels.iter().filter(|l| l.is_some()).count() as f64
+}
+
+fn winner_points() -> SemanticTask {
+    SemanticTask::map(
+        "num_points_winner",
+        "Extract the number of points scored by the winning team from {reports.report}",
+        "num_points_winner",
+        ValueType::Integer,
+    )
+}
+
+fn email_year() -> SemanticTask {
+    SemanticTask::map(
+        "num_year",
+        "Extract the year in the Date header of {emails.text}",
+        "num_year",
+        ValueType::Integer,
+    )
 }
 
 #[test]
@@ -65,7 +81,7 @@ fn a_fixed_extractor_runs_sandboxed_on_real_reports() {
     let op = registry
         .build("codegen-map", &serde_json::json!({"program": r"(?:^|[^(\d])(\d{2,3}) - \d{2,3}(?:[^)\d]|$)"}))
         .unwrap();
-    let acc = accuracy(op.as_ref());
+    let acc = accuracy(op.as_ref(), reports(), &winner_points());
     eprintln!("fixed extractor: {acc:.3} of the labelled reports among the first {N}");
     assert!(acc >= 0.8, "{acc}");
     let bad = registry.build("codegen-map", &serde_json::json!({"program": r"(?{ system('id') })"}));
@@ -77,12 +93,7 @@ fn a_fixed_extractor_runs_sandboxed_on_real_reports() {
 fn synthesis_log() {
     setup();
     let (batch, _) = emails();
-    let task = SemanticTask::map(
-        "num_year",
-        "Extract the year in the Date header of {emails.text}",
-        "num_year",
-        ValueType::Integer,
-    );
+    let task = email_year();
     let items = task.item_texts(&batch).unwrap();
     let cfg: stretto_ops_text::codegen::CodegenConfig = serde_json::from_value(serde_json::json!({})).unwrap();
     let (p, log) = stretto_ops_text::codegen::synthesize(&cfg, &task, &items[..3]).unwrap();
@@ -107,30 +118,13 @@ fn emails() -> (arrow::array::RecordBatch, Vec<Option<i64>>) {
     (stretto_core::table::qualify("emails", &batch).unwrap(), labels)
 }
 
-fn email_accuracy(op: &dyn PhysicalOp) -> f64 {
-    let (batch, labels) = emails();
-    let task = SemanticTask::map(
-        "num_year",
-        "Extract the year in the Date header of {emails.text}",
-        "num_year",
-        ValueType::Integer,
-    );
-    let OpOutput::Values { values, .. } = op.evaluate(&task, &batch).unwrap() else { panic!("not values") };
-    let right = values
-        .iter()
-        .zip(&labels)
-        .filter(|(v, l)| l.is_some() && v.as_deref().and_then(|v| v.parse().ok()) == **l)
-        .count();
-    right as f64 / labels.iter().filter(|l| l.is_some()).count() as f64
-}
-
 #[test]
 #[ignore = "needs qwen2.5-coder-0.5b; run with --ignored"]
 fn the_coder_writes_a_header_extractor() {
     setup();
     let registry = Registry::discover().unwrap();
     let op = registry.get("codegen:qwen2.5-coder-0.5b").unwrap();
-    let acc = email_accuracy(op.as_ref());
+    let acc = accuracy(op.as_ref(), emails(), &email_year());
     eprintln!("generated email-year extractor: {acc:.3} of {N} emails");
     assert!(acc >= 0.8, "{acc}");
 }

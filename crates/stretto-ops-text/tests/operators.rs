@@ -4,6 +4,7 @@ use arrow::array::{Array, AsArray, RecordBatch};
 use arrow::compute::kernels::take::take_record_batch;
 use arrow::datatypes::Int64Type;
 use stretto_core::datasets::Dataset;
+use stretto_core::metrics::auc;
 use stretto_core::op::{LogicalKind, OpOutput, Registry, SemanticTask, ValueType};
 
 fn setup() {
@@ -30,25 +31,6 @@ fn reviews(n: usize) -> (RecordBatch, Vec<bool>) {
 fn prepared(model: Option<&String>) -> bool {
     let home = stretto_kv::models::default_home();
     model.is_none_or(|m| m.split('+').all(|m| stretto_kv::models::is_present(&home, m)))
-}
-
-fn auc(s: &[f64], l: &[bool]) -> f64 {
-    let (mut p, mut w) = (0f64, 0f64);
-    for (a, la) in s.iter().zip(l) {
-        for (b, lb) in s.iter().zip(l) {
-            if *la && !*lb {
-                p += 1.0;
-                w += if a > b {
-                    1.0
-                } else if a == b {
-                    0.5
-                } else {
-                    0.0
-                };
-            }
-        }
-    }
-    w / p
 }
 
 #[test]
