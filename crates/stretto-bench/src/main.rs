@@ -231,6 +231,21 @@ enum BenchAction {
         #[arg(long, default_value = "bench/results/exp1")]
         out: PathBuf,
     },
+    /// Runtime and quality of every KV profile on single-filter queries; global with vs without compressed rungs.
+    Exp2 {
+        /// tiny, small or paper.
+        #[arg(long, default_value = "small")]
+        scale: String,
+        /// Only these datasets (comma-separated), instead of the scale's.
+        #[arg(long, value_delimiter = ',')]
+        datasets: Vec<String>,
+        /// Queries per dataset, instead of the scale's.
+        #[arg(long)]
+        queries: Option<usize>,
+        /// Output folder.
+        #[arg(long, default_value = "bench/results/exp2")]
+        out: PathBuf,
+    },
     /// global vs local vs independent.
     Exp3 {
         /// tiny, small or paper.
@@ -480,6 +495,10 @@ fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
                     run_experiment("Experiment 1: Target Met", &["global", "lotus", "abacus"], &s, &out)
                         .map_err(|e| e.to_string())?;
                     print!("{}", std::fs::read_to_string(out.join("summary.md"))?);
+                }
+                BenchAction::Exp2 { scale, datasets, queries, out } => {
+                    let s = Scale::named(&scale).map_err(|e| e.to_string())?.with(datasets, queries);
+                    print!("{}", stretto_bench::experiments::run_exp2(&s, &out).map_err(|e| e.to_string())?);
                 }
                 BenchAction::Exp3 { scale, datasets, queries, out } => {
                     let s = Scale::named(&scale).map_err(|e| e.to_string())?.with(datasets, queries);

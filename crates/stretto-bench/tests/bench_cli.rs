@@ -35,6 +35,20 @@ fn exp1_and_exp3_write_results_and_a_summary() {
 }
 
 #[test]
+fn exp2_measures_every_profile_and_the_speedup() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("exp2");
+    let (ok, stdout, err) = stretto(&["bench", "exp2", "--scale", "tiny", "--out", out.to_str().unwrap()], dir.path());
+    assert!(ok, "{err}");
+    assert!(stdout.contains("speedup (execution)"), "{stdout}");
+    let points = std::fs::read_to_string(out.join("profiles.csv")).unwrap();
+    // Every profiled operator of the single filter: 3 SmolLM2 rungs, MiniLM, keyword.
+    assert_eq!(points.lines().count(), 1 + 5, "{points}");
+    assert!(points.contains("-0.50,") && points.contains("-0.80,"));
+    assert_eq!(std::fs::read_to_string(out.join("speedup.csv")).unwrap().lines().count(), 2);
+}
+
+#[test]
 fn generated_queries_parse() {
     let dir = tempfile::tempdir().unwrap();
     let (ok, out, err) = stretto(&["bench", "queries", "--dataset", "email"], dir.path());
