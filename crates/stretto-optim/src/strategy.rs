@@ -143,8 +143,10 @@ pub fn strategy(name: &str) -> Result<Box<dyn Strategy>> {
     })
 }
 
+/// The gold plan, its stages ordered like any other plan: a fallback must not pay for a worse order than the `gold`
+/// strategy itself would (the decisions, and so the result, are the same in any order).
 fn gold_result(problem: &Problem, why: Option<String>) -> Optimized {
-    let plan = problem.gold_plan();
+    let plan = order_plan(problem, &problem.gold_plan(), &problem.all_rows());
     let cost = problem.evaluate(&plan, &problem.all_rows()).cost_per_tuple();
     Optimized {
         plan,
@@ -165,10 +167,7 @@ impl Strategy for Gold {
         "gold"
     }
     fn optimize(&self, problem: &Problem, _: &Targets, _: u64) -> Result<Optimized> {
-        let mut g = gold_result(problem, None);
-        g.plan = order_plan(problem, &g.plan, &problem.all_rows());
-        g.cost_per_tuple = problem.evaluate(&g.plan, &problem.all_rows()).cost_per_tuple();
-        Ok(g)
+        Ok(gold_result(problem, None))
     }
 }
 
@@ -454,10 +453,7 @@ fn certified_search(
     let gold = order_plan(problem, &problem.gold_plan(), &all);
     if problem.evaluate(&gold, &all).cost_per_tuple() <= cost {
         // Gold is exact and needs no certificate: a certified plan that is no cheaper has nothing to offer.
-        let mut g = gold_result(problem, None);
-        g.cost_per_tuple = problem.evaluate(&gold, &all).cost_per_tuple();
-        g.plan = gold;
-        return Ok(g);
+        return Ok(gold_result(problem, None));
     }
     Ok(Optimized {
         cost_per_tuple: cost,
