@@ -205,6 +205,28 @@ enum ModelsAction {
     },
 }
 
+/// How big an experiment runs.
+#[derive(clap::Args, Debug)]
+struct ScaleArgs {
+    /// tiny, small or paper.
+    #[arg(long, default_value = "small")]
+    scale: String,
+    /// Only these datasets (comma-separated), instead of the scale's.
+    #[arg(long, value_delimiter = ',')]
+    datasets: Vec<String>,
+    /// Queries per dataset, instead of the scale's.
+    #[arg(long)]
+    queries: Option<usize>,
+}
+
+impl ScaleArgs {
+    fn scale(self) -> Result<stretto_bench::experiments::Scale, String> {
+        Ok(stretto_bench::experiments::Scale::named(&self.scale)
+            .map_err(|e| e.to_string())?
+            .with(self.datasets, self.queries))
+    }
+}
+
 #[derive(Subcommand, Debug)]
 enum BenchAction {
     /// Print the generated queries of a dataset (published pools and shapes, seed 42).
@@ -218,45 +240,24 @@ enum BenchAction {
     },
     /// Target Met and cost of global, lotus and abacus at targets 0.5 / 0.7 / 0.9.
     Exp1 {
-        /// tiny, small or paper.
-        #[arg(long, default_value = "small")]
-        scale: String,
-        /// Only these datasets (comma-separated), instead of the scale's.
-        #[arg(long, value_delimiter = ',')]
-        datasets: Vec<String>,
-        /// Queries per dataset, instead of the scale's.
-        #[arg(long)]
-        queries: Option<usize>,
+        #[command(flatten)]
+        size: ScaleArgs,
         /// Output folder.
         #[arg(long, default_value = "bench/results/exp1")]
         out: PathBuf,
     },
     /// Runtime and quality of every KV profile on single-filter queries; global with vs without compressed rungs.
     Exp2 {
-        /// tiny, small or paper.
-        #[arg(long, default_value = "small")]
-        scale: String,
-        /// Only these datasets (comma-separated), instead of the scale's.
-        #[arg(long, value_delimiter = ',')]
-        datasets: Vec<String>,
-        /// Queries per dataset, instead of the scale's.
-        #[arg(long)]
-        queries: Option<usize>,
+        #[command(flatten)]
+        size: ScaleArgs,
         /// Output folder.
         #[arg(long, default_value = "bench/results/exp2")]
         out: PathBuf,
     },
     /// global vs local vs independent.
     Exp3 {
-        /// tiny, small or paper.
-        #[arg(long, default_value = "small")]
-        scale: String,
-        /// Only these datasets (comma-separated), instead of the scale's.
-        #[arg(long, value_delimiter = ',')]
-        datasets: Vec<String>,
-        /// Queries per dataset, instead of the scale's.
-        #[arg(long)]
-        queries: Option<usize>,
+        #[command(flatten)]
+        size: ScaleArgs,
         /// Output folder.
         #[arg(long, default_value = "bench/results/exp3")]
         out: PathBuf,
@@ -483,25 +484,25 @@ fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
         }
         Command::Kv { action } => run_kv(action)?,
         Command::Bench { action } => {
-            use stretto_bench::experiments::{generate_queries, run_experiment, Scale};
+            use stretto_bench::experiments::{generate_queries, run_experiment};
             match action {
                 BenchAction::Queries { dataset, images } => {
                     for q in generate_queries(&dataset, 42, !images).map_err(|e| e.to_string())? {
                         println!("{q}");
                     }
                 }
-                BenchAction::Exp1 { scale, datasets, queries, out } => {
-                    let s = Scale::named(&scale).map_err(|e| e.to_string())?.with(datasets, queries);
+                BenchAction::Exp1 { size, out } => {
+                    let s = size.scale()?;
                     run_experiment("Experiment 1: Target Met", &["global", "lotus", "abacus"], &s, &out)
                         .map_err(|e| e.to_string())?;
                     print!("{}", std::fs::read_to_string(out.join("summary.md"))?);
                 }
-                BenchAction::Exp2 { scale, datasets, queries, out } => {
-                    let s = Scale::named(&scale).map_err(|e| e.to_string())?.with(datasets, queries);
+                BenchAction::Exp2 { size, out } => {
+                    let s = size.scale()?;
                     print!("{}", stretto_bench::experiments::run_exp2(&s, &out).map_err(|e| e.to_string())?);
                 }
-                BenchAction::Exp3 { scale, datasets, queries, out } => {
-                    let s = Scale::named(&scale).map_err(|e| e.to_string())?.with(datasets, queries);
+                BenchAction::Exp3 { size, out } => {
+                    let s = size.scale()?;
                     run_experiment(
                         "Experiment 3: global vs local vs independent",
                         &["global", "local", "independent"],

@@ -1,17 +1,7 @@
 //! Smoke runs of the experiments (`--scale tiny`: one movie query on 40 reviews).
 
-use std::process::Command;
-
-fn stretto(args: &[&str], dir: &std::path::Path) -> (bool, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_stretto"))
-        .args(args)
-        .current_dir(dir)
-        .env("STRETTO_MEMO_DIR", dir.join("memo"))
-        .env("STRETTO_KV_DIR", dir.join("kv"))
-        .output()
-        .expect("binary runs");
-    (out.status.success(), String::from_utf8_lossy(&out.stdout).into(), String::from_utf8_lossy(&out.stderr).into())
-}
+mod common;
+use common::stretto;
 
 #[test]
 fn exp1_and_exp3_write_results_and_a_summary() {

@@ -1,17 +1,7 @@
 //! `stretto query` end to end on a CI-sized slice (SmolLM2-135M + MiniLM), and its input validation.
 
-use std::process::Command;
-
-fn stretto(args: &[&str], dir: &std::path::Path) -> (bool, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_stretto"))
-        .args(args)
-        .current_dir(dir)
-        .env("STRETTO_MEMO_DIR", dir.join("memo"))
-        .env("STRETTO_KV_DIR", dir.join("kv"))
-        .output()
-        .expect("binary runs");
-    (out.status.success(), String::from_utf8_lossy(&out.stdout).into(), String::from_utf8_lossy(&out.stderr).into())
-}
+mod common;
+use common::stretto;
 
 #[test]
 fn a_two_operator_query_meets_its_certified_targets_or_says_why() {
