@@ -5,8 +5,9 @@
 //! those of a content-free item ("N/A") so that its sign means something for small models; a map decodes
 //! greedily and reports the answer's probability as its confidence, normalised to the output type.
 
+use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use arrow::array::RecordBatch;
 use stretto_core::memo::{memoised, open_or_warn, Memo};
@@ -89,6 +90,8 @@ pub struct LlmOp {
     source: PastSource,
     memo: OnceLock<Option<Memo>>,
     bridge: Option<Bridge>,
+    /// Calibration log-odds per question: one question pass each, not one per batch.
+    baselines: Mutex<HashMap<String, f64>>,
 }
 
 /// Turns items that are not text (image paths) into the text an LLM reads, with the seconds each took.
@@ -143,7 +146,15 @@ impl LlmOp {
             score_range: if kind == LogicalKind::Filter { (-10.0, 10.0) } else { (0.0, 1.0) },
         };
         let kv_dir = config.kv_dir.clone().unwrap_or_else(default_kv_dir);
-        Ok(Self { name, props, source: PastSource::new(profile, kv_dir), config, memo: OnceLock::new(), bridge: None })
+        Ok(Self {
+            name,
+            props,
+            source: PastSource::new(profile, kv_dir),
+            config,
+            memo: OnceLock::new(),
+            bridge: None,
+            baselines: Mutex::default(),
+        })
     }
 
     /// An LLM operator over items that a bridge first turns into text (e.g. an image into its caption).
@@ -155,6 +166,19 @@ impl LlmOp {
         op.props.modality = bridge.modality;
         op.bridge = Some(bridge);
         Ok(op)
+    }
+
+    /// The log-odds of the content-free item for question `q`, computed once per question.
+    fn baseline(&self, dec: &stretto_kv::Decoder, q: &str, answers: (u32, u32)) -> Result<f64> {
+        let mut cache =
+            self.baselines.lock().map_err(|_| CoreError::operator(&self.name, "calibration lock poisoned"))?;
+        if let Some(b) = cache.get(q) {
+            return Ok(*b);
+        }
+        let (base, _) = stretto_kv::tasks::filter_scores(dec, &self.source, &[CONTENT_FREE.to_string()], q, answers, 1)
+            .map_err(kv_err(&self.name))?;
+        cache.insert(q.to_string(), base[0]);
+        Ok(base[0])
     }
 
     fn memo(&self) -> Option<&Memo> {
@@ -242,16 +266,8 @@ impl PhysicalOp for LlmOp {
                             .map_err(kv_err(&self.name))?;
                     // Contextual calibration: small models lean to one answer whatever the item; the log-odds of a
                     // content-free item measure that lean, and subtracting it centres the gold rule (score > 0).
-                    let (base, _) = stretto_kv::tasks::filter_scores(
-                        &dec,
-                        &self.source,
-                        &[CONTENT_FREE.to_string()],
-                        &q,
-                        (yes, no),
-                        1,
-                    )
-                    .map_err(kv_err(&self.name))?;
-                    Ok((OpOutput::Scores(scores.into_iter().map(|s| s - base[0]).collect()), add(secs)))
+                    let base = self.baseline(&dec, &q, (yes, no))?;
+                    Ok((OpOutput::Scores(scores.into_iter().map(|s| s - base).collect()), add(secs)))
                 }
                 LogicalKind::Map => {
                     let ty = task.output.as_ref().map(|o| o.1).unwrap_or(ValueType::String);
