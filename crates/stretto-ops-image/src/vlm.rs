@@ -2,7 +2,8 @@
 //! available from the package registries).
 //!
 //! The layout, as exported by optimum / transformers.js for VLMs such as SmolVLM: a vision encoder
-//! (`pixel_values` → `image_features`), a token embedder (`input_ids` → `inputs_embeds`) and a decoder over
+//! (`pixel_values` as `[1, 3, H, W]` or `[1, images, 3, H, W]`, with `pixel_attention_mask` when the graph asks for
+//! it → `image_features`), a token embedder (`input_ids` → `inputs_embeds`) and a decoder over
 //! `inputs_embeds` with KV past (`attention_mask`, `position_ids`, `past_key_values.{i}.key|value` → `logits`,
 //! `present.{i}.key|value`). A `stretto-vlm.json` in the model folder names the files and the facts that differ
 //! between models ([`VlmSpec`]).
@@ -16,7 +17,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Instant;
 
 use arrow::array::RecordBatch;
-use ort::session::Session;
+use ort::session::{Session, SessionInputValue};
 use ort::value::Tensor;
 use stretto_core::memo::{memoised, open_or_warn, Memo};
 use stretto_core::op::{LogicalKind, Modality, OpOutput, OpProperties, OperatorFactory, PhysicalOp, SemanticTask};
@@ -60,8 +61,49 @@ pub struct VlmSpec {
     pub no: String,
 }
 
+/// How the vision encoder takes its image, read from the graph: `pixel_values` as `[batch, 3, H, W]` or, as
+/// SmolVLM/Idefics3 exports do, `[batch, images, 3, H, W]`, possibly with a `pixel_attention_mask`
+/// `[batch, images, H, W]` (all true for one unpadded image).
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct VisionInputs {
+    five_d: bool,
+    mask: bool,
+}
+
+impl VisionInputs {
+    fn of(session: &Session) -> Result<Self> {
+        let mut out = Self { five_d: false, mask: false };
+        let mut pixels = false;
+        for input in session.inputs() {
+            match input.name() {
+                "pixel_values" => {
+                    pixels = true;
+                    let rank = input.dtype().tensor_shape().map_or(4, |s| s.len());
+                    out.five_d = match rank {
+                        4 => false,
+                        5 => true,
+                        r => return Err(err(format!("pixel_values has rank {r}; expected 4 or 5"))),
+                    };
+                }
+                "pixel_attention_mask" => out.mask = true,
+                other => {
+                    return Err(err(format!(
+                        "the vision encoder has an input `{other}`; only pixel_values and pixel_attention_mask are \
+                         supported"
+                    )))
+                }
+            }
+        }
+        if !pixels {
+            return Err(err("the vision encoder has no `pixel_values` input"));
+        }
+        Ok(out)
+    }
+}
+
 struct Loaded {
     spec: VlmSpec,
+    vision_inputs: VisionInputs,
     vision: Mutex<Session>,
     embed: Mutex<Session>,
     decoder: Mutex<Session>,
@@ -105,10 +147,13 @@ impl Loaded {
                 _ => Err(err(format!("answer `{t}` is {} tokens, not one", ids.len()))),
             }
         };
+        let vision = session(&spec.vision)?;
+        let vision_inputs = VisionInputs::of(&*vision.lock().map_err(|_| err("vision encoder poisoned"))?)?;
         Ok(Self {
             yes: single(&spec.yes)?,
             no: single(&spec.no)?,
-            vision: session(&spec.vision)?,
+            vision_inputs,
+            vision,
             embed: session(&spec.embed)?,
             decoder: session(&spec.decoder)?,
             tokenizer,
@@ -190,9 +235,15 @@ impl Loaded {
         let pixels = self.pixels(image)?;
         let features = {
             let mut v = self.vision.lock().map_err(|_| err("vision encoder poisoned"))?;
-            let out = v
-                .run(ort::inputs!["pixel_values" => Tensor::from_array((vec![1, 3, s, s], pixels)).map_err(err)?])
-                .map_err(err)?;
+            let VisionInputs { five_d, mask } = self.vision_inputs;
+            let shape = if five_d { vec![1, 1, 3, s, s] } else { vec![1, 3, s, s] };
+            let mut inputs: Vec<(String, SessionInputValue<'_>)> =
+                vec![("pixel_values".into(), Tensor::from_array((shape, pixels)).map_err(err)?.into())];
+            if mask {
+                let m = Tensor::from_array((vec![1, 1, s, s], vec![true; s * s])).map_err(err)?;
+                inputs.push(("pixel_attention_mask".into(), m.into()));
+            }
+            let out = v.run(inputs).map_err(err)?;
             out["image_features"].try_extract_tensor::<f32>().map_err(err)?.1.to_vec()
         };
         let (mut embeds, mut len) = self.embed(&self.spec.prompt_prefix)?;

@@ -18,12 +18,41 @@ fn values(n: usize, seed: u32) -> Vec<f32> {
     (0..n).map(|i| (((i as u32).wrapping_mul(2654435761u32) ^ seed) % 1000) as f32 / 500.0 - 1.0).collect()
 }
 
-fn write_model(dir: &Path) {
+/// How the generated vision encoder takes its pixels.
+#[derive(Clone, Copy, PartialEq)]
+enum Pixels {
+    /// `[1, 3, S, S]`.
+    Four,
+    /// `[1, images, 3, S, S]` with a `pixel_attention_mask`, as SmolVLM exports.
+    FiveWithMask,
+}
+
+fn write_model(dir: &Path, pixels: Pixels) {
     let v = WORDS.len() as i64;
     // Vision encoder: per-channel mean → linear map to N_IMG tokens of D.
     let mut b = GraphBuilder::new(&dir.join("vision.onnx.data")).unwrap();
-    let px = b.input("pixel_values", dtype::FLOAT, &[Dim::Fixed(1), Dim::Fixed(3), Dim::Fixed(SIDE), Dim::Fixed(SIDE)]);
-    let m = b.op("ReduceMean", &[&px], vec![Attr::ints("axes", &[2, 3]), Attr::int("keepdims", 0)]);
+    let side = [Dim::Fixed(SIDE), Dim::Fixed(SIDE)];
+    let m = match pixels {
+        Pixels::Four => {
+            let px = b.input("pixel_values", dtype::FLOAT, &[&[Dim::Fixed(1), Dim::Fixed(3)][..], &side].concat());
+            b.op("ReduceMean", &[&px], vec![Attr::ints("axes", &[2, 3]), Attr::int("keepdims", 0)])
+        }
+        Pixels::FiveWithMask => {
+            let px = b.input(
+                "pixel_values",
+                dtype::FLOAT,
+                &[&[Dim::Fixed(1), Dim::Sym("images"), Dim::Fixed(3)][..], &side].concat(),
+            );
+            let mask =
+                b.input("pixel_attention_mask", dtype::BOOL, &[&[Dim::Fixed(1), Dim::Sym("images")][..], &side].concat());
+            // [1, images, 3] → mean over the images → [1, 3]; the mask must be consumed and must be all true:
+            // the features are scaled by its mean.
+            let m = b.op("ReduceMean", &[&px], vec![Attr::ints("axes", &[1, 3, 4]), Attr::int("keepdims", 0)]);
+            let mf = b.op("Cast", &[&mask], vec![Attr::int("to", dtype::FLOAT as i64)]);
+            let mm = b.op("ReduceMean", &[&mf], vec![Attr::int("keepdims", 0)]);
+            b.op("Mul", &[&m, &mm], vec![])
+        }
+    };
     let w = b.weight("wv", &[3, N_IMG * D], &values((3 * N_IMG * D) as usize, 7)).unwrap();
     let f = b.op("MatMul", &[&m, &w], vec![]);
     let shape = b.ints(&[N_IMG, D]).unwrap();
@@ -89,11 +118,20 @@ fn write_image(path: &Path, rgb: [u8; 3]) {
 
 #[test]
 fn a_vlm_in_the_hugging_face_layout_scores_images() {
+    scores_images(Pixels::Four);
+}
+
+#[test]
+fn five_dimensional_pixel_inputs_with_an_attention_mask_are_fed() {
+    scores_images(Pixels::FiveWithMask);
+}
+
+fn scores_images(pixels: Pixels) {
     stretto_ops_image::link();
     let dir = tempfile::tempdir().unwrap();
-    // SAFETY: set before any operator of this binary reads it.
+    // SAFETY: set before any operator of this binary reads it (both tests set the same value).
     unsafe { std::env::set_var(stretto_core::memo::MEMO_DIR_ENV, "off") };
-    write_model(dir.path());
+    write_model(dir.path(), pixels);
     let red = dir.path().join("red.png");
     let blue = dir.path().join("blue.png");
     write_image(&red, [250, 10, 10]);
