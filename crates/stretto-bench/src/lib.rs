@@ -15,4 +15,5 @@
 pub mod commands;
 pub mod experiments;
 pub mod kv;
+pub mod plots;
 pub mod query;

@@ -262,6 +262,14 @@ enum BenchAction {
         #[arg(long, default_value = "bench/results/exp3")]
         out: PathBuf,
     },
+    /// Experiments 1 and 3 on shared profiles, experiment 2, and a summary beside the published figures.
+    All {
+        #[command(flatten)]
+        size: ScaleArgs,
+        /// Output folder (exp1/, exp2/, exp3/, summary.md).
+        #[arg(long, default_value = "bench/results")]
+        out: PathBuf,
+    },
 }
 
 #[derive(Subcommand, Debug)]
@@ -484,7 +492,7 @@ fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
         }
         Command::Kv { action } => run_kv(action)?,
         Command::Bench { action } => {
-            use stretto_bench::experiments::{generate_queries, run_experiment};
+            use stretto_bench::experiments::{generate_queries, run_experiment, EXP1_METHODS, EXP3_METHODS};
             match action {
                 BenchAction::Queries { dataset, images } => {
                     for q in generate_queries(&dataset, 42, !images).map_err(|e| e.to_string())? {
@@ -493,24 +501,22 @@ fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
                 }
                 BenchAction::Exp1 { size, out } => {
                     let s = size.scale()?;
-                    run_experiment("Experiment 1: Target Met", &["global", "lotus", "abacus"], &s, &out)
-                        .map_err(|e| e.to_string())?;
+                    run_experiment("Experiment 1: Target Met", &EXP1_METHODS, &s, &out).map_err(|e| e.to_string())?;
                     print!("{}", std::fs::read_to_string(out.join("summary.md"))?);
                 }
                 BenchAction::Exp2 { size, out } => {
                     let s = size.scale()?;
-                    print!("{}", stretto_bench::experiments::run_exp2(&s, &out).map_err(|e| e.to_string())?);
+                    print!("{}", stretto_bench::experiments::run_exp2(&s, &out).map_err(|e| e.to_string())?.summary);
                 }
                 BenchAction::Exp3 { size, out } => {
                     let s = size.scale()?;
-                    run_experiment(
-                        "Experiment 3: global vs local vs independent",
-                        &["global", "local", "independent"],
-                        &s,
-                        &out,
-                    )
-                    .map_err(|e| e.to_string())?;
+                    run_experiment("Experiment 3: global vs local vs independent", &EXP3_METHODS, &s, &out)
+                        .map_err(|e| e.to_string())?;
                     print!("{}", std::fs::read_to_string(out.join("summary.md"))?);
+                }
+                BenchAction::All { size, out } => {
+                    let s = size.scale()?;
+                    print!("{}", stretto_bench::experiments::run_all(&s, &out).map_err(|e| e.to_string())?);
                 }
             }
         }
