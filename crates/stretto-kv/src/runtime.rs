@@ -27,6 +27,10 @@ pub fn execution_providers() -> Vec<ExecutionProviderDispatch> {
     let mut eps = Vec::new();
     #[cfg(feature = "cuda")]
     eps.push(ort::ep::CUDA::default().build().error_on_failure());
+    // Without its arena, the CPU provider returns buffers after each run. Decoder shapes change with every batch
+    // (past length, padding), and an arena keeps its peak: a single 10,000-token prefill would pin gigabytes of
+    // attention scratch for the rest of the process.
+    eps.push(ort::ep::CPU::default().with_arena_allocator(false).build());
     eps
 }
 
@@ -55,7 +59,10 @@ pub fn environment(home: &Path) -> Result<&'static Environment> {
 
 /// A session builder on the process's environment, with `threads` intra-op threads (0 lets ONNX Runtime choose).
 pub fn session_builder(home: &Path, threads: usize) -> Result<SessionBuilder> {
-    let builder = SessionBuilder::new(environment(home)?)?;
+    // Memory patterns only pay off when shapes repeat; decoder shapes do not.
+    let builder = SessionBuilder::new(environment(home)?)?
+        .with_memory_pattern(false)
+        .map_err(|e| KvError::Runtime(e.to_string()))?;
     let builder = if threads > 0 {
         builder.with_intra_threads(threads).map_err(|e| KvError::Runtime(e.to_string()))?
     } else {

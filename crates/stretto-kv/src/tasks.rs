@@ -34,8 +34,33 @@ pub fn field_label(field: &str) -> String {
     }
 }
 
-/// Loads or computes the pasts of `items` in groups of at most `batch`, calling `f` per group with the group's
-/// item indices and pasts; returns per-item seconds (group time split evenly over the group).
+/// Most characters a group may hold once padded to its longest item (about 4,000 tokens): a batch of pasts is
+/// left-padded to its longest row, so eight long emails would hold gigabytes of keys and values at once.
+pub const GROUP_CHARS: usize = 16_000;
+
+/// Groups of item indices: items ordered by length (so a group pads little), at most `batch` per group and at most
+/// [`GROUP_CHARS`] once padded, an item longer than that alone.
+pub fn groups(items: &[String], batch: usize) -> Vec<Vec<usize>> {
+    let mut idx: Vec<usize> = (0..items.len()).collect();
+    idx.sort_by_key(|&i| items[i].len());
+    let mut out: Vec<Vec<usize>> = Vec::new();
+    let mut current: Vec<usize> = Vec::new();
+    for i in idx {
+        // Sorted ascending: the new item is the group's longest.
+        let padded = (current.len() + 1) * items[i].len();
+        if !current.is_empty() && (current.len() >= batch.max(1) || padded > GROUP_CHARS) {
+            out.push(std::mem::take(&mut current));
+        }
+        current.push(i);
+    }
+    if !current.is_empty() {
+        out.push(current);
+    }
+    out
+}
+
+/// Loads or computes the pasts of `items` in [`groups`], calling `f` per group with the group's item indices and
+/// pasts; returns per-item seconds (group time split evenly over the group).
 fn grouped(
     dec: &Decoder,
     source: &PastSource,
@@ -44,8 +69,8 @@ fn grouped(
     mut f: impl FnMut(&[usize], &[KvPast]) -> Result<()>,
 ) -> Result<Vec<f64>> {
     let mut seconds = vec![0.0; items.len()];
-    let idx: Vec<usize> = (0..items.len()).collect();
-    for group in idx.chunks(batch.max(1)) {
+    for group in groups(items, batch) {
+        let group = group.as_slice();
         let start = Instant::now();
         let texts: Vec<String> = group.iter().map(|&i| items[i].clone()).collect();
         let (pasts, _) = source.get(dec, &texts)?;
@@ -104,4 +129,27 @@ pub fn map_answers(
         Ok(())
     })?;
     Ok((answers, seconds))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn groups_cover_every_item_once_and_bound_padding() {
+        let items: Vec<String> = [300, 20, 9_000, 40, 30_000, 10, 5_000, 25].iter().map(|&n| "x".repeat(n)).collect();
+        let gs = groups(&items, 3);
+        let mut seen: Vec<usize> = gs.iter().flatten().copied().collect();
+        seen.sort_unstable();
+        assert_eq!(seen, (0..items.len()).collect::<Vec<_>>());
+        for g in &gs {
+            assert!(g.len() <= 3);
+            let longest = g.iter().map(|&i| items[i].len()).max().unwrap();
+            assert!(g.len() == 1 || g.len() * longest <= GROUP_CHARS, "{g:?}");
+        }
+        // Short items share groups; the 30,000-character one is alone.
+        assert_eq!(gs[0], vec![5, 1, 7]);
+        assert!(gs.contains(&vec![4]));
+        assert!(groups(&[], 8).is_empty());
+    }
 }

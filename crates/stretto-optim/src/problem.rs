@@ -171,7 +171,44 @@ pub struct StageTally {
     pub unsure: usize,
 }
 
+/// Which of a plan's global precision and recall are 1 by construction, on any data.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Exactness {
+    /// Only gold stages accept filter tuples and no cheap stage decides a map value: every result row passed gold
+    /// for every operator, so there are no false positives.
+    pub precision: bool,
+    /// Only gold stages reject filter tuples and no cheap stage decides a map value: no gold result row can be
+    /// dropped, so there are no false negatives.
+    pub recall: bool,
+}
+
 impl Problem {
+    /// What a plan guarantees by its shape alone (see [`Exactness`]). A cheap filter stage counts as never
+    /// accepting only with an infinite accept threshold (reject-only stages), and as never rejecting only with an
+    /// infinite reject threshold: a finite threshold that no sampled tuple crosses may still be crossed by others.
+    pub fn exactness(&self, plan: &HardPlan) -> Exactness {
+        let mut e = Exactness { precision: true, recall: true };
+        for s in &plan.stages {
+            let op = &self.ops[s.op];
+            if s.imp == op.gold() {
+                continue;
+            }
+            match op.kind {
+                LogicalKind::Filter => {
+                    e.precision &= s.upper.is_some_and(|u| u >= f64::MAX);
+                    e.recall &= s.lower.is_some_and(|l| l <= f64::MIN);
+                }
+                LogicalKind::Map => e = Exactness::default(),
+            }
+        }
+        e
+    }
+
+    /// Whether any logical operator is a map.
+    pub fn has_maps(&self) -> bool {
+        self.ops.iter().any(|o| o.kind == LogicalKind::Map)
+    }
+
     /// Compiles a validated profile.
     pub fn from_profile(profile: &Profile) -> Result<Self> {
         profile.validate()?;
@@ -419,5 +456,39 @@ mod tests {
                 assert_eq!(*s < lo, *r < q, "lower q={q} s={s}");
             }
         }
+    }
+
+    #[test]
+    fn one_sided_filter_plans_are_exact_on_their_side_on_any_data() {
+        use crate::workload::{generate, WorkloadConfig};
+        let cfg = WorkloadConfig { operators: Some(2), map_share: Some(0.0), ..Default::default() };
+        let w = generate(3, &cfg);
+        let (sample, population) =
+            (Problem::from_profile(&w.sample).unwrap(), Problem::from_profile(&w.population).unwrap());
+        let cheap = |o: usize| (0..sample.ops[o].impls.len()).find(|&i| i != sample.ops[o].gold()).unwrap();
+        let plan = |lower: f64, upper: f64| HardPlan {
+            stages: (0..2)
+                .flat_map(|o| {
+                    [
+                        Stage { op: o, imp: cheap(o), lower: Some(lower), upper: Some(upper) },
+                        Stage { op: o, imp: sample.ops[o].gold(), lower: Some(0.0), upper: Some(0.0) },
+                    ]
+                })
+                .collect(),
+        };
+        let all = population.all_rows();
+        // Cheap stages that only reject (aggressively): no false positive on the whole population.
+        let reject_only = plan(0.5, f64::MAX);
+        assert_eq!(sample.exactness(&reject_only), Exactness { precision: true, recall: false });
+        let c = population.evaluate(&reject_only, &all);
+        assert!(c.fp == 0.0 && c.fn_ > 0.0, "{c:?}");
+        // Cheap stages that only accept: no false negative.
+        let accept_only = plan(f64::MIN, -0.5);
+        assert_eq!(sample.exactness(&accept_only), Exactness { precision: false, recall: true });
+        let c = population.evaluate(&accept_only, &all);
+        assert!(c.fn_ == 0.0 && c.fp > 0.0, "{c:?}");
+        // Finite thresholds on both sides guarantee nothing; gold alone is exact.
+        assert_eq!(sample.exactness(&plan(-0.5, 0.5)), Exactness::default());
+        assert_eq!(sample.exactness(&sample.gold_plan()), Exactness { precision: true, recall: true });
     }
 }

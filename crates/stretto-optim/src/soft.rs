@@ -59,8 +59,23 @@ pub struct LossConfig {
     pub t_par: f64,
     /// Hard picks, when frozen (second stage of the schedule).
     pub frozen: Option<Vec<bool>>,
-    /// Non-gold filter stages may only reject (never accept): a safer family of plans.
-    pub reject_only: bool,
+    /// Which decisions non-gold filter stages may make.
+    pub sides: Sides,
+}
+
+/// Which decisions the non-gold stages of a filter may make. One-sided plans are a safer family: with cheap
+/// stages that only reject, every accepted tuple passed gold, so a filters-only plan has no false positives on
+/// any data (and symmetrically, cheap stages that only accept lose no positive), and only the other side of the
+/// targets needs evidence.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Sides {
+    /// Accept, reject or pass on.
+    #[default]
+    Both,
+    /// Reject or pass on.
+    RejectOnly,
+    /// Accept or pass on.
+    AcceptOnly,
 }
 
 /// The loss's parts, for reporting.
@@ -218,7 +233,7 @@ impl SoftProblem {
         let mut cost_sum = 0.0;
         for (o, op) in self.ops.iter().enumerate() {
             for r in 0..n {
-                let (a, c) = chain_forward(op, &sp, r, t, cfg.reject_only);
+                let (a, c) = chain_forward(op, &sp, r, t, cfg.sides);
                 outcome[o * n + r] = a;
                 cost_sum += c;
             }
@@ -248,12 +263,21 @@ impl SoftProblem {
                 parts.lb_precision = lbp;
                 parts.lb_recall = lbr;
                 let (mut g_tp, mut g_fp, mut g_fn) = (0.0, 0.0, 0.0);
-                if lbp < cfg.precision {
+                // One-sided plans over filters are exact on one side on any data (see `Sides`), which then needs
+                // no bound.
+                let filters_only = self.ops.iter().all(|o| o.kind == LogicalKind::Filter);
+                let exact_precision = filters_only && cfg.sides == Sides::RejectOnly;
+                let exact_recall = filters_only && cfg.sides == Sides::AcceptOnly;
+                if exact_precision {
+                    parts.lb_precision = 1.0;
+                } else if lbp < cfg.precision {
                     penalty += cfg.beta * (cfg.precision - lbp);
                     g_tp -= cfg.beta * dp_tp;
                     g_fp -= cfg.beta * dp_fp;
                 }
-                if lbr < cfg.recall {
+                if exact_recall {
+                    parts.lb_recall = 1.0;
+                } else if lbr < cfg.recall {
                     penalty += cfg.beta * (cfg.recall - lbr);
                     g_tp -= cfg.beta * dr_tp;
                     g_fn -= cfg.beta * dr_fn;
@@ -351,7 +375,7 @@ impl SoftProblem {
                         }
                         LogicalKind::Map => u.tp - u.fp - u.fn_,
                     };
-                    chain_backward(op, &sp, r, t, cfg.reject_only, d_outcome, norm, &mut sgrad, &mut scratch);
+                    chain_backward(op, &sp, r, t, cfg.sides, d_outcome, norm, &mut sgrad, &mut scratch);
                 }
             }
             for (k, g) in sgrad.iter().enumerate() {
@@ -424,9 +448,11 @@ fn global_row_backward(rc: &[RowCounts], g_tp: f64, g_fp: f64, g_fn: f64, mut em
 
 /// Accept/reject probabilities of a soft stage, given p and thresholds.
 #[inline]
-fn soft_decision(v: f64, lo: f64, hi: f64, t: f64, reject_only: bool) -> (f64, f64) {
-    if reject_only {
-        return (0.0, sigmoid((lo - v) / t));
+fn soft_decision(v: f64, lo: f64, hi: f64, t: f64, sides: Sides) -> (f64, f64) {
+    match sides {
+        Sides::RejectOnly => return (0.0, sigmoid((lo - v) / t)),
+        Sides::AcceptOnly => return (sigmoid((v - hi) / t), 0.0),
+        Sides::Both => {}
     }
     let z0 = (v - hi) / t;
     let z1 = (lo - v) / t;
@@ -439,7 +465,7 @@ fn soft_decision(v: f64, lo: f64, hi: f64, t: f64, reject_only: bool) -> (f64, f
 }
 
 /// Forward pass of one operator's chain on one row: (outcome, expected cost).
-fn chain_forward(op: &SoftOp, sp: &[StageParams], r: usize, t: f64, reject_only: bool) -> (f64, f64) {
+fn chain_forward(op: &SoftOp, sp: &[StageParams], r: usize, t: f64, sides: Sides) -> (f64, f64) {
     let (mut u, mut out, mut cost) = (1.0, 0.0, 0.0);
     for st in &op.stages {
         let k = &sp[st.param / PARAMS_PER_IMPL];
@@ -449,7 +475,7 @@ fn chain_forward(op: &SoftOp, sp: &[StageParams], r: usize, t: f64, reject_only:
         cost += u * k.p * st.cost;
         match op.kind {
             LogicalKind::Filter => {
-                let (qa, qr) = soft_decision(st.v[r], k.lo, k.hi, t, reject_only);
+                let (qa, qr) = soft_decision(st.v[r], k.lo, k.hi, t, sides);
                 out += u * k.p * qa;
                 u *= 1.0 - k.p * (qa + qr);
             }
@@ -475,7 +501,7 @@ fn chain_backward(
     sp: &[StageParams],
     r: usize,
     t: f64,
-    reject_only: bool,
+    sides: Sides,
     d_out: f64,
     d_cost: f64,
     sgrad: &mut [[f64; 3]],
@@ -492,7 +518,7 @@ fn chain_backward(
         }
         match op.kind {
             LogicalKind::Filter => {
-                let (qa, qr) = soft_decision(st.v[r], k.lo, k.hi, t, reject_only);
+                let (qa, qr) = soft_decision(st.v[r], k.lo, k.hi, t, sides);
                 scratch.push((u, qa, qr));
                 u *= 1.0 - k.p * (qa + qr);
             }

@@ -14,7 +14,7 @@ use stretto_core::op::LogicalKind;
 
 use crate::bounds::beta_lower_bound;
 use crate::problem::{HardPlan, Problem, Stage};
-use crate::soft::{parameter_layout, Constraint, LossConfig, LossParts, SoftProblem, PARAMS_PER_IMPL};
+use crate::soft::{parameter_layout, Constraint, LossConfig, LossParts, Sides, SoftProblem, PARAMS_PER_IMPL};
 
 /// An objective whose shape depends on the iteration (annealed temperatures).
 pub trait AnnealedObjective {
@@ -219,7 +219,7 @@ fn initial_point(n_params: usize, restart: usize, rng: &mut StdRng) -> Vec<f64> 
 /// Extracts the hard plan at temperature 0: a non-gold stage is kept iff its pick score is positive and it still
 /// receives tuples on `rows`; crossed thresholds collapse to their midpoint; gold closes every cascade. Stages are
 /// listed operator by operator (ordering comes later).
-pub fn extract(problem: &Problem, x: &[f64], rows: &[usize], reject_only: bool) -> HardPlan {
+pub fn extract(problem: &Problem, x: &[f64], rows: &[usize], sides: Sides) -> HardPlan {
     let layout = parameter_layout(problem);
     let sig = |v: f64| 1.0 / (1.0 + (-v).exp());
     let mut stages = Vec::new();
@@ -241,11 +241,11 @@ pub fn extract(problem: &Problem, x: &[f64], rows: &[usize], reject_only: bool) 
                         lo = mid;
                         hi = mid;
                     }
-                    let (lower, upper) = if reject_only {
-                        // Never accept, also on unseen tuples scoring above the sample's maximum.
-                        (imp.lower_from_rank(sig(x[base + 1])), f64::MAX)
-                    } else {
-                        (imp.lower_from_rank(lo), imp.upper_from_rank(hi))
+                    let (lower, upper) = match sides {
+                        // Never accept (reject), also on unseen tuples beyond the sample's scores.
+                        Sides::RejectOnly => (imp.lower_from_rank(sig(x[base + 1])), f64::MAX),
+                        Sides::AcceptOnly => (f64::MIN, imp.upper_from_rank(sig(x[base + 2]))),
+                        Sides::Both => (imp.lower_from_rank(lo), imp.upper_from_rank(hi)),
                     };
                     Stage { op: o, imp: pi, lower: Some(lower.min(upper)), upper: Some(upper) }
                 }
@@ -283,8 +283,9 @@ pub fn hard_bounds_ok(problem: &Problem, plan: &HardPlan, rows: &[usize], cfg: &
     match cfg.constraint {
         Constraint::Global => {
             let c = problem.evaluate(plan, rows);
-            beta_lower_bound(c.tp, c.fp, cfg.credible) >= cfg.precision
-                && beta_lower_bound(c.tp, c.fn_, cfg.credible) >= cfg.recall
+            let exact = problem.exactness(plan);
+            (exact.precision || beta_lower_bound(c.tp, c.fp, cfg.credible) >= cfg.precision)
+                && (exact.recall || beta_lower_bound(c.tp, c.fn_, cfg.credible) >= cfg.recall)
         }
         Constraint::Product { credible_each } => {
             let per = per_operator_counts(problem, plan, rows);
@@ -354,7 +355,7 @@ pub fn solve(
             let s2 = Scheduled { soft: &soft, cfg: LossConfig { frozen: Some(picks), ..cfg.clone() }, settings, phase: Phase::Threshold };
             let x2 = run_adam(&s2, x1, settings.threshold_steps, settings)?;
             let parts = s2.loss_grad(&x2, settings.threshold_steps).0;
-            let plan = extract(problem, &x2, rows, cfg.reject_only);
+            let plan = extract(problem, &x2, rows, cfg.sides);
             let c = problem.evaluate(&plan, rows);
             tracing::trace!(restart, beta = cfg.beta, soft = ?parts, hard_tp = c.tp, hard_fp = c.fp, hard_fn = c.fn_, stages = plan.stages.len(), "restart");
             Ok((plan, parts.loss))

@@ -2,11 +2,11 @@
 //! schedule stages, filters and maps.
 
 use stretto_optim::problem::Problem;
-use stretto_optim::soft::{Constraint, LossConfig, SoftProblem};
+use stretto_optim::soft::{Constraint, LossConfig, Sides, SoftProblem};
 use stretto_optim::workload::{generate, WorkloadConfig};
 
 fn check(seed: u64, constraint: Constraint, frozen: bool) {
-    check_with(seed, constraint, frozen, false);
+    check_with(seed, constraint, frozen, Sides::Both);
 }
 
 /// Small workloads of three operators (maps appear on some seeds), so finite differences stay cheap.
@@ -20,7 +20,7 @@ fn small() -> WorkloadConfig {
     }
 }
 
-fn check_with(seed: u64, constraint: Constraint, frozen: bool, reject_only: bool) {
+fn check_with(seed: u64, constraint: Constraint, frozen: bool, sides: Sides) {
     let w = generate(seed, &small());
     let problem = Problem::from_profile(&w.sample).unwrap();
     let rows: Vec<usize> = (0..problem.n).collect();
@@ -37,7 +37,7 @@ fn check_with(seed: u64, constraint: Constraint, frozen: bool, reject_only: bool
         t_pick: 0.5,
         t_par: 0.2,
         frozen: frozen.then(|| (0..np / 3).map(|k| k % 2 == 0).collect()),
-        reject_only,
+        sides,
     };
     let mut grad = vec![0.0; np];
     let parts = soft.loss(&x, &cfg, Some(&mut grad));
@@ -76,8 +76,16 @@ fn global_gradient_matches_finite_differences() {
 #[test]
 fn reject_only_gradient_matches_finite_differences() {
     for seed in [6, 7] {
-        check_with(seed, Constraint::Global, false, true);
-        check_with(seed, Constraint::Global, true, true);
+        check_with(seed, Constraint::Global, false, Sides::RejectOnly);
+        check_with(seed, Constraint::Global, true, Sides::RejectOnly);
+    }
+}
+
+#[test]
+fn accept_only_gradient_matches_finite_differences() {
+    for seed in [8, 9] {
+        check_with(seed, Constraint::Global, false, Sides::AcceptOnly);
+        check_with(seed, Constraint::Global, true, Sides::AcceptOnly);
     }
 }
 
