@@ -43,8 +43,11 @@ fn write_model(dir: &Path, pixels: Pixels) {
                 dtype::FLOAT,
                 &[&[Dim::Fixed(1), Dim::Sym("images"), Dim::Fixed(3)][..], &side].concat(),
             );
-            let mask =
-                b.input("pixel_attention_mask", dtype::BOOL, &[&[Dim::Fixed(1), Dim::Sym("images")][..], &side].concat());
+            let mask = b.input(
+                "pixel_attention_mask",
+                dtype::BOOL,
+                &[&[Dim::Fixed(1), Dim::Sym("images")][..], &side].concat(),
+            );
             // [1, images, 3] → mean over the images → [1, 3]; the mask must be consumed and must be all true:
             // the features are scaled by its mean.
             let m = b.op("ReduceMean", &[&px], vec![Attr::ints("axes", &[1, 3, 4]), Attr::int("keepdims", 0)]);
