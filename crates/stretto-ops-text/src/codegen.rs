@@ -257,17 +257,36 @@ pub fn synthesize(
             .map_err(|e| CoreError::operator("codegen", e.to_string()))?
             .remove(0);
         let spec = spec_from_reply(&g.text);
+        let check = |p: &Program| -> (Vec<Option<String>>, usize, usize, bool) {
+            let got: Vec<Option<String>> = shown.iter().map(|s| p.run(s).and_then(|v| normalize(&v, ty))).collect();
+            let known = answers.iter().filter(|a| a.is_some()).count();
+            let right = got.iter().zip(&answers).filter(|(g, a)| a.is_some() && g == a).count();
+            let hits = got.iter().filter(|g| g.is_some()).count();
+            // Agree with the reference on most samples that have one; with no reference at all, just match.
+            let ok = (known > 0 && 2 * right > known) || (known == 0 && hits > 0);
+            (got, known, right, ok)
+        };
         let feedback = match Program::compile(&spec) {
             Err(e) => format!("{e}"),
             Ok(p) => {
-                let got: Vec<Option<String>> = shown.iter().map(|s| p.run(s).and_then(|v| normalize(&v, ty))).collect();
-                let known = answers.iter().filter(|a| a.is_some()).count();
-                let right = got.iter().zip(&answers).filter(|(g, a)| a.is_some() && g == a).count();
-                let hits = got.iter().filter(|g| g.is_some()).count();
-                // Agree with the reference on most samples that have one; with no reference at all, just match.
-                if (known > 0 && 2 * right > known) || (known == 0 && hits > 0) {
+                let (got, known, right, ok) = check(&p);
+                if ok {
                     log.push(format!("attempt {attempt}: accepted `{spec}` ({right}/{known} reference answers)"));
                     return Ok((Some(p), log));
+                }
+                // A value pattern that finds the right kind of value in the wrong place (the first four digits of
+                // a Message-ID instead of the Date header's year) is repaired by anchoring it on the label of the
+                // line where the expected values sit, when the samples share one.
+                if let Some(anchored) = anchor_on_label(&spec, &shown, &answers).and_then(|a| Program::compile(&a).ok())
+                {
+                    let (_, known, right, ok) = check(&anchored);
+                    if ok {
+                        log.push(format!(
+                            "attempt {attempt}: `{spec}` anchored on its line label as `{}` ({right}/{known} reference answers)",
+                            anchored.spec()
+                        ));
+                        return Ok((Some(anchored), log));
+                    }
                 }
                 let wrong: Vec<String> = got
                     .iter()
@@ -305,6 +324,34 @@ pub fn synthesize(
         ));
     }
     Ok((None, log))
+}
+
+/// The label that opens a line (`Date:`, `Subject:`, `X-From:`): text before the first colon, short and free of
+/// other punctuation.
+fn line_label(line: &str) -> Option<&str> {
+    let l = line.trim_start();
+    let i = l.find(':')?;
+    let label = &l[..i];
+    (i > 0 && i <= 40 && label.chars().all(|c| c.is_alphanumeric() || c == '-' || c == '_' || c == ' '))
+        .then_some(&l[..=i])
+}
+
+/// `spec` anchored on the label shared by the lines holding the expected answers: `(?m)^\s*Date:[^\n]*?` + spec
+/// (without its own start anchor). `None` when the samples' answer lines do not share a label.
+pub fn anchor_on_label(spec: &str, samples: &[String], answers: &[Option<String>]) -> Option<String> {
+    let mut labels = samples.iter().zip(answers).filter_map(|(s, a)| {
+        let a = a.as_deref()?;
+        // The first line holding the answer as a whole token.
+        let word = Regex::new(&format!(r"(?:^|\W){}(?:\W|$)", regex::escape(a))).ok()?;
+        s.lines().find(|l| word.is_match(l)).and_then(line_label)
+    });
+    let first = labels.next()?;
+    if !labels.all(|l| l == first) {
+        return None;
+    }
+    let value = spec.strip_prefix("(?m)").unwrap_or(spec);
+    let value = value.strip_prefix('^').unwrap_or(value);
+    Some(format!(r"(?m)^[ \t]*{}[^\n]*?{value}", regex::escape(first)))
 }
 
 impl PhysicalOp for CodegenMap {
@@ -379,6 +426,28 @@ mod tests {
         let p = Program::compile("^(a+)+$").unwrap();
         let evil = format!("{}!", "a".repeat(MAX_INPUT - 100));
         assert!(p.run(&evil).is_none());
+    }
+
+    #[test]
+    fn a_value_pattern_is_anchored_on_the_shared_line_label() {
+        let samples: Vec<String> = [
+            "Message-ID: <1234.1075.JavaMail>\nDate: Mon, 14 May 2001 16:39:00 -0700\nSubject: 1999 budget",
+            "Message-ID: <9876.5432.JavaMail>\nDate: Fri, 4 Jan 2002 09:00:00 -0800\nSubject: hi",
+        ]
+        .map(String::from)
+        .to_vec();
+        let answers = vec![Some("2001".to_string()), Some("2002".to_string())];
+        // The coder's pattern grabs the Message-ID's digits.
+        let naive = Program::compile(r"(\d{4})").unwrap();
+        assert_eq!(naive.run(&samples[0]).as_deref(), Some("1234"));
+        let anchored = anchor_on_label(r"^(\d{4})", &samples, &answers).unwrap();
+        let p = Program::compile(&anchored).unwrap();
+        assert_eq!(p.run(&samples[0]).as_deref(), Some("2001"));
+        assert_eq!(p.run(&samples[1]).as_deref(), Some("2002"));
+        // Answers on lines with different labels (or none) give no anchor.
+        let mixed = vec![Some("2001".to_string()), Some("hi".to_string())];
+        assert_eq!(anchor_on_label(r"(\d{4})", &samples, &mixed), None);
+        assert_eq!(anchor_on_label(r"(\d{4})", &samples, &[None, None]), None);
     }
 
     #[test]
