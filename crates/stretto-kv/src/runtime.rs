@@ -23,15 +23,14 @@ static INIT: Mutex<()> = Mutex::new(());
 
 /// The execution providers sessions try, in order (CPU is always the fallback ONNX Runtime adds itself).
 pub fn execution_providers() -> Vec<ExecutionProviderDispatch> {
-    #[allow(unused_mut)]
-    let mut eps = Vec::new();
-    #[cfg(feature = "cuda")]
-    eps.push(ort::ep::CUDA::default().build().error_on_failure());
-    // Without its arena, the CPU provider returns buffers after each run. Decoder shapes change with every batch
-    // (past length, padding), and an arena keeps its peak: a single 10,000-token prefill would pin gigabytes of
-    // attention scratch for the rest of the process.
-    eps.push(ort::ep::CPU::default().with_arena_allocator(false).build());
-    eps
+    vec![
+        #[cfg(feature = "cuda")]
+        ort::ep::CUDA::default().build().error_on_failure(),
+        // Without its arena, the CPU provider returns buffers after each run. Decoder shapes change with every
+        // batch (past length, padding), and an arena keeps its peak: a single 10,000-token prefill would pin
+        // gigabytes of attention scratch for the rest of the process.
+        ort::ep::CPU::default().with_arena_allocator(false).build(),
+    ]
 }
 
 /// The process's ONNX Runtime environment, loading the library from `home` (preparing it if missing).
