@@ -119,21 +119,7 @@ pub fn grouped_boxes(
             .y_label_area_size(50)
             .build_cartesian_2d(0f64..categories.len() as f64, y_range(all, &extra))
             .map_err(|e| err(path, e))?;
-        chart
-            .configure_mesh()
-            .disable_x_mesh()
-            .x_labels(categories.len() * 2 + 1)
-            .x_label_formatter(&|x| {
-                let i = x.floor() as usize;
-                if (x - i as f64 - 0.5).abs() < 1e-6 {
-                    categories.get(i).cloned().unwrap_or_default()
-                } else {
-                    String::new()
-                }
-            })
-            .y_desc(panel.y_desc.as_str())
-            .draw()
-            .map_err(|e| err(path, e))?;
+        category_mesh(&mut chart, categories, &panel.y_desc, path)?;
         if let Some(r) = panel.reference {
             chart
                 .draw_series(std::iter::once(PathElement::new(
@@ -170,6 +156,31 @@ pub fn grouped_boxes(
 }
 
 type Chart<'a, DB> = ChartContext<'a, DB, Cartesian2d<RangedCoordf64, RangedCoordf64>>;
+
+/// The mesh of a categorical x axis: category `i` spans `[i, i + 1)` and is labelled at its middle.
+fn category_mesh<'a, DB: DrawingBackend + 'a>(
+    chart: &mut Chart<'a, DB>,
+    categories: &[String],
+    y_desc: &str,
+    path: &Path,
+) -> Result<(), PlotError> {
+    chart
+        .configure_mesh()
+        .disable_x_mesh()
+        .x_labels(categories.len() * 2 + 1)
+        .x_label_formatter(&|x| {
+            let i = x.floor() as usize;
+            if (x - i as f64 - 0.5).abs() < 1e-6 {
+                categories.get(i).cloned().unwrap_or_default()
+            } else {
+                String::new()
+            }
+        })
+        .y_desc(y_desc)
+        .draw()
+        .map_err(|e| err(path, e))?;
+    Ok(())
+}
 
 fn legend<'a, DB: DrawingBackend + 'a>(
     chart: &mut Chart<'a, DB>,
@@ -216,21 +227,7 @@ pub fn grouped_bars(
         .y_label_area_size(55)
         .build_cartesian_2d(0f64..categories.len() as f64, 0f64..(hi * 1.3).max(1e-6))
         .map_err(|e| err(path, e))?;
-    chart
-        .configure_mesh()
-        .disable_x_mesh()
-        .x_labels(categories.len() * 2 + 1)
-        .x_label_formatter(&|x| {
-            let i = x.floor() as usize;
-            if (x - i as f64 - 0.5).abs() < 1e-6 {
-                categories.get(i).cloned().unwrap_or_default()
-            } else {
-                String::new()
-            }
-        })
-        .y_desc(y_desc)
-        .draw()
-        .map_err(|e| err(path, e))?;
+    category_mesh(&mut chart, categories, y_desc, path)?;
     if let Some(r) = reference {
         chart
             .draw_series(std::iter::once(PathElement::new(
