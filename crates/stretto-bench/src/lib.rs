@@ -1,7 +1,8 @@
 //! # stretto-bench
 //!
 //! The `stretto` command-line tool and the library behind it: commands that list data and operators and run
-//! plans, and (as their issues land) the paper's experiments.
+//! plans, semantic queries end to end ([`query`]), and the paper's experiments ([`experiments`], with SVG figures
+//! from [`plots`]).
 //!
 //! ```
 //! use stretto_bench::commands;
