@@ -14,9 +14,7 @@ use std::sync::Mutex;
 use crate::decoder::{Decoder, KvPast, Step, Want};
 use crate::error::{KvError, Result};
 use crate::press::compress_ladder;
-use crate::store::{
-    decode_record, encode_record, read_meta, sha256_text, write_atomic, Profile, RecordMeta, RECORD_FORMAT,
-};
+use crate::store::{decode_record, encode_record, read_meta, sha256_text, write_atomic, Profile, RecordMeta};
 
 /// Ratios a miss is compressed at (besides the requested one).
 pub const LADDER: [f64; 3] = [0.0, 0.5, 0.8];
@@ -142,21 +140,7 @@ impl PastSource {
         let mut mine = None;
         for (r, c) in ratios.iter().zip(ladder) {
             let profile = Profile { ratio: *r, ..self.profile.clone() };
-            let meta = RecordMeta {
-                format: RECORD_FORMAT,
-                model: profile.model.clone(),
-                press: profile.press,
-                ratio: *r,
-                positions: profile.positions,
-                layers: dec.config().layers,
-                kv_heads: c.kv_heads,
-                head_dim: c.head_dim,
-                tokens: tokens.len(),
-                kept: c.len,
-                next_position: c.next_position,
-                source_sha256: source.to_string(),
-                checksum: String::new(),
-            };
+            let meta = RecordMeta::of(&profile, dec.config().layers, tokens.len(), &c, source);
             let path = adhoc_path(&self.kv_dir, &profile, source);
             let bytes = encode_record(&meta, &c)?;
             write_atomic(&path, &bytes)?;

@@ -105,6 +105,28 @@ pub struct RecordMeta {
     pub checksum: String,
 }
 
+impl RecordMeta {
+    /// The metadata of `past`, the `profile` rung of an item's `tokens`-long prefill whose cached text hashes to
+    /// `source`; the checksum is filled in when the record is encoded.
+    pub fn of(profile: &Profile, layers: usize, tokens: usize, past: &KvPast, source: &str) -> Self {
+        Self {
+            format: RECORD_FORMAT,
+            model: profile.model.clone(),
+            press: profile.press,
+            ratio: profile.ratio,
+            positions: profile.positions,
+            layers,
+            kv_heads: past.kv_heads,
+            head_dim: past.head_dim,
+            tokens,
+            kept: past.len,
+            next_position: past.next_position,
+            source_sha256: source.to_string(),
+            checksum: String::new(),
+        }
+    }
+}
+
 /// A loaded record.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Record {
@@ -440,21 +462,7 @@ impl KvStore {
                 )?;
                 let source = sha256_text(&prompt);
                 for (p, c) in profiles.iter().zip(&ladder) {
-                    let meta = RecordMeta {
-                        format: RECORD_FORMAT,
-                        model: model.clone(),
-                        press: p.press,
-                        ratio: p.ratio,
-                        positions: p.positions,
-                        layers: dec.config().layers,
-                        kv_heads: c.kv_heads,
-                        head_dim: c.head_dim,
-                        tokens: tokens.len(),
-                        kept: c.len,
-                        next_position: c.next_position,
-                        source_sha256: source.clone(),
-                        checksum: String::new(),
-                    };
+                    let meta = RecordMeta::of(p, dec.config().layers, tokens.len(), c, &source);
                     write_atomic(&self.record_path(&spec.column, p, *item), &encode_record(&meta, c)?)?;
                 }
                 report.built += 1;
