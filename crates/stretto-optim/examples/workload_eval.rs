@@ -1,21 +1,32 @@
 //! Optimizes generated workloads on their samples and replays the plans on the whole populations.
 //!
-//! `cargo run --release -p stretto-optim --example workload_eval -- [RUNS] [METHODS]`
-//! e.g. `-- 200 global,lotus`. Prints the summary table (markdown) and writes every run to `workload_runs.csv`.
+//! `cargo run --release -p stretto-optim --example workload_eval -- [RUNS|FIRST..END] [METHODS] [TARGETS]`
+//! e.g. `-- 200 global,lotus` or `-- 100..200 global,lotus,gold 0.9`. Prints the summary table (markdown) and writes every run to `workload_runs.csv`.
 
 use stretto_optim::evaluation::{evaluate, summarize, summary_markdown};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().collect();
-    let runs: u64 = args.get(1).map(|s| s.parse()).transpose()?.unwrap_or(100);
+    // RUNS is a count (seeds 0..RUNS) or a range of seeds, `100..200`.
+    let seeds: Vec<u64> = match args.get(1).map(String::as_str) {
+        Some(r) if r.contains("..") => {
+            let (a, b) = r.split_once("..").unwrap_or_default();
+            (a.parse()?..b.parse()?).collect()
+        }
+        Some(n) => (0..n.parse()?).collect(),
+        None => (0..100).collect(),
+    };
     let methods: Vec<String> = args
         .get(2)
         .map(|s| s.split(',').map(str::to_string).collect())
         .unwrap_or_else(|| vec!["global".into(), "lotus".into()]);
     let methods: Vec<&str> = methods.iter().map(String::as_str).collect();
-    let seeds: Vec<u64> = (0..runs).collect();
+    let targets: Vec<f64> = match args.get(3) {
+        Some(s) => s.split(',').map(str::parse).collect::<Result<_, _>>()?,
+        None => vec![0.5, 0.7, 0.9],
+    };
     let t0 = std::time::Instant::now();
-    let records = evaluate(&seeds, &methods, &[0.5, 0.7, 0.9], 0.95)?;
+    let records = evaluate(&seeds, &methods, &targets, 0.95)?;
     let mut csv = String::from("seed,method,target,precision,recall,cost,gold_cost,fell_back,seconds\n");
     for r in &records {
         csv.push_str(&format!(
@@ -24,7 +35,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         ));
     }
     std::fs::write("workload_runs.csv", csv)?;
-    for t in [0.5, 0.7, 0.9] {
+    for &t in &targets {
         let fb: Vec<_> = records.iter().filter(|r| r.method == "global" && r.target == t && r.fell_back).collect();
         let none = fb.iter().filter(|r| r.warnings.contains("no candidate")).count();
         eprintln!(
@@ -35,7 +46,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     print!("{}", summary_markdown(&summarize(&records)));
     // Cost of global relative to lotus on the same runs.
-    for t in [0.5, 0.7, 0.9] {
+    for &t in &targets {
         let cost = |m: &str| records.iter().filter(|r| r.method == m && r.target == t).map(|r| r.cost).sum::<f64>();
         if cost("lotus") > 0.0 && cost("global") > 0.0 {
             println!("target {t}: mean cost global / lotus = {:.3}", cost("global") / cost("lotus"));

@@ -204,6 +204,72 @@ impl Problem {
         e
     }
 
+    /// `plan` with every cheap stage's decisions scaled by `share`, counted on the scores of `rows`: below 1 a stage
+    /// keeps only that share of its most confident decisions and leaves the rest unsure for the next stage (a more
+    /// cautious plan); above 1 it decides that many times as many tuples (a cheaper, riskier one). Only finite
+    /// thresholds move, so a reject-only or accept-only stage keeps its shape. A stage left with no decisions is
+    /// dropped, and an operator whose stages could now all be unsure gets its gold stage at the end, so every tuple
+    /// is still decided. Used to lay a path of plans through a candidate for the certification sequence; `rows`
+    /// must not be the tuples that certify it.
+    pub fn rescale(&self, plan: &HardPlan, rows: &[usize], share: f64) -> HardPlan {
+        if !(share.is_finite() && share >= 0.0) || share == 1.0 {
+            return plan.clone();
+        }
+        // The threshold below which (above which, when `!low`) `share` times the `count` decided tuples of `sorted`
+        // lie; `sorted` runs from the most confident decision on that side. `None`: the side decides nothing.
+        let cut = |sorted: &[f64], count: usize| -> Option<f64> {
+            let scaled = share * count as f64;
+            let k = if share < 1.0 { scaled.floor() } else { scaled.ceil() } as usize;
+            let k = k.min(sorted.len().saturating_sub(1));
+            (k > 0).then(|| 0.5 * (sorted[k - 1] + sorted[k]))
+        };
+        let mut stages = Vec::with_capacity(plan.stages.len() + self.ops.len());
+        for s in &plan.stages {
+            let op = &self.ops[s.op];
+            let imp = &op.impls[s.imp];
+            let Some(scores) = imp.scores.as_ref().filter(|_| !imp.gold) else {
+                stages.push(s.clone());
+                continue;
+            };
+            let mut ascending: Vec<f64> = rows.iter().map(|&r| scores[r]).collect();
+            ascending.sort_by(f64::total_cmp);
+            let descending: Vec<f64> = ascending.iter().rev().copied().collect();
+            match op.kind {
+                LogicalKind::Filter => {
+                    let (l, u) = (s.lower.unwrap_or(0.0), s.upper.unwrap_or(0.0));
+                    let mut lower = if l <= f64::MIN {
+                        l
+                    } else {
+                        cut(&ascending, ascending.partition_point(|&v| v < l)).unwrap_or(f64::MIN)
+                    };
+                    let upper = if u >= f64::MAX {
+                        u
+                    } else {
+                        cut(&descending, descending.partition_point(|&v| v > u)).unwrap_or(f64::MAX)
+                    };
+                    // Growing sides must not cross: a tuple between them stays unsure.
+                    lower = lower.min(upper);
+                    if lower > f64::MIN || upper < f64::MAX {
+                        stages.push(Stage { lower: Some(lower), upper: Some(upper), ..s.clone() });
+                    }
+                }
+                LogicalKind::Map => {
+                    let u = s.upper.unwrap_or(f64::MIN);
+                    if let Some(upper) = cut(&descending, descending.partition_point(|&v| v > u)) {
+                        stages.push(Stage { upper: Some(upper), ..s.clone() });
+                    }
+                }
+            }
+        }
+        for (o, op) in self.ops.iter().enumerate() {
+            if !stages.iter().any(|s| s.op == o && s.imp == op.gold()) {
+                let th = (op.kind == LogicalKind::Filter).then_some(0.0);
+                stages.push(Stage { op: o, imp: op.gold(), lower: th, upper: th });
+            }
+        }
+        HardPlan { stages }
+    }
+
     /// Whether any logical operator is a map.
     pub fn has_maps(&self) -> bool {
         self.ops.iter().any(|o| o.kind == LogicalKind::Map)
@@ -490,5 +556,47 @@ mod tests {
         // Finite thresholds on both sides guarantee nothing; gold alone is exact.
         assert_eq!(sample.exactness(&plan(-0.5, 0.5)), Exactness::default());
         assert_eq!(sample.exactness(&sample.gold_plan()), Exactness { precision: true, recall: true });
+    }
+
+    #[test]
+    fn rescaled_plans_scale_cheap_decisions_and_keep_their_shape() {
+        use crate::workload::{generate, WorkloadConfig};
+        let cfg = WorkloadConfig { operators: Some(1), ..Default::default() };
+        let w = generate(5, &cfg);
+        let p = Problem::from_profile(&w.sample).unwrap();
+        let rows = p.all_rows();
+        let gold = p.ops[0].gold();
+        let cheap = (0..p.ops[0].impls.len()).find(|&i| i != gold).unwrap();
+        let scores = p.ops[0].impls[cheap].scores.clone().unwrap();
+        let mut sorted = scores.clone();
+        sorted.sort_by(f64::total_cmp);
+        // Reject the lowest 40%: a reject-only cheap stage, then gold.
+        let t = sorted[sorted.len() * 2 / 5];
+        let plan = HardPlan {
+            stages: vec![
+                Stage { op: 0, imp: cheap, lower: Some(t), upper: Some(f64::MAX) },
+                Stage { op: 0, imp: gold, lower: Some(0.0), upper: Some(0.0) },
+            ],
+        };
+        let rejected = |plan: &HardPlan| p.evaluate_with_tally(plan, &rows).1[0].rejected as f64;
+        let base = rejected(&plan);
+        assert_eq!(p.rescale(&plan, &rows, 1.0), plan);
+        for share in [0.25, 0.5, 0.75, 1.5] {
+            let scaled = p.rescale(&plan, &rows, share);
+            assert_eq!(scaled.stages.len(), 2);
+            assert_eq!(scaled.stages[0].upper, Some(f64::MAX), "a reject-only stage stays reject-only");
+            assert_eq!(p.exactness(&scaled), p.exactness(&plan));
+            let r = rejected(&scaled);
+            assert!((r - share * base).abs() <= 2.0, "share {share}: rejected {r} of {base}");
+        }
+        // No decisions left: the cheap stage goes, gold stays.
+        let none = p.rescale(&plan, &rows, 0.0);
+        assert_eq!(none.stages.len(), 1);
+        assert_eq!(none.stages[0].imp, gold);
+        // A plan whose cheap stage decided every tuple gets gold back when it no longer does.
+        let alone = HardPlan { stages: vec![Stage { op: 0, imp: cheap, lower: Some(t), upper: Some(t) }] };
+        let widened = p.rescale(&alone, &rows, 0.5);
+        assert!(widened.stages.iter().any(|s| s.imp == gold));
+        assert_eq!(p.evaluate(&widened, &rows).n, rows.len());
     }
 }
