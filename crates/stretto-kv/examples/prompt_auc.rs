@@ -1,4 +1,7 @@
-//! AUC of the LLM filter question "is clearly positive" against the derived review labels, for one model:
+//! Which answer protocol lets a model separate the derived review labels for "is clearly positive": the filter's
+//! '1'/'0' question, generic Yes/No and true/false answers, and a contrastive completion whose answer words carry the
+//! meaning (" positive" vs " negative"). The item's cache is prefilled once and shared by all questions.
+//!
 //! `cargo run --release -p stretto-kv --example prompt_auc -- [N] [MODEL]` (defaults 240, smollm2-135m).
 
 use arrow::array::AsArray;
@@ -8,10 +11,6 @@ use stretto_kv::decoder::{Decoder, Step, Want};
 use stretto_kv::models::default_home;
 use stretto_kv::tasks::filter_question;
 
-fn auc(scores: &[f32], labels: &[bool]) -> f64 {
-    stretto_core::metrics::auc(&scores.iter().map(|&s| s as f64).collect::<Vec<_>>(), labels)
-}
-
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let n: usize = std::env::args().nth(1).and_then(|v| v.parse().ok()).unwrap_or(240);
     let model = std::env::args().nth(2).unwrap_or_else(|| "smollm2-135m".into());
@@ -20,14 +19,43 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let text = ds.table("reviews")?.column_by_name("reviewtext").ok_or("no reviewtext")?.as_string::<i32>().clone();
     let lab = ds.table("labels")?.column_by_name("is_positive").ok_or("no label")?.as_primitive::<Int64Type>().clone();
     let labels: Vec<bool> = (0..n).map(|i| lab.value(i) == 1).collect();
-    let (yes, no) = (dec.token_id("1")?, dec.token_id("0")?);
-    let q = dec.encode(&dec.question_suffix(&filter_question("the text above is clearly positive")))?;
-    let mut scores = Vec::with_capacity(n);
-    for i in 0..n {
-        let (past, _) = dec.prefill(&dec.encode(&dec.item_prefix(text.value(i)))?, false)?;
-        let o = dec.run(&[Step { past: Some(&past), tokens: &q }], Want::default())?;
-        scores.push(o[0].logits[yes as usize] - o[0].logits[no as usize]);
+    let pair = |a: &str, b: &str| -> Result<(u32, u32), Box<dyn std::error::Error>> {
+        Ok((dec.token_id(a)?, dec.token_id(b)?))
+    };
+    let p = "the text above is clearly positive";
+    let turn = "<|im_end|>\n<|im_start|>assistant\n";
+    // (protocol, question part, (yes, no) answer tokens)
+    let questions: Vec<(&str, String, (u32, u32))> = vec![
+        ("filter 1/0", dec.question_suffix(&filter_question(p)), pair("1", "0")?),
+        ("Yes/No", format!("\nIs it true that {p}?{turn}Answer:"), pair(" Yes", " No")?),
+        (
+            "yes/no",
+            format!("\n\nQuestion: is it true that {p}? Answer yes or no.{turn}The answer is"),
+            pair(" yes", " no")?,
+        ),
+        (
+            "true/false",
+            format!("\n\nQuestion: is it true that {p}?{turn}The statement \"{p}\" is"),
+            pair(" true", " false")?,
+        ),
+        (
+            "contrast",
+            format!("\nIs the sentiment of the text above positive or negative?{turn}The sentiment is"),
+            pair(" positive", " negative")?,
+        ),
+    ];
+    let pasts: Vec<_> = (0..n)
+        .map(|i| dec.prefill(&dec.encode(&dec.item_prefix(text.value(i)))?, false).map(|p| p.0))
+        .collect::<Result<_, _>>()?;
+    println!("| protocol | AUC vs is_positive ({n} reviews, {model}) |\n|---|---|");
+    for (name, question, (yes, no)) in &questions {
+        let q = dec.encode(question)?;
+        let mut scores = Vec::with_capacity(n);
+        for past in &pasts {
+            let o = dec.run(&[Step { past: Some(past), tokens: &q }], Want::default())?;
+            scores.push((o[0].logits[*yes as usize] - o[0].logits[*no as usize]) as f64);
+        }
+        println!("| {name} | {:.3} |", stretto_core::metrics::auc(&scores, &labels));
     }
-    println!("{model}: AUC {:.3} on {n} reviews", auc(&scores, &labels));
     Ok(())
 }
