@@ -63,14 +63,20 @@ pub struct BoxPanel {
     pub reference: Option<f64>,
 }
 
+/// The `i`-th series colour: the ten of matplotlib's `tab10`, so that exp2's profile scatter (one series per KV
+/// profile, seven or more with two LLMs at three ratios) gives every series its own colour.
 fn color(i: usize) -> RGBColor {
-    const PALETTE: [RGBColor; 6] = [
+    const PALETTE: [RGBColor; 10] = [
         RGBColor(31, 119, 180),
         RGBColor(255, 127, 14),
         RGBColor(44, 160, 44),
         RGBColor(214, 39, 40),
         RGBColor(148, 103, 189),
         RGBColor(140, 86, 75),
+        RGBColor(227, 119, 194),
+        RGBColor(127, 127, 127),
+        RGBColor(188, 189, 34),
+        RGBColor(23, 190, 207),
     ];
     PALETTE[i % PALETTE.len()]
 }
@@ -322,5 +328,12 @@ mod tests {
         let p = dir.path().join("scatter.svg");
         scatter(&p, "Profiles", ("cost", "AUC"), &series, &[(0, 0.01, 0.8), (1, 0.1, 0.9)], true).unwrap();
         assert!(std::fs::read_to_string(&p).unwrap().contains("<circle"));
+    }
+
+    #[test]
+    fn ten_series_get_ten_colours() {
+        let colours: std::collections::HashSet<(u8, u8, u8)> =
+            (0..10).map(color).map(|c| (c.0, c.1, c.2)).collect();
+        assert_eq!(colours.len(), 10);
     }
 }
