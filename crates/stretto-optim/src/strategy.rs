@@ -28,9 +28,9 @@
 //!    the targets themselves at lower levels on the fit part.
 //! 2. **A test order, from the fit part only:** by the fit part's posterior probability that the candidate meets
 //!    the targets, bold candidates after the rest. Each candidate is preceded by its *cautious steps*, the same
-//!    plan with its cheap stages making only 25%, 50% and 75% of their decisions on the fit part
-//!    ([`Problem::rescale`]): a step passes whenever its candidate would, and when the candidate fails the last
-//!    step that passed is kept instead of gold.
+//!    plan with its cheap stages making only 10%, 25%, 40%, 55%, 70% or 85% of their decisions on the fit part
+//!    ([`Problem::rescale`]): with one cheap stage per filter a step passes whenever its candidate would, and when
+//!    the candidate fails the last step that passed is kept instead of gold.
 //! 3. **A fixed-sequence test on the hold-out.** Candidate 1 is executed hard there and certified if the posterior
 //!    probability that precision *and* recall both meet their targets is at least α. That is the joint Dirichlet
 //!    posterior of the hold-out counts, whose marginals are the Beta posteriors of the bounds; see
@@ -239,7 +239,9 @@ impl Default for Certification {
             // from 9% to 24% at target 0.7 and saved nothing at 0.9, so they are off by default.
             accept_only_margins: vec![],
             per_operator_margins: vec![0.3, 0.1, 0.0],
-            path_shares: vec![0.25, 0.5, 0.75],
+            // Six steps measured slightly cheaper than three (0.25, 0.5, 0.75) at every target on 200 generated
+            // workloads: 0.573 / 0.687 / 0.758 of LOTUS's cost against 0.581 / 0.690 / 0.761.
+            path_shares: vec![0.1, 0.25, 0.4, 0.55, 0.7, 0.85],
             coordinate_search: true,
             bold_levels: vec![0.9, 0.75, 0.5],
             min_holdout: 20,
