@@ -332,8 +332,7 @@ mod tests {
 
     #[test]
     fn ten_series_get_ten_colours() {
-        let colours: std::collections::HashSet<(u8, u8, u8)> =
-            (0..10).map(color).map(|c| (c.0, c.1, c.2)).collect();
+        let colours: std::collections::HashSet<(u8, u8, u8)> = (0..10).map(color).map(|c| (c.0, c.1, c.2)).collect();
         assert_eq!(colours.len(), 10);
     }
 }
