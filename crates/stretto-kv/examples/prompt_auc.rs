@@ -4,21 +4,14 @@
 //!
 //! `cargo run --release -p stretto-kv --example prompt_auc -- [N] [MODEL]` (defaults 240, smollm2-135m).
 
-use arrow::array::AsArray;
-use arrow::datatypes::Int64Type;
-use stretto_core::datasets::Dataset;
-use stretto_kv::decoder::{Decoder, Step, Want};
-use stretto_kv::models::default_home;
+#[path = "common/reviews.rs"]
+mod reviews;
+
+use stretto_kv::decoder::{Step, Want};
 use stretto_kv::tasks::filter_question;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let n: usize = std::env::args().nth(1).and_then(|v| v.parse().ok()).unwrap_or(240);
-    let model = std::env::args().nth(2).unwrap_or_else(|| "smollm2-135m".into());
-    let dec = Decoder::load(&default_home(), &model, 0)?;
-    let ds = Dataset::load("movie")?;
-    let text = ds.table("reviews")?.column_by_name("reviewtext").ok_or("no reviewtext")?.as_string::<i32>().clone();
-    let lab = ds.table("labels")?.column_by_name("is_positive").ok_or("no label")?.as_primitive::<Int64Type>().clone();
-    let labels: Vec<bool> = (0..n).map(|i| lab.value(i) == 1).collect();
+    let reviews::Probe { n, model, dec, text, labels } = reviews::load()?;
     let pair = |a: &str, b: &str| -> Result<(u32, u32), Box<dyn std::error::Error>> {
         Ok((dec.token_id(a)?, dec.token_id(b)?))
     };

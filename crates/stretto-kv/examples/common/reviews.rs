@@ -1,0 +1,37 @@
+//! What the review probes share: their command line (`[N] [MODEL]`), the decoder, and the first N movie reviews
+//! with their derived `is_positive` labels.
+
+use arrow::array::{Array, AsArray, StringArray};
+use arrow::datatypes::Int64Type;
+use stretto_core::datasets::Dataset;
+use stretto_kv::decoder::Decoder;
+use stretto_kv::models::default_home;
+
+/// A probe's inputs.
+pub struct Probe {
+    /// Reviews probed.
+    pub n: usize,
+    /// Catalog model name.
+    pub model: String,
+    /// Its decoder.
+    pub dec: Decoder,
+    /// The `reviewtext` column.
+    pub text: StringArray,
+    /// `is_positive` of the first `n` reviews.
+    pub labels: Vec<bool>,
+}
+
+/// Reads `[N] [MODEL]` (defaults 240, smollm2-135m) and loads the model and the reviews.
+pub fn load() -> Result<Probe, Box<dyn std::error::Error>> {
+    let n: usize = std::env::args().nth(1).and_then(|v| v.parse().ok()).unwrap_or(240);
+    let model = std::env::args().nth(2).unwrap_or_else(|| "smollm2-135m".into());
+    let dec = Decoder::load(&default_home(), &model, 0)?;
+    let ds = Dataset::load("movie")?;
+    let text = ds.table("reviews")?.column_by_name("reviewtext").ok_or("no reviewtext")?.as_string::<i32>().clone();
+    let lab = ds.table("labels")?.column_by_name("is_positive").ok_or("no label")?.as_primitive::<Int64Type>().clone();
+    if n > text.len().min(lab.len()) {
+        return Err(format!("only {} labelled reviews, not {n}", text.len().min(lab.len())).into());
+    }
+    let labels: Vec<bool> = (0..n).map(|i| lab.value(i) == 1).collect();
+    Ok(Probe { n, model, dec, text, labels })
+}
