@@ -209,14 +209,15 @@ impl Problem {
     /// cautious plan); above 1 it decides that many times as many tuples (a cheaper, riskier one). Only finite
     /// thresholds move, so a reject-only or accept-only stage keeps its shape. A stage left with no decisions is
     /// dropped, and an operator whose stages could now all be unsure gets its gold stage at the end, so every tuple
-    /// is still decided. Used to lay a path of plans through a candidate for the certification sequence; `rows`
-    /// must not be the tuples that certify it.
+    /// is still decided. A share of exactly 1, or one that is not a finite non-negative number, leaves the plan as
+    /// it is. Used to lay a path of plans through a candidate for the certification sequence; `rows` must not be the
+    /// tuples that certify it.
     pub fn rescale(&self, plan: &HardPlan, rows: &[usize], share: f64) -> HardPlan {
         if !(share.is_finite() && share >= 0.0) || share == 1.0 {
             return plan.clone();
         }
-        // The threshold below which (above which, when `!low`) `share` times the `count` decided tuples of `sorted`
-        // lie; `sorted` runs from the most confident decision on that side. `None`: the side decides nothing.
+        // The threshold that leaves `share` times `count` tuples on the decided side, where `sorted` runs from the
+        // most confident decision on that side and its first `count` are decided now. `None`: nothing is decided.
         let cut = |sorted: &[f64], count: usize| -> Option<f64> {
             let scaled = share * count as f64;
             let k = if share < 1.0 { scaled.floor() } else { scaled.ceil() } as usize;
