@@ -832,13 +832,18 @@ fn profiling_cost(p: &crate::query::Profiled) -> f64 {
 }
 
 /// The series a physical operator belongs to in the runtime-quality figure: the model and press ratio for KV
-/// profiles (`llm:qwen2.5-coder-0.5b@expected-attention-0.50` → `qwen2.5-coder-0.5b 0.50`), else the name.
+/// profiles (`llm:qwen2.5-coder-0.5b@expected-attention-0.50` → `qwen2.5-coder-0.5b 0.50`), other KV families
+/// keeping their prefix so they do not share the '1'/'0' filter's series (`llm-contrast smollm2-135m 0.00`), else
+/// the name.
 fn profile_family(name: &str) -> String {
     match name.split_once('@') {
-        Some((model, press)) => {
-            let model = model.rsplit(':').next().unwrap_or(model);
+        Some((op, press)) => {
             let ratio = press.rsplit('-').next().unwrap_or(press);
-            format!("{model} {ratio}")
+            match op.split_once(':') {
+                Some(("llm", model)) => format!("{model} {ratio}"),
+                Some((family, model)) => format!("{family} {model} {ratio}"),
+                None => format!("{op} {ratio}"),
+            }
         }
         None => name.to_string(),
     }
@@ -847,6 +852,16 @@ fn profile_family(name: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn kv_profiles_form_one_series_per_family_model_and_ratio() {
+        assert_eq!(profile_family("llm:qwen2.5-coder-0.5b@expected-attention-0.50"), "qwen2.5-coder-0.5b 0.50");
+        assert_eq!(
+            profile_family("llm-contrast:smollm2-135m@expected-attention-0.00"),
+            "llm-contrast smollm2-135m 0.00"
+        );
+        assert_eq!(profile_family("embed:minilm"), "embed:minilm");
+    }
 
     #[test]
     fn csv_reader_handles_quotes_and_newlines() {

@@ -235,7 +235,13 @@ impl Decoder {
     /// The question part of a prompt: the instruction closing the user turn, the assistant header and an answer
     /// prefix (without it a small model puts little mass on the answer tokens).
     pub fn question_suffix(&self, instruction: &str) -> String {
-        format!("\n{instruction}<|im_end|>\n<|im_start|>assistant\nAnswer: ")
+        self.answer_suffix(instruction, "")
+    }
+
+    /// [`Decoder::question_suffix`] with the answer already begun by `lead` (a contrastive question's shared words,
+    /// see [`crate::contrast`]).
+    pub fn answer_suffix(&self, instruction: &str, lead: &str) -> String {
+        format!("\n{instruction}<|im_end|>\n<|im_start|>assistant\nAnswer: {lead}")
     }
 
     /// The question part of a map prompt: the instruction as a question closing the user turn, then the assistant's

@@ -23,6 +23,7 @@
 #![warn(missing_docs)]
 
 pub mod cache;
+pub mod contrast;
 pub mod convert;
 pub mod decoder;
 pub mod embed;

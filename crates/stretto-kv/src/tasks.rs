@@ -92,11 +92,24 @@ pub fn filter_scores(
     (yes, no): (u32, u32),
     batch: usize,
 ) -> Result<(Vec<f64>, Vec<f64>)> {
-    let _span = tracing::info_span!("llm_filter", model = dec.name(), items = items.len()).entered();
     let q = dec.encode(&dec.question_suffix(question))?;
+    filter_scores_after(dec, source, items, &q, (yes, no), batch)
+}
+
+/// Log-odds of `yes` over `no` after the question tokens `q` (everything after the cached item) for every item; and
+/// the seconds each cost. [`filter_scores`] for a question that is not the standard '1'/'0' one.
+pub fn filter_scores_after(
+    dec: &Decoder,
+    source: &PastSource,
+    items: &[String],
+    q: &[u32],
+    (yes, no): (u32, u32),
+    batch: usize,
+) -> Result<(Vec<f64>, Vec<f64>)> {
+    let _span = tracing::info_span!("llm_filter", model = dec.name(), items = items.len()).entered();
     let mut scores = vec![0.0; items.len()];
     let seconds = grouped(dec, source, items, batch, |group, pasts| {
-        let steps: Vec<Step<'_>> = pasts.iter().map(|p| Step { past: Some(p), tokens: &q }).collect();
+        let steps: Vec<Step<'_>> = pasts.iter().map(|p| Step { past: Some(p), tokens: q }).collect();
         for (&i, row) in group.iter().zip(dec.run(&steps, Want::default())?) {
             scores[i] = (row.logits[yes as usize] - row.logits[no as usize]) as f64;
         }

@@ -4,6 +4,12 @@
 //! its column references written as "the text above". A filter scores log-odds of '1' over '0', calibrated by
 //! those of a content-free item ("N/A") so that its sign means something for small models; a map decodes
 //! greedily and reports the answer's probability as its confidence, normalised to the output type.
+//!
+//! A *contrast* filter (`llm-contrast:…`, its own family) asks the same model to choose between the predicate and
+//! an opposite the model derives itself, and scores the first answer token of one against the other
+//! ([`stretto_kv::contrast`]). Small models that cannot map a judgement onto '1'/'0' often can onto words that
+//! carry it: SmolLM2-135M's "is clearly positive" on movie reviews goes from AUC 0.57 to 0.80. Where the model
+//! derives no usable opposite, the contrast filter asks the '1'/'0' question and says so in a warning.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -16,6 +22,7 @@ use stretto_core::op::{
 };
 use stretto_core::{CoreError, Result};
 use stretto_kv::cache::PastSource;
+use stretto_kv::contrast::ContrastQuestion;
 use stretto_kv::press::{Positions, Press};
 use stretto_kv::store::{default_kv_dir, Profile};
 
@@ -92,6 +99,10 @@ pub struct LlmOp {
     bridge: Option<Bridge>,
     /// Calibration log-odds per question: one question pass each, not one per batch.
     baselines: Mutex<HashMap<String, f64>>,
+    /// Whether filters ask a contrastive question instead of the '1'/'0' one.
+    contrastive: bool,
+    /// Contrastive questions per predicate (`None`: the model gave no usable opposite): one derivation each.
+    contrasts: Mutex<HashMap<String, Option<ContrastQuestion>>>,
 }
 
 /// Turns items that are not text (image paths) into the text an LLM reads, with the seconds each took.
@@ -154,7 +165,18 @@ impl LlmOp {
             memo: OnceLock::new(),
             bridge: None,
             baselines: Mutex::default(),
+            contrastive: false,
+            contrasts: Mutex::default(),
         })
+    }
+
+    /// A contrast filter ([`stretto_kv::contrast`]): the model chooses between the predicate and its opposite.
+    pub fn contrastive(config: LlmConfig) -> Result<Self> {
+        let mut op = Self::new(LogicalKind::Filter, config)?;
+        op.name = format!("llm-contrast:{}", op.source.profile().id());
+        op.props.family = CONTRAST_FAMILY.into();
+        op.contrastive = true;
+        Ok(op)
     }
 
     /// An LLM operator over items that a bridge first turns into text (e.g. an image into its caption).
@@ -168,17 +190,64 @@ impl LlmOp {
         Ok(op)
     }
 
-    /// The log-odds of the content-free item for question `q`, computed once per question.
-    fn baseline(&self, dec: &stretto_kv::Decoder, q: &str, answers: (u32, u32)) -> Result<f64> {
+    /// The log-odds of the content-free item for question tokens `q` (named `key`), computed once per question.
+    fn baseline(&self, dec: &stretto_kv::Decoder, key: &str, q: &[u32], answers: (u32, u32)) -> Result<f64> {
         let mut cache =
             self.baselines.lock().map_err(|_| CoreError::operator(&self.name, "calibration lock poisoned"))?;
-        if let Some(b) = cache.get(q) {
+        if let Some(b) = cache.get(key) {
             return Ok(*b);
         }
-        let (base, _) = stretto_kv::tasks::filter_scores(dec, &self.source, &[CONTENT_FREE.to_string()], q, answers, 1)
-            .map_err(kv_err(&self.name))?;
-        cache.insert(q.to_string(), base[0]);
+        let (base, _) =
+            stretto_kv::tasks::filter_scores_after(dec, &self.source, &[CONTENT_FREE.to_string()], q, answers, 1)
+                .map_err(kv_err(&self.name))?;
+        cache.insert(key.to_string(), base[0]);
         Ok(base[0])
+    }
+
+    /// The contrastive question for `statement` (about `subject`), derived once per statement.
+    fn contrast(&self, dec: &stretto_kv::Decoder, subject: &str, statement: &str) -> Result<Option<ContrastQuestion>> {
+        let mut cache = self.contrasts.lock().map_err(|_| CoreError::operator(&self.name, "contrast lock poisoned"))?;
+        if let Some(c) = cache.get(statement) {
+            return Ok(c.clone());
+        }
+        let kv = kv_err(&self.name);
+        let question = match stretto_kv::contrast::derive_opposite(dec, subject, statement).map_err(&kv)? {
+            Some(opposite) => ContrastQuestion::new(dec, subject, statement, &opposite).map_err(&kv)?,
+            None => None,
+        };
+        match &question {
+            Some(q) => tracing::info!(op = %self.name, question = %q.question, lead = %q.lead, "contrastive question"),
+            None => tracing::warn!(
+                op = %self.name,
+                statement,
+                "the model derived no usable opposite; this contrast filter asks the '1'/'0' question instead"
+            ),
+        }
+        cache.insert(statement.to_string(), question.clone());
+        Ok(question)
+    }
+
+    /// Calibrated filter scores of `todo` for `statement`, with the seconds each took.
+    fn filter(&self, dec: &stretto_kv::Decoder, statement: &str, todo: &[String]) -> Result<(Vec<f64>, Vec<f64>)> {
+        let kv = kv_err(&self.name);
+        let subject = self.bridge.as_ref().map_or("the text above", |b| b.subject);
+        let contrast = if self.contrastive { self.contrast(dec, subject, statement)? } else { None };
+        let (key, q, answers) = match contrast {
+            Some(c) => (format!("{}\n{}", c.question, c.lead), c.tokens, (c.yes, c.no)),
+            None => {
+                let text = stretto_kv::tasks::filter_question(statement);
+                let q = dec.encode(&dec.question_suffix(&text)).map_err(&kv)?;
+                let answers = (dec.token_id("1").map_err(&kv)?, dec.token_id("0").map_err(&kv)?);
+                (text, q, answers)
+            }
+        };
+        let (scores, secs) =
+            stretto_kv::tasks::filter_scores_after(dec, &self.source, todo, &q, answers, self.config.batch)
+                .map_err(&kv)?;
+        // Contextual calibration: small models lean to one answer whatever the item; the log-odds of a content-free
+        // item measure that lean, and subtracting it centres the gold rule (score > 0).
+        let base = self.baseline(dec, &key, &q, answers)?;
+        Ok((scores.into_iter().map(|s| s - base).collect(), secs))
     }
 
     fn memo(&self) -> Option<&Memo> {
@@ -258,16 +327,8 @@ impl PhysicalOp for LlmOp {
             let add = |secs: Vec<f64>| -> Vec<f64> { secs.iter().zip(&bridge_secs).map(|(a, b)| a + b).collect() };
             match task.kind {
                 LogicalKind::Filter => {
-                    let yes = dec.token_id("1").map_err(kv_err(&self.name))?;
-                    let no = dec.token_id("0").map_err(kv_err(&self.name))?;
-                    let q = stretto_kv::tasks::filter_question(&question);
-                    let (scores, secs) =
-                        stretto_kv::tasks::filter_scores(&dec, &self.source, &todo, &q, (yes, no), self.config.batch)
-                            .map_err(kv_err(&self.name))?;
-                    // Contextual calibration: small models lean to one answer whatever the item; the log-odds of a
-                    // content-free item measure that lean, and subtracting it centres the gold rule (score > 0).
-                    let base = self.baseline(&dec, &q, (yes, no))?;
-                    Ok((OpOutput::Scores(scores.into_iter().map(|s| s - base).collect()), add(secs)))
+                    let (scores, secs) = self.filter(&dec, &question, &todo)?;
+                    Ok((OpOutput::Scores(scores), add(secs)))
                 }
                 LogicalKind::Map => {
                     let ty = task.output.as_ref().map(|o| o.1).unwrap_or(ValueType::String);
@@ -311,6 +372,30 @@ stretto_core::inventory::submit! {
         about: "LLM filter over precomputed KV caches (log-odds of '1' over '0'), one rung per model and ratio",
         ladder,
         build: |c| build(LogicalKind::Filter, c),
+    }
+}
+
+/// Family of the contrast filters.
+pub const CONTRAST_FAMILY: &str = "llm-contrast-filter";
+
+/// The contrast filter's rungs: every ladder model, uncompressed. None is a gold candidate: gold stays the '1'/'0'
+/// question the method specifies. Compressed contrast filters can be built from a configuration.
+pub fn contrast_ladder() -> Vec<serde_json::Value> {
+    ladder_models().iter().map(|m| serde_json::json!({"model": m, "ratio": 0.0})).collect()
+}
+
+stretto_core::inventory::submit! {
+    OperatorFactory {
+        name: CONTRAST_FAMILY,
+        plugin: crate::PLUGIN,
+        about: "LLM filter over precomputed KV caches that chooses between the predicate and an opposite the model \
+                derives (log-odds of their first differing answer tokens), one rung per model",
+        ladder: contrast_ladder,
+        build: |c| {
+            let c: LlmConfig = serde_json::from_value(c.clone())
+                .map_err(|e| CoreError::OperatorConfig { factory: CONTRAST_FAMILY.into(), message: e.to_string() })?;
+            Ok(Arc::new(LlmOp::contrastive(c)?))
+        },
     }
 }
 

@@ -75,13 +75,19 @@ fn model_filters_separate_review_sentiment() {
     let registry = Registry::discover().unwrap();
     let (batch, labels) = reviews(48);
     let task = SemanticTask::filter("positive", "{reviews.reviewtext} is clearly positive");
-    for name in ["llm:smollm2-135m@expected-attention-0.00", "embed:minilm"] {
+    // (operator, AUC it must exceed). SmolLM2-135M cannot map sentiment onto '1'/'0' (0.57 on 240 reviews), so its
+    // '1'/'0' filter is only held above chance; its contrast filter, choosing between "clearly positive" and the
+    // opposite it derives, must separate the labels (0.80 on 240 reviews, `examples/prompt_auc.rs` in stretto-kv).
+    for (name, floor) in [
+        ("llm:smollm2-135m@expected-attention-0.00", 0.5),
+        ("llm-contrast:smollm2-135m@expected-attention-0.00", 0.7),
+        ("embed:minilm", 0.5),
+    ] {
         let op = registry.get(name).unwrap();
         let OpOutput::Scores(scores) = op.evaluate(&task, &batch).unwrap() else { panic!("{name}: not scores") };
         let a = auc(&scores, &labels);
         eprintln!("{name}: AUC {a:.3} on {} reviews", labels.len());
-        // Better than chance on real labels; the 0.7 for SmolLM2-135M is not reached (see the closing note).
-        assert!(a > 0.5, "{name}: AUC {a}");
+        assert!(a > floor, "{name}: AUC {a} on {} reviews, not above {floor}", labels.len());
     }
 }
 

@@ -1,0 +1,49 @@
+//! Contrastive questions with the real SmolLM2-135M: the model derives an opposite, and the question built from it
+//! tells reviews apart by the answer words' meaning.
+
+use stretto_kv::contrast::{derive_opposite, ContrastQuestion};
+use stretto_kv::decoder::{Decoder, Step, Want};
+use stretto_kv::models::default_home;
+
+const SUBJECT: &str = "the text above";
+
+#[test]
+fn smollm2_derives_an_opposite_and_its_question_separates_sentiment() {
+    let dec = Decoder::load(&default_home(), "smollm2-135m", 2).unwrap();
+    let statement = "the text above is clearly positive";
+    let opposite = derive_opposite(&dec, SUBJECT, statement).unwrap().expect("an opposite");
+    assert_eq!(opposite, "the text above is clearly negative");
+    let q = ContrastQuestion::new(&dec, SUBJECT, statement, &opposite).unwrap().expect("distinct answers");
+    assert_eq!(q.question, "Question: is the text above clearly positive or clearly negative?");
+    assert_eq!(q.lead, "the text above is clearly");
+    assert_eq!((q.yes, q.no), (dec.token_id(" positive").unwrap(), dec.token_id(" negative").unwrap()));
+    assert_eq!(q.tokens, dec.encode(&dec.answer_suffix(&q.question, &q.lead)).unwrap());
+    // A warm and a scathing review: the warm one leans to the statement, the scathing one to its opposite.
+    let score = |review: &str| {
+        let (past, _) = dec.prefill(&dec.encode(&dec.item_prefix(review)).unwrap(), false).unwrap();
+        let o = dec.run(&[Step { past: Some(&past), tokens: &q.tokens }], Want::default()).unwrap();
+        o[0].logits[q.yes as usize] - o[0].logits[q.no as usize]
+    };
+    let warm = score("A tender, beautifully acted film that stays with you long after the credits roll.");
+    let cold = score("Two hours of my life I will never get back; the script is lazy and the jokes fall flat.");
+    assert!(warm > cold, "warm {warm} vs scathing {cold}");
+}
+
+#[test]
+fn a_statement_without_a_copula_becomes_a_choice_and_identical_answers_have_none() {
+    let dec = Decoder::load(&default_home(), "smollm2-135m", 2).unwrap();
+    let q =
+        ContrastQuestion::new(&dec, SUBJECT, "the text above praises the cast", "the text above criticises the cast")
+            .unwrap()
+            .unwrap();
+    assert_eq!(
+        q.question,
+        "Question: which is true: the text above praises the cast, or the text above criticises the cast?"
+    );
+    assert_eq!(q.lead, "the text above");
+    assert_ne!(q.yes, q.no);
+    assert_eq!(
+        ContrastQuestion::new(&dec, SUBJECT, "the text above is long", "The text above is long.").unwrap(),
+        None
+    );
+}
