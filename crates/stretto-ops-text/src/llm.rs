@@ -101,8 +101,14 @@ pub struct LlmOp {
     baselines: Mutex<HashMap<String, f64>>,
     /// Whether filters ask a contrastive question instead of the '1'/'0' one.
     contrastive: bool,
-    /// Contrastive questions per predicate (`None`: the model gave no usable opposite): one derivation each.
-    contrasts: Mutex<HashMap<String, Option<ContrastQuestion>>>,
+}
+
+/// Contrastive questions per (model, subject, statement), `None` where the model gave no usable opposite. Shared by
+/// every operator instance in the process: a registry is built per query, and a derivation with the 0.5B coder
+/// takes seconds.
+fn contrasts() -> &'static Mutex<HashMap<(String, String, String), Option<ContrastQuestion>>> {
+    static CONTRASTS: OnceLock<Mutex<HashMap<(String, String, String), Option<ContrastQuestion>>>> = OnceLock::new();
+    CONTRASTS.get_or_init(Mutex::default)
 }
 
 /// Turns items that are not text (image paths) into the text an LLM reads, with the seconds each took.
@@ -166,7 +172,6 @@ impl LlmOp {
             bridge: None,
             baselines: Mutex::default(),
             contrastive: false,
-            contrasts: Mutex::default(),
         })
     }
 
@@ -204,10 +209,11 @@ impl LlmOp {
         Ok(base[0])
     }
 
-    /// The contrastive question for `statement` (about `subject`), derived once per statement.
+    /// The contrastive question for `statement` (about `subject`), derived once per model and statement.
     fn contrast(&self, dec: &stretto_kv::Decoder, subject: &str, statement: &str) -> Result<Option<ContrastQuestion>> {
-        let mut cache = self.contrasts.lock().map_err(|_| CoreError::operator(&self.name, "contrast lock poisoned"))?;
-        if let Some(c) = cache.get(statement) {
+        let mut cache = contrasts().lock().map_err(|_| CoreError::operator(&self.name, "contrast lock poisoned"))?;
+        let key = (self.config.model.clone(), subject.to_string(), statement.to_string());
+        if let Some(c) = cache.get(&key) {
             return Ok(c.clone());
         }
         let kv = kv_err(&self.name);
@@ -223,7 +229,7 @@ impl LlmOp {
                 "the model derived no usable opposite; this contrast filter asks the '1'/'0' question instead"
             ),
         }
-        cache.insert(statement.to_string(), question.clone());
+        cache.insert(key, question.clone());
         Ok(question)
     }
 
