@@ -370,7 +370,15 @@ pub fn profile_pipeline(
                     s.spawn(move || -> Result<Vec<PhysicalEntry>, String> {
                         let mut out = Vec::new();
                         for (i, op) in ops.iter().enumerate() {
-                            let (output, secs) = op.evaluate_timed(task, batch).map_err(|e| e.to_string())?;
+                            let (output, secs) = match op.evaluate_timed(task, batch) {
+                                Ok(r) => r,
+                                // An operator that declines the task is no candidate for it; gold must answer.
+                                Err(stretto::core::CoreError::NotApplicable { reason, .. }) if i > 0 => {
+                                    tracing::info!(operator = op.name(), task = %task.name, %reason, "dropped");
+                                    continue;
+                                }
+                                Err(e) => return Err(e.to_string()),
+                            };
                             let cost = secs.iter().sum::<f64>() / secs.len().max(1) as f64;
                             let (scores, values) = match output {
                                 OpOutput::Scores(s) => (Some(s.into_iter().map(Some).collect()), None),
@@ -411,10 +419,14 @@ pub fn profile_pipeline(
     timings.insert("profiling".into(), t0.elapsed().as_secs_f64());
     timings.insert("prepare_total".into(), total.elapsed().as_secs_f64());
     Ok(Profiled {
+        // The operators profiled, which leaves out any that declined its task.
         candidates: tasks
             .iter()
-            .zip(&cands)
-            .map(|(t, ops)| (t.name.clone(), ops.iter().map(|o| o.name().to_string()).collect()))
+            .map(|t| {
+                let prefix = format!("{}/", t.name);
+                let names = profile.physical.iter().filter_map(|e| e.name.strip_prefix(&prefix)).map(str::to_string);
+                (t.name.clone(), names.collect())
+            })
             .collect(),
         tasks,
         input,

@@ -125,6 +125,15 @@ pub enum CoreError {
         /// What went wrong.
         message: String,
     },
+    /// An operator declines a task it cannot serve, e.g. a contrast filter whose model derives no opposite of the
+    /// predicate. Planners drop it from that task's candidates instead of failing the query.
+    #[error("operator `{operator}` does not apply to this task: {reason}")]
+    NotApplicable {
+        /// The physical operator.
+        operator: String,
+        /// Why it does not apply.
+        reason: String,
+    },
     /// An operator's configuration is invalid.
     #[error("bad configuration for operator factory `{factory}`: {message}")]
     OperatorConfig {

@@ -9,7 +9,8 @@
 //! an opposite the model derives itself, and scores the first answer token of one against the other
 //! ([`stretto_kv::contrast`]). Small models that cannot map a judgement onto '1'/'0' often can onto words that
 //! carry it: SmolLM2-135M's "is clearly positive" on movie reviews goes from AUC 0.57 to 0.80. Where the model
-//! derives no usable opposite, the contrast filter asks the '1'/'0' question and says so in a warning.
+//! derives no usable opposite, the contrast filter declines the task ([`CoreError::NotApplicable`]) rather than
+//! repeat the '1'/'0' filter under another name, and planners drop it from that task's candidates.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -103,11 +104,14 @@ pub struct LlmOp {
     contrastive: bool,
 }
 
+/// (model, subject, statement) → contrastive question.
+type ContrastCache = HashMap<(String, String, String), Option<ContrastQuestion>>;
+
 /// Contrastive questions per (model, subject, statement), `None` where the model gave no usable opposite. Shared by
 /// every operator instance in the process: a registry is built per query, and a derivation with the 0.5B coder
 /// takes seconds.
-fn contrasts() -> &'static Mutex<HashMap<(String, String, String), Option<ContrastQuestion>>> {
-    static CONTRASTS: OnceLock<Mutex<HashMap<(String, String, String), Option<ContrastQuestion>>>> = OnceLock::new();
+fn contrasts() -> &'static Mutex<ContrastCache> {
+    static CONTRASTS: OnceLock<Mutex<ContrastCache>> = OnceLock::new();
     CONTRASTS.get_or_init(Mutex::default)
 }
 
@@ -223,11 +227,7 @@ impl LlmOp {
         };
         match &question {
             Some(q) => tracing::info!(op = %self.name, question = %q.question, lead = %q.lead, "contrastive question"),
-            None => tracing::warn!(
-                op = %self.name,
-                statement,
-                "the model derived no usable opposite; this contrast filter asks the '1'/'0' question instead"
-            ),
+            None => tracing::info!(op = %self.name, statement, "the model derived no usable opposite"),
         }
         cache.insert(key, question.clone());
         Ok(question)
@@ -237,7 +237,15 @@ impl LlmOp {
     fn filter(&self, dec: &stretto_kv::Decoder, statement: &str, todo: &[String]) -> Result<(Vec<f64>, Vec<f64>)> {
         let kv = kv_err(&self.name);
         let subject = self.bridge.as_ref().map_or("the text above", |b| b.subject);
-        let contrast = if self.contrastive { self.contrast(dec, subject, statement)? } else { None };
+        let contrast = if self.contrastive {
+            // Without an opposite this operator would only repeat the '1'/'0' filter of the same rung.
+            Some(self.contrast(dec, subject, statement)?.ok_or_else(|| CoreError::NotApplicable {
+                operator: self.name.clone(),
+                reason: format!("{} derives no usable opposite of \"{statement}\"", self.config.model),
+            })?)
+        } else {
+            None
+        };
         let (key, q, answers) = match contrast {
             Some(c) => (format!("{}\n{}", c.question, c.lead), c.tokens, (c.yes, c.no)),
             None => {
@@ -395,7 +403,8 @@ stretto_core::inventory::submit! {
         name: CONTRAST_FAMILY,
         plugin: crate::PLUGIN,
         about: "LLM filter over precomputed KV caches that chooses between the predicate and an opposite the model \
-                derives (log-odds of their first differing answer tokens), one rung per model",
+                derives (log-odds of their first differing answer tokens), one rung per model; declines predicates \
+                without a usable opposite",
         ladder: contrast_ladder,
         build: |c| {
             let c: LlmConfig = serde_json::from_value(c.clone())

@@ -115,3 +115,20 @@ fn map_extracts_typed_values() {
     assert!(confidences.iter().all(|c| (0.0..=1.0).contains(c)));
     let _ = reports.column(0).len();
 }
+
+#[test]
+fn a_contrast_filter_without_an_opposite_declines_the_task() {
+    setup();
+    let registry = Registry::discover().unwrap();
+    let (batch, _) = reviews(3);
+    let op = registry.get("llm-contrast:smollm2-135m@expected-attention-0.00").unwrap();
+    // SmolLM2-135M only echoes a few-shot example for this predicate, so it has no opposite to score against.
+    let task = SemanticTask::filter("acting", "{reviews.reviewtext} praises the acting or the cast");
+    match op.evaluate(&task, &batch) {
+        Err(stretto_core::CoreError::NotApplicable { operator, reason }) => {
+            assert_eq!(operator, op.name());
+            assert!(reason.contains("praises the acting or the cast"), "{reason}");
+        }
+        other => panic!("expected NotApplicable, got {other:?}"),
+    }
+}

@@ -778,12 +778,16 @@ pub struct Lotus;
 pub const SUPG_CANDIDATES: usize = 100;
 
 impl Lotus {
-    /// LOTUS' proxy: the uncompressed small model (the cheapest implementation named `…@0`), else the non-gold
-    /// implementation that separates gold's labels best on the sample.
+    /// LOTUS' proxy, among the implementations cheaper than gold: the uncompressed small model (the cheapest
+    /// implementation named `…@0`), else the one that separates gold's labels best on the sample.
     fn proxy(problem: &Problem, o: usize) -> Option<usize> {
         let op = &problem.ops[o];
-        let candidates: Vec<usize> =
-            (0..op.impls.len()).filter(|&i| !op.impls[i].gold && op.impls[i].scores.is_some()).collect();
+        // A proxy is what LOTUS runs *instead of* the oracle on most tuples, so one that costs as much as gold is
+        // none (a rung of the gold model that only rephrases its question, for instance).
+        let gold_cost = op.impls.iter().filter(|i| i.gold).map(|i| i.cost).fold(f64::INFINITY, f64::min);
+        let candidates: Vec<usize> = (0..op.impls.len())
+            .filter(|&i| !op.impls[i].gold && op.impls[i].scores.is_some() && op.impls[i].cost < gold_cost)
+            .collect();
         let separation = |i: usize| auc(op.impls[i].scores.as_deref().unwrap_or(&[]), &op.label);
         candidates
             .iter()
@@ -1021,6 +1025,20 @@ mod tests {
         for pair in thin.windows(2) {
             assert!(cost(&pair[1].1) <= cost(&pair[0].1) * 0.5);
         }
+    }
+
+    #[test]
+    fn a_lotus_proxy_is_cheaper_than_gold() {
+        // `f/twin` separates gold perfectly but costs as much as gold; `f/cheap` is noisy but cheap.
+        let text = r#"{"format":"stretto.profile/v1","query":"q","population":8,
+            "tuples":["0","1","2","3","4","5","6","7"],"logical":[{"name":"f","kind":"filter"}],
+            "physical":[
+              {"name":"f/gold","logical":"f","cost":0.1,"scores":[1,1,1,1,-1,-1,-1,-1],"gold":true},
+              {"name":"f/twin","logical":"f","cost":0.1,"scores":[2,2,2,2,-2,-2,-2,-2]},
+              {"name":"f/cheap","logical":"f","cost":0.01,"scores":[0.9,0.2,0.8,-0.1,0.3,-0.5,0.1,-0.9]}]}"#;
+        let p = Problem::from_profile(&crate::profile::Profile::parse(text, "test").unwrap()).unwrap();
+        let proxy = Lotus::proxy(&p, 0).expect("a proxy");
+        assert_eq!(p.ops[0].impls[proxy].physical, "f/cheap");
     }
 
     #[test]
