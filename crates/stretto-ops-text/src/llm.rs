@@ -233,19 +233,26 @@ impl LlmOp {
         Ok(question)
     }
 
-    /// Calibrated filter scores of `todo` for `statement`, with the seconds each took.
-    fn filter(&self, dec: &stretto_kv::Decoder, statement: &str, todo: &[String]) -> Result<(Vec<f64>, Vec<f64>)> {
-        let kv = kv_err(&self.name);
+    /// The contrast filter's question for `statement`, or [`CoreError::NotApplicable`] without an opposite:
+    /// this operator would then only repeat the '1'/'0' filter of the same rung.
+    fn contrast_or_decline(&self, statement: &str) -> Result<ContrastQuestion> {
+        let dec = stretto_kv::pool::decoder(&self.config.model).map_err(kv_err(&self.name))?;
         let subject = self.bridge.as_ref().map_or("the text above", |b| b.subject);
-        let contrast = if self.contrastive {
-            // Without an opposite this operator would only repeat the '1'/'0' filter of the same rung.
-            Some(self.contrast(dec, subject, statement)?.ok_or_else(|| CoreError::NotApplicable {
-                operator: self.name.clone(),
-                reason: format!("{} derives no usable opposite of \"{statement}\"", self.config.model),
-            })?)
-        } else {
-            None
-        };
+        self.contrast(&dec, subject, statement)?.ok_or_else(|| CoreError::NotApplicable {
+            operator: self.name.clone(),
+            reason: format!("{} derives no usable opposite of \"{statement}\"", self.config.model),
+        })
+    }
+
+    /// Calibrated filter scores of `todo` for `statement` (by `contrast` where given), with the seconds each took.
+    fn filter(
+        &self,
+        dec: &stretto_kv::Decoder,
+        statement: &str,
+        contrast: Option<ContrastQuestion>,
+        todo: &[String],
+    ) -> Result<(Vec<f64>, Vec<f64>)> {
+        let kv = kv_err(&self.name);
         let (key, q, answers) = match contrast {
             Some(c) => (format!("{}\n{}", c.question, c.lead), c.tokens, (c.yes, c.no)),
             None => {
@@ -331,7 +338,16 @@ impl PhysicalOp for LlmOp {
             Some(b) => about(&task.prompt, b.subject),
             None => about_the_text(&task.prompt),
         };
-        memoised(self.memo(), &self.name, task, &items, |missing| {
+        // A contrast filter's answers depend on the question its model derived, so the memo keeps them under it: a
+        // changed derivation never reads answers to another question.
+        let (contrast, memo_name) = if self.contrastive && task.kind == LogicalKind::Filter {
+            let c = self.contrast_or_decline(&question)?;
+            let name = format!("{}#{}#{}", self.name, c.question, c.lead);
+            (Some(c), name)
+        } else {
+            (None, self.name.clone())
+        };
+        memoised(self.memo(), &memo_name, task, &items, |missing| {
             let dec = stretto_kv::pool::decoder(&self.config.model).map_err(kv_err(&self.name))?;
             let raw: Vec<String> = missing.iter().map(|&i| items[i].clone()).collect();
             let (todo, bridge_secs) = match &self.bridge {
@@ -341,7 +357,7 @@ impl PhysicalOp for LlmOp {
             let add = |secs: Vec<f64>| -> Vec<f64> { secs.iter().zip(&bridge_secs).map(|(a, b)| a + b).collect() };
             match task.kind {
                 LogicalKind::Filter => {
-                    let (scores, secs) = self.filter(&dec, &question, &todo)?;
+                    let (scores, secs) = self.filter(&dec, &question, contrast.clone(), &todo)?;
                     Ok((OpOutput::Scores(scores), add(secs)))
                 }
                 LogicalKind::Map => {
