@@ -239,7 +239,10 @@ impl Default for Certification {
             holdout: 0.5,
             max_holdout: 0.5,
             positive_room: 0.0,
-            margins: vec![0.6, 0.45, 0.3, 0.15, 0.05],
+            // The last margin, 0, solves for the targets themselves at the full level on the fit part; with the test
+            // sequence pruned to ever cheaper plans it lowered cost relative to LOTUS on seeds 0..399 from 0.531 /
+            // 0.653 / 0.751 to 0.524 / 0.648 / 0.749, for one more solve per query.
+            margins: vec![0.6, 0.45, 0.3, 0.15, 0.05, 0.0],
             reject_only_margins: vec![0.4, 0.2, 0.05],
             // Measured on the generated workloads (100 per target), accept-only candidates raised gold fallbacks
             // from 9% to 24% at target 0.7 and saved nothing at 0.9, so they are off by default.
