@@ -9,8 +9,8 @@
 //! small model reads "not" as a word, not as a negation, so negated opposites are refused here.
 //!
 //! The opposite comes from the model itself: a few-shot completion ([`opposite_prompt`]) whose first line is
-//! checked ([`parse_opposite`]); a model that only echoes the statement or an example gets no contrast, and the
-//! caller falls back to the '1'/'0' question. [`ContrastQuestion::new`] then forms the question and the two answer
+//! checked ([`parse_opposite`]); a model that only echoes the statement or an example gets no contrast (the contrast
+//! filter of `stretto-ops-text` then declines the task). [`ContrastQuestion::new`] then forms the question and the two answer
 //! tokens from the token sequences of both answers, so it needs no assumption about how the tokenizer merges words.
 //!
 //! ```no_run
