@@ -49,7 +49,7 @@
 //! The hold-out test is what high targets pay for. On the generated workloads at target 0.9, even picking the
 //! cheapest of *all* candidates that pass the hold-out test (not a valid procedure: it is the bound that no test
 //! order can beat) cost 0.715–0.727 of LOTUS's cost, with hold-out shares from 0.5 to 0.7; the fixed sequence
-//! reaches 0.749 on seeds 0..199 and 0.755 on seeds 200..399. An exact-knowledge plan with one cheap stage per
+//! reaches 0.746 on seeds 0..199 and 0.752 on seeds 200..399. An exact-knowledge plan with one cheap stage per
 //! filter would cost 0.52.
 //!
 //! The cheapest certified candidate wins. If none is certified, or gold is cheaper, the plan is gold, with a
@@ -250,8 +250,8 @@ impl Default for Certification {
             per_operator_margins: vec![0.3, 0.1, 0.0],
             // Measured on generated workloads (seeds 0..199, cost relative to LOTUS's at 0.5 / 0.7 / 0.9): three
             // steps 0.581 / 0.690 / 0.761, six 0.573 / 0.687 / 0.758, 24 (every 0.04) 0.564 / 0.682 / 0.752; 24
-            // with the pruning of `min_step_gain` 0.539 / 0.657 / 0.749 (0.9 on seeds 200..399: 0.767 with six
-            // unpruned steps, 0.755 with these). Finer grids (every 0.03) gained nothing more.
+            // pruned with `min_step_gain` 0 0.539 / 0.657 / 0.749, with 0.03 0.539 / 0.661 / 0.747 (0.9 on seeds
+            // 200..399: 0.767 with six unpruned steps, 0.755 with these). Finer grids (every 0.03) gained nothing.
             path_shares: (1..25).map(|i| f64::from(i) * 0.04).collect(),
             // 0 pruned only steps no cheaper than an earlier one; 0.01–0.05 measured 0.001–0.002 cheaper at 0.9 on
             // both seed sets, 0.1 dearer.
