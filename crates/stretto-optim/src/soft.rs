@@ -231,9 +231,17 @@ impl SoftProblem {
         // Forward: per operator and row, the chain's outcome (filter: accept mass A; map: correct mass) and cost.
         let mut outcome = vec![0.0; n_ops * n];
         let mut cost_sum = 0.0;
+        // Per operator, every row's stage decisions (row-major), kept for the reverse pass.
+        let mut decisions: Vec<Vec<(f64, f64)>> = if grad.is_some() {
+            self.ops.iter().map(|op| vec![(0.0, 0.0); n * op.stages.len()]).collect()
+        } else {
+            Vec::new()
+        };
         for (o, op) in self.ops.iter().enumerate() {
+            let m = op.stages.len();
             for r in 0..n {
-                let (a, c) = chain_forward(op, &sp, r, t, cfg.sides);
+                let record = decisions.get_mut(o).map(|d| &mut d[r * m..(r + 1) * m]);
+                let (a, c) = chain_forward(op, &sp, r, t, cfg.sides, record);
                 outcome[o * n + r] = a;
                 cost_sum += c;
             }
@@ -283,8 +291,10 @@ impl SoftProblem {
                     g_fn -= cfg.beta * dr_fn;
                 }
                 if want_grad {
+                    let mut rc: Vec<RowCounts> = Vec::with_capacity(n_ops);
                     for r in 0..n {
-                        let rc: Vec<RowCounts> = (0..n_ops).map(|o| counts(o, r)).collect();
+                        rc.clear();
+                        rc.extend((0..n_ops).map(|o| counts(o, r)));
                         global_row_backward(&rc, g_tp, g_fp, g_fn, |o, d| up[o * n + r] = d);
                     }
                 }
@@ -375,7 +385,9 @@ impl SoftProblem {
                         }
                         LogicalKind::Map => u.tp - u.fp - u.fn_,
                     };
-                    chain_backward(op, &sp, r, t, cfg.sides, d_outcome, norm, &mut sgrad, &mut scratch);
+                    let m = op.stages.len();
+                    let recorded = &decisions[o][r * m..(r + 1) * m];
+                    chain_backward(op, &sp, r, t, recorded, d_outcome, norm, &mut sgrad, &mut scratch);
                 }
             }
             for (k, g) in sgrad.iter().enumerate() {
@@ -456,18 +468,33 @@ fn soft_decision(v: f64, lo: f64, hi: f64, t: f64, sides: Sides) -> (f64, f64) {
     }
     let z0 = (v - hi) / t;
     let z1 = (lo - v) / t;
-    let m = z0.max(z1).max(0.0);
-    let e0 = (z0 - m).exp();
-    let e1 = (z1 - m).exp();
-    let e2 = (-m).exp();
+    // Shifted by the largest logit, whose own term is exactly 1: two exponentials instead of three (this is the
+    // optimizer's innermost loop).
+    let (e0, e1, e2) = if z0 >= z1 && z0 >= 0.0 {
+        (1.0, (z1 - z0).exp(), (-z0).exp())
+    } else if z1 >= 0.0 {
+        ((z0 - z1).exp(), 1.0, (-z1).exp())
+    } else {
+        (z0.exp(), z1.exp(), 1.0)
+    };
     let s = e0 + e1 + e2;
     (e0 / s, e1 / s)
 }
 
 /// Forward pass of one operator's chain on one row: (outcome, expected cost).
-fn chain_forward(op: &SoftOp, sp: &[StageParams], r: usize, t: f64, sides: Sides) -> (f64, f64) {
+///
+/// With `record`, each stage's decision masses are written there (filters: accept and reject; maps: the decide
+/// sigmoid and 0), so the reverse pass reuses them instead of recomputing the exponentials.
+fn chain_forward(
+    op: &SoftOp,
+    sp: &[StageParams],
+    r: usize,
+    t: f64,
+    sides: Sides,
+    mut record: Option<&mut [(f64, f64)]>,
+) -> (f64, f64) {
     let (mut u, mut out, mut cost) = (1.0, 0.0, 0.0);
-    for st in &op.stages {
+    for (i, st) in op.stages.iter().enumerate() {
         let k = &sp[st.param / PARAMS_PER_IMPL];
         if k.p == 0.0 {
             continue;
@@ -476,11 +503,18 @@ fn chain_forward(op: &SoftOp, sp: &[StageParams], r: usize, t: f64, sides: Sides
         match op.kind {
             LogicalKind::Filter => {
                 let (qa, qr) = soft_decision(st.v[r], k.lo, k.hi, t, sides);
+                if let Some(rec) = record.as_deref_mut() {
+                    rec[i] = (qa, qr);
+                }
                 out += u * k.p * qa;
                 u *= 1.0 - k.p * (qa + qr);
             }
             LogicalKind::Map => {
-                let d = if st.tunable { k.p * sigmoid((st.v[r] - k.hi) / t) } else { k.p };
+                let s = if st.tunable { sigmoid((st.v[r] - k.hi) / t) } else { 1.0 };
+                if let Some(rec) = record.as_deref_mut() {
+                    rec[i] = (s, 0.0);
+                }
+                let d = k.p * s;
                 out += u * d * st.correct[r];
                 u *= 1.0 - d;
             }
@@ -501,33 +535,23 @@ fn chain_backward(
     sp: &[StageParams],
     r: usize,
     t: f64,
-    sides: Sides,
+    recorded: &[(f64, f64)],
     d_out: f64,
     d_cost: f64,
     sgrad: &mut [[f64; 3]],
     scratch: &mut Vec<(f64, f64, f64)>,
 ) {
-    // Recompute the forward quantities: (U entering, q_acc or d, q_rej or σ).
+    // The forward quantities: (U entering, q_acc or σ, q_rej or 0), from the decisions the forward pass recorded.
     scratch.clear();
     let mut u = 1.0;
-    for st in &op.stages {
+    for (st, &(a, b)) in op.stages.iter().zip(recorded) {
         let k = &sp[st.param / PARAMS_PER_IMPL];
         if k.p == 0.0 {
             scratch.push((u, 0.0, 0.0));
             continue;
         }
-        match op.kind {
-            LogicalKind::Filter => {
-                let (qa, qr) = soft_decision(st.v[r], k.lo, k.hi, t, sides);
-                scratch.push((u, qa, qr));
-                u *= 1.0 - k.p * (qa + qr);
-            }
-            LogicalKind::Map => {
-                let s = if st.tunable { sigmoid((st.v[r] - k.hi) / t) } else { 1.0 };
-                scratch.push((u, s, 0.0));
-                u *= 1.0 - k.p * s;
-            }
-        }
+        scratch.push((u, a, b));
+        u *= 1.0 - k.p * (a + b);
     }
     let gold_gain = match op.kind {
         LogicalKind::Filter => op.gold_accept[r],
