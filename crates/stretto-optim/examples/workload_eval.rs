@@ -37,11 +37,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     std::fs::write("workload_runs.csv", csv)?;
     for &t in &targets {
         let fb: Vec<_> = records.iter().filter(|r| r.method == "global" && r.target == t && r.fell_back).collect();
-        let none = fb.iter().filter(|r| r.warnings.contains("no candidate")).count();
+        let none = fb.iter().filter(|r| r.warnings.contains("no candidate plan reached")).count();
+        let empty = fb.iter().filter(|r| r.warnings.contains("test sequence is empty")).count();
         eprintln!(
-            "target {t}: {} fallbacks, {none} without any candidate, {} with the first candidate not certified",
+            "target {t}: {} fallbacks: {none} without any candidate, {empty} with no step worth testing, {} with the \
+             first step not certified",
             fb.len(),
-            fb.len() - none
+            fb.len() - none - empty
         );
     }
     print!("{}", summary_markdown(&summarize(&records)));
