@@ -214,11 +214,11 @@ pub struct Certification {
     /// Safety margins of the candidates. Candidate i is solved on the fit part for targets raised by `margin_i`
     /// of the remaining gap, `T + margin_i·(1 − T)`.
     pub margins: Vec<f64>,
-    /// Margins of the reject-only candidates (cheap stages may only reject), which are tested first: with no
-    /// cheap accepts they cannot overfit precision, the usual failure on small samples.
+    /// Margins of the reject-only candidates (cheap stages may only reject): with no cheap accepts they cannot
+    /// overfit precision, the usual failure on small samples.
     pub reject_only_margins: Vec<f64>,
-    /// Margins of the accept-only candidates (cheap stages may only accept), tested next: they lose no positive,
-    /// so on filters-only queries only their precision needs evidence.
+    /// Margins of the accept-only candidates (cheap stages may only accept): they lose no positive, so on
+    /// filters-only queries only their precision needs evidence.
     pub accept_only_margins: Vec<f64>,
     /// Margins of candidates fitted under per-operator (product) bounds, for queries of several operators; they
     /// are certified by the same global test.
@@ -477,10 +477,10 @@ fn candidate_sequence(
             candidates.push((plan, false, sides == Sides::AcceptOnly));
         }
     }
-    // Test order: by the fit part's confidence in the global targets. Per-operator candidates are admitted whatever
-    // their confidence (they are fitted to a different constraint) but take their place by it: put first, as they
-    // once were, their failures ended many sequences early (on 100 generated workloads, fallbacks at target 0.9
-    // fell from 25 to 21 without that priority).
+    // Candidate order: by the fit part's confidence in the global targets. The global search plans its own test
+    // sequence over every candidate's path (`planned_sequence`), so there this order only decides which candidate a
+    // shared step belongs to; Stretto-Independent tests in this order (`with_paths`). Per-operator candidates are
+    // admitted whatever their confidence (they are fitted to a different constraint) but take their place by it.
     let mut ranked: Vec<(bool, bool, f64, HardPlan)> = candidates
         .into_iter()
         .map(|(plan, per_op, accept_only)| {
@@ -491,8 +491,7 @@ fn candidate_sequence(
             Mode::Product => *q >= 0.5,
         })
         .collect();
-    // Accept-only candidates go last: their fit confidence rests on precision alone, tuned on the same tuples, and
-    // an early failure would end the sequence for the better-supported ones.
+    // Accept-only candidates go last: their fit confidence rests on precision alone, tuned on the same tuples.
     ranked.sort_by(|a, b| a.1.cmp(&b.1).then(b.2.total_cmp(&a.2)));
     let sequence: Vec<(f64, HardPlan)> = ranked.into_iter().map(|(_, _, q, plan)| (q, plan)).collect();
     Ok(sequence)
@@ -518,8 +517,8 @@ fn coordinate_candidates(
 }
 
 /// Bolder plans from the coordinate search: the targets themselves, judged at the lower `bold_levels` on the fit
-/// part, by decreasing fit confidence. They go after every other candidate, so the hold-out decides how far a plan
-/// may go once everything more cautious has passed.
+/// part, by decreasing fit confidence, after every other candidate. Their paths join the planned test sequence
+/// like any other.
 fn bold_candidates(
     problem: &Problem,
     targets: &Targets,
@@ -548,6 +547,8 @@ fn bold_candidates(
     out
 }
 
+/// Stretto-Independent's test sequence (the global search plans its own, `planned_sequence`).
+///
 /// Lays a path through each candidate ([`Problem::rescale`]): its cautious versions (shares below 1) before it,
 /// most cautious first, and its bolder versions (shares above 1) after it, boldest last. The steps are built from
 /// the fit part only, so the sequence is still fixed before the hold-out is looked at. With one cheap stage per
