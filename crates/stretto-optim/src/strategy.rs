@@ -612,18 +612,19 @@ fn side_pass_probability(successes: f64, failures: f64, scale: f64, target: f64,
         }
     }
     let allowed = lo;
-    // Beta-binomial(m, 1 + failures, 1 + successes) up to `allowed`, by the ratio of consecutive terms.
+    // Beta-binomial(m, 1 + failures, 1 + successes) up to `allowed`, by the ratio of consecutive terms, in logs:
+    // with hundreds of fit errors the first term alone is below what an f64 holds.
     let (a, b) = (1.0 + failures.max(0.0), 1.0 + successes.max(0.0));
-    let ln_first = ln_gamma(m + b) + ln_gamma(a + b) - ln_gamma(a + m + b) - ln_gamma(b);
-    let mut term = ln_first.exp();
-    let mut total = term;
+    let mut ln_term = ln_gamma(m + b) + ln_gamma(a + b) - ln_gamma(a + m + b) - ln_gamma(b);
+    let mut ln_terms = vec![ln_term];
     let mut k = 0.0;
     while k < allowed {
-        term *= (m - k) / (k + 1.0) * (k + a) / (m - k - 1.0 + b);
-        total += term;
+        ln_term += ((m - k) / (k + 1.0) * (k + a) / (m - k - 1.0 + b)).ln();
+        ln_terms.push(ln_term);
         k += 1.0;
     }
-    total.clamp(0.0, 1.0)
+    let top = ln_terms.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    (top.exp() * ln_terms.iter().map(|t| (t - top).exp()).sum::<f64>()).clamp(0.0, 1.0)
 }
 
 /// The predicted probability that `plan`, with counts `fit_counts` on the fit part, passes the global hold-out
@@ -1276,6 +1277,10 @@ mod tests {
             assert!((predicted - simulated).abs() < 0.01, "predicted {predicted}, simulated {simulated}");
             assert!(predicted > 0.0 && predicted < 1.0);
         }
+        // Hundreds of fit errors at a low target: the law's first terms are far below an f64's range, its bulk is not.
+        // (Observed precision 0.6 against a target of 0.6: the hold-out passes only if it errs less than expected.)
+        let many = side_pass_probability(1800.0, 1200.0, 1.0, 0.6, 0.95);
+        assert!(many > 0.05 && many < 0.3, "{many}");
         // More errors on the fit part, less chance.
         assert!(side_pass_probability(80.0, 3.0, 1.0, 0.9, 0.95) < side_pass_probability(80.0, 1.0, 1.0, 0.9, 0.95));
     }
