@@ -616,15 +616,20 @@ fn side_pass_probability(successes: f64, failures: f64, scale: f64, target: f64,
     // with hundreds of fit errors the first term alone is below what an f64 holds.
     let (a, b) = (1.0 + failures.max(0.0), 1.0 + successes.max(0.0));
     let mut ln_term = ln_gamma(m + b) + ln_gamma(a + b) - ln_gamma(a + m + b) - ln_gamma(b);
-    let mut ln_terms = vec![ln_term];
+    // Running log-sum-exp: the sum so far is `scaled · e^top`.
+    let (mut top, mut scaled) = (ln_term, 1.0_f64);
     let mut k = 0.0;
     while k < allowed {
         ln_term += ((m - k) / (k + 1.0) * (k + a) / (m - k - 1.0 + b)).ln();
-        ln_terms.push(ln_term);
+        if ln_term > top {
+            scaled = scaled * (top - ln_term).exp() + 1.0;
+            top = ln_term;
+        } else {
+            scaled += (ln_term - top).exp();
+        }
         k += 1.0;
     }
-    let top = ln_terms.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-    (top.exp() * ln_terms.iter().map(|t| (t - top).exp()).sum::<f64>()).clamp(0.0, 1.0)
+    (top.exp() * scaled).clamp(0.0, 1.0)
 }
 
 /// The predicted probability that `plan`, with counts `fit_counts` on the fit part, passes the global hold-out
