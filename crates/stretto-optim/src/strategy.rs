@@ -55,7 +55,7 @@
 //! The hold-out test is what high targets pay for. On the generated workloads at target 0.9 (seeds 0..399), even
 //! picking the cheapest of *all* steps that pass the hold-out test (not a valid procedure: it is the bound that no
 //! test order can beat; measured with the earlier 0.04 grid and a plain split) cost 0.715 of LOTUS's cost. The
-//! planned sequence reaches 0.739 (0.734 / 0.743 on seeds 0..199 / 200..399); the confidence-ordered one it
+//! planned sequence reaches 0.738 (0.734 / 0.743 on seeds 0..199 / 200..399); the confidence-ordered one it
 //! replaced, 0.749. An exact-knowledge plan with one cheap stage per filter would cost 0.52.
 //!
 //! The cheapest certified candidate wins. If none is certified, or gold is cheaper, the plan is gold, with a
