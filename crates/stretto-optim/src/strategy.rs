@@ -547,6 +547,15 @@ fn bold_candidates(
     out
 }
 
+/// The points of a candidate's path: `shares` and the candidate itself (share 1), in increasing order, once each.
+fn path_points(shares: &[f64]) -> Vec<f64> {
+    let mut points = shares.to_vec();
+    points.push(1.0);
+    points.sort_by(f64::total_cmp);
+    points.dedup();
+    points
+}
+
 /// Stretto-Independent's test sequence (the global search plans its own, `planned_sequence`).
 ///
 /// Lays a path through each candidate ([`Problem::rescale`]): its cautious versions (shares below 1) before it,
@@ -569,10 +578,7 @@ fn with_paths(
     min_gain: f64,
 ) -> Vec<(f64, HardPlan)> {
     let mut out: Vec<(f64, HardPlan)> = Vec::with_capacity(sequence.len() * (shares.len() + 1));
-    let mut shares = shares.to_vec();
-    shares.push(1.0);
-    shares.sort_by(f64::total_cmp);
-    shares.dedup();
+    let shares = path_points(shares);
     // Cost on the fit part only, so the pruned sequence is still fixed before the hold-out is looked at.
     let mut cheapest = f64::INFINITY;
     for (q, plan) in sequence {
@@ -709,10 +715,7 @@ fn planned_sequence(
     targets: &Targets,
     level: f64,
 ) -> Vec<(f64, HardPlan)> {
-    let mut shares = shares.to_vec();
-    shares.push(1.0);
-    shares.sort_by(f64::total_cmp);
-    shares.dedup();
+    let shares = path_points(shares);
     let gold_fit = problem.evaluate(&problem.gold_plan(), fit);
     let scale = Scale {
         positives: problem.evaluate(&problem.gold_plan(), holdout).tp / gold_fit.tp.max(1.0),
