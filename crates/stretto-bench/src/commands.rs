@@ -65,8 +65,8 @@ pub struct OpRow {
 }
 
 /// Every registered operator.
-pub fn op_rows() -> Result<Vec<OpRow>> {
-    let registry = stretto::registry()?;
+pub fn op_rows(context: &stretto::OpContext) -> Result<Vec<OpRow>> {
+    let registry = stretto::registry_for(context)?;
     let plugin_of = |factory: &str| registry.factories().find(|f| f.name == factory).map(|f| f.plugin).unwrap_or("?");
     Ok(registry
         .operators()
@@ -100,7 +100,13 @@ pub struct RunPlanOutput {
 /// The plan must carry its logical operators (`logical`); the tables they reference are scanned and, when there
 /// are several, combined by a cross product (the meaning of a semantic join). `limit` bounds the rows read from
 /// each table, for quick runs.
-pub fn run_plan(dataset: &str, plan_path: &Path, limit: Option<usize>, progress: bool) -> Result<RunPlanOutput> {
+pub fn run_plan(
+    context: &stretto::OpContext,
+    dataset: &str,
+    plan_path: &Path,
+    limit: Option<usize>,
+    progress: bool,
+) -> Result<RunPlanOutput> {
     let plan = PlanFile::read(plan_path)?;
     if plan.logical.is_empty() {
         return Err(CoreError::InvalidPlan {
@@ -108,7 +114,7 @@ pub fn run_plan(dataset: &str, plan_path: &Path, limit: Option<usize>, progress:
             message: "`logical` is empty: run-plan needs the query's logical operators (name, kind, prompt)".into(),
         });
     }
-    let registry = stretto::registry()?;
+    let registry = stretto::registry_for(context)?;
     let ds = Dataset::load(dataset)?;
 
     let mut tables = BTreeSet::new();

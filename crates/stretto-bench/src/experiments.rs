@@ -50,6 +50,8 @@ pub struct Scale {
     pub sample_fraction: f64,
     /// Fewest tuples profiled per query.
     pub min_sample: usize,
+    /// Where models, caches and memoised answers live (from the environment, as the CLI is a binary's edge).
+    pub context: stretto::OpContext,
 }
 
 impl Scale {
@@ -85,6 +87,7 @@ impl Scale {
                 models: all_models(),
                 sample_fraction: 0.15,
                 min_sample: 120,
+                context: stretto::OpContext::from_env(),
             }),
             "tiny" => Ok(Self {
                 name: name.into(),
@@ -95,6 +98,7 @@ impl Scale {
                 models: vec!["smollm2-135m".into(), "minilm".into()],
                 sample_fraction: 0.15,
                 min_sample: 40,
+                context: stretto::OpContext::from_env(),
             }),
             "paper" => Ok(Self {
                 name: name.into(),
@@ -105,6 +109,7 @@ impl Scale {
                 models: all_models(),
                 sample_fraction: 0.15,
                 min_sample: 40,
+                context: stretto::OpContext::from_env(),
             }),
             other => Err(format!("unknown scale `{other}`; choose tiny, small or paper").into()),
         }
@@ -129,7 +134,7 @@ impl Scale {
         o.models = self.models.clone();
         o.sample_fraction = self.sample_fraction;
         o.min_sample = self.min_sample;
-        o.run_dir = run_dir;
+        o.run_dir = Some(run_dir);
         o
     }
 }
@@ -357,18 +362,19 @@ fn run_query_methods(
     let tasks = parse_query(q)?;
     let (input, pulled) = input_of(dataset, &tasks, Some(scale.rows_for(dataset)))?;
     let o = scale.options(dataset, q, runs.join(format!("{dataset}-{n}")));
-    let profiled = profile_pipeline(&pulled, &input, &o)?;
+    let registry = stretto::registry_for(&scale.context)?;
+    let profiled = profile_pipeline(&registry, &pulled, &input, &o)?;
     let gold_cost: f64 = {
         let mut og = o.clone();
         (og.method, og.check) = ("gold".into(), false);
-        finish_pipeline(&pulled, &profiled, &og)?.stages.iter().map(|s| s.cost_seconds).sum()
+        finish_pipeline(&registry, &pulled, &profiled, &og)?.stages.iter().map(|s| s.cost_seconds).sum()
     };
     let mut rows = Vec::new();
     for method in methods {
         for &t in &TARGETS {
             let mut o2 = o.clone();
             (o2.method, o2.precision, o2.recall, o2.check) = (method.to_string(), t, t, true);
-            let r = finish_pipeline(&pulled, &profiled, &o2)?;
+            let r = finish_pipeline(&registry, &pulled, &profiled, &o2)?;
             let a = r.achieved.clone().unwrap_or_default();
             if a["gold_rows"].as_u64() == Some(0) {
                 return Ok(None);
@@ -602,7 +608,8 @@ pub fn run_exp2(scale: &Scale, out: &Path) -> Result<Exp2, Error> {
             let tasks = parse_query(&q)?;
             let (input, pulled) = input_of(dataset, &tasks, Some(scale.rows_for(dataset)))?;
             let o = scale.options(dataset, &q, out.join("runs").join(format!("{dataset}-{n}")));
-            let profiled = profile_pipeline(&pulled, &input, &o)?;
+            let registry = stretto::registry_for(&scale.context)?;
+            let profiled = profile_pipeline(&registry, &pulled, &input, &o)?;
             let entries = &profiled.profile.physical;
             let gold = entries.iter().find(|e| e.gold).ok_or("profile without gold")?;
             let decide = |e: &PhysicalEntry| -> Vec<bool> {
@@ -636,8 +643,8 @@ pub fn run_exp2(scale: &Scale, out: &Path) -> Result<Exp2, Error> {
             for (ti, &t) in TARGETS.iter().enumerate() {
                 let mut o2 = o.clone();
                 (o2.precision, o2.recall, o2.check) = (t, t, true);
-                let with_r = finish_pipeline(&pulled, &profiled, &o2)?;
-                let without_r = finish_pipeline(&pulled, &without, &o2)?;
+                let with_r = finish_pipeline(&registry, &pulled, &profiled, &o2)?;
+                let without_r = finish_pipeline(&registry, &pulled, &without, &o2)?;
                 let row = [cost(&with_r), cost(&without_r), profiling_cost(&profiled), profiling_cost(&without)];
                 for (s, v) in sums[ti].iter_mut().zip(row) {
                     *s += v;

@@ -65,7 +65,7 @@ pub fn build(
         stretto::kv::models::spec(m)?;
     }
     let store = KvStore::open(kv_dir, dataset);
-    Ok(store.build(&stretto::kv::models::default_home(), &spec, &items, 0)?)
+    Ok(store.build(&stretto::core::context::default_home(), &spec, &items, 0)?)
 }
 
 /// `stretto kv repair`: removes corrupt records and rebuilds every missing record of items built before.
@@ -98,7 +98,7 @@ pub fn repair(kv_dir: &Path, dataset: &str) -> Result<(Vec<String>, BuildReport)
         let max = ids.iter().max().map(|m| m + 1);
         let items: Vec<(usize, String)> =
             column_items(dataset, &spec.column, max)?.into_iter().filter(|(i, _)| ids.contains(i)).collect();
-        let r = store.build(&stretto::kv::models::default_home(), &spec, &items, 0)?;
+        let r = store.build(&stretto::core::context::default_home(), &spec, &items, 0)?;
         total.built += r.built;
         total.skipped += r.skipped;
         total.cleaned += r.cleaned;
@@ -134,7 +134,7 @@ pub fn stats(kv_dir: &Path, dataset: &str, budget: Option<u64>, sample: usize) -
         return Ok(rows);
     }
     // Agreement with the ratio-0 profile of the same model, press and positions, on the first `sample` items.
-    let home = stretto::kv::models::default_home();
+    let home = stretto::core::context::default_home();
     let mut decoders: std::collections::HashMap<String, Decoder> = Default::default();
     for row in rows.iter_mut() {
         let p = Profile::parse(&row.stats.profile)?;

@@ -1,7 +1,7 @@
 //! # stretto-bench
 //!
 //! The `stretto` command-line tool and the library behind it: commands that list data and operators and run
-//! plans, semantic queries end to end ([`query`]), and the paper's experiments ([`experiments`], with SVG figures
+//! plans, semantic queries end to end ([`query`], the facade's engine), and the paper's experiments ([`experiments`], with SVG figures
 //! from [`plots`]).
 //!
 //! ```
@@ -17,4 +17,4 @@ pub mod commands;
 pub mod experiments;
 pub mod kv;
 pub mod plots;
-pub mod query;
+pub use stretto::engine as query;

@@ -116,9 +116,19 @@ enum Command {
     },
     /// Run a semantic query with precision/recall targets: prepare KV caches, profile, optimize, execute.
     Query {
-        /// Bundled dataset.
+        /// Bundled dataset (or give --input).
+        #[arg(long, required_unless_present = "input", conflicts_with = "input")]
+        dataset: Option<String>,
+        /// A CSV, Parquet or NDJSON file to query (format from the extension); its table is named after the file
+        /// stem unless --table says otherwise.
         #[arg(long)]
-        dataset: String,
+        input: Option<PathBuf>,
+        /// The table name of --input, as the query's {table.column} references write it.
+        #[arg(long, requires = "input")]
+        table: Option<String>,
+        /// Write the full result here (CSV or Parquet by extension), atomically.
+        #[arg(long)]
+        output: Option<PathBuf>,
         /// Semantic operators joined by ` -- `, e.g. "{reviews.reviewtext} is clearly positive".
         #[arg(long)]
         query: String,
@@ -340,6 +350,39 @@ enum KvAction {
     },
 }
 
+/// The operators' settings from the environment (`STRETTO_HOME`, `STRETTO_KV_DIR`, `STRETTO_MEMO_DIR`,
+/// `STRETTO_LADDER`, `STRETTO_THREADS`): the binary is the only place that reads them.
+fn context() -> stretto::OpContext {
+    stretto::OpContext::from_env()
+}
+
+/// The format of `--output`, checked before the query runs: a known extension, in a folder that exists.
+fn check_output(path: &std::path::Path) -> Result<stretto::FileFormat, stretto::Error> {
+    let format = stretto::FileFormat::of(path)?;
+    if format == stretto::FileFormat::Json {
+        return Err(stretto::Error::Query(format!("--output {} must end in .csv or .parquet", path.display())));
+    }
+    let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(std::path::Path::new("."));
+    if !dir.is_dir() {
+        return Err(stretto::Error::Write {
+            path: path.to_path_buf(),
+            message: format!("folder {} does not exist", dir.display()),
+            source: None,
+        });
+    }
+    Ok(format)
+}
+
+/// Reads `--input` with the reader its extension names.
+fn read_input(path: &std::path::Path) -> Result<arrow::array::RecordBatch, stretto::Error> {
+    use stretto::io::{read_csv, read_json, read_parquet, FileFormat};
+    match FileFormat::of(path)? {
+        FileFormat::Csv => read_csv(path, &Default::default()),
+        FileFormat::Parquet => read_parquet(path, &Default::default()),
+        FileFormat::Json => read_json(path, &Default::default()),
+    }
+}
+
 fn main() -> ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("RUST_LOG").unwrap_or_else(|_| "warn".into()))
@@ -369,7 +412,7 @@ fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
             }
         }
         Command::Ops { json } => {
-            let rows = commands::op_rows()?;
+            let rows = commands::op_rows(&context())?;
             if json {
                 println!("{}", serde_json::to_string_pretty(&rows)?);
             } else {
@@ -393,7 +436,7 @@ fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
             }
         }
         Command::RunPlan { dataset, plan, limit, show } => {
-            let out = commands::run_plan(&dataset, &plan, limit, std::io::stderr().is_terminal())?;
+            let out = commands::run_plan(&context(), &dataset, &plan, limit, std::io::stderr().is_terminal())?;
             println!("{} input tuples, {} in the result\n", out.input_rows, out.cascade.len());
             println!("{:<36} {:>8} {:>8} {:>8} {:>8} {:>9}", "stage", "in", "accept", "reject", "unsure", "seconds");
             for s in &out.cascade.stats {
@@ -422,7 +465,7 @@ fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
             );
         }
         Command::Models { action: ModelsAction::List { json } } => {
-            let home = stretto::kv::models::default_home();
+            let home = context().model_home;
             let rows = stretto::kv::models::list(&home);
             if json {
                 println!("{}", serde_json::to_string_pretty(&rows)?);
@@ -436,8 +479,8 @@ fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
             }
         }
         Command::Models { action: ModelsAction::Fetch { names } } => {
-            use stretto::kv::models::{default_home, spec, CATALOG};
-            let home = default_home();
+            use stretto::kv::models::{spec, CATALOG};
+            let home = context().model_home;
             let specs = if names.is_empty() {
                 CATALOG.iter().filter(|m| m.default).collect::<Vec<_>>()
             } else {
@@ -463,7 +506,7 @@ fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
         }
         Command::Generate { model, prompt, max_tokens, json } => {
             use stretto::kv::decoder::{Decoder, Step};
-            let dec = Decoder::load(&stretto::kv::models::default_home(), &model, 0)?;
+            let dec = Decoder::load(&context().model_home, &model, context().threads)?;
             let ids = dec.encode(&dec.chat_prompt(&prompt))?;
             let start = std::time::Instant::now();
             let out = dec.generate(&[Step { past: None, tokens: &ids }], max_tokens)?.remove(0);
@@ -478,7 +521,7 @@ fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
         }
         Command::Embed { model, texts, similarities } => {
             use stretto::kv::embed::{cosine, Embedder};
-            let emb = Embedder::load(&stretto::kv::models::default_home(), &model, 0)?;
+            let emb = Embedder::load(&context().model_home, &model, context().threads)?;
             let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
             let vectors = emb.embed(&refs, 32)?;
             if !similarities {
@@ -522,6 +565,9 @@ fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
         }
         Command::Query {
             dataset,
+            input,
+            table,
+            output,
             query,
             precision,
             recall,
@@ -536,11 +582,54 @@ fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
             run_dir,
             show,
         } => {
-            let mut o = stretto_bench::query::QueryOptions::new(&dataset, &query);
+            use stretto::engine::{input_from, parse_query, run_pipeline, run_query, QueryOptions};
+            // The output's folder and format are checked before any work, and the file is written atomically.
+            let out_format = match &output {
+                Some(p) => Some(check_output(p)?),
+                None => None,
+            };
+            let source = match (&dataset, &input) {
+                (Some(d), _) => d.clone(),
+                (None, Some(p)) => p.display().to_string(),
+                (None, None) => unreachable!("clap requires --dataset or --input"),
+            };
+            let mut o = QueryOptions::new(&source, &query);
             (o.precision, o.recall, o.credible, o.method, o.check) = (precision, recall, credible, method, check);
-            (o.limit, o.models, o.sample_fraction, o.seed, o.run_dir) = (limit, models, sample, seed, run_dir);
+            (o.limit, o.models, o.sample_fraction, o.seed) = (limit, models, sample, seed);
+            o.run_dir = Some(run_dir);
             o.progress = !json && std::io::stderr().is_terminal();
-            let r = stretto_bench::query::run_query(&o).map_err(|e| e.to_string())?;
+            let registry = stretto::registry_for(&context())?;
+            let r = match &input {
+                None => run_query(&registry, &o)?,
+                Some(path) => {
+                    stretto::Targets::new(o.precision, o.recall, o.credible)?;
+                    stretto::optim::strategy::strategy(&o.method)?;
+                    let tasks = parse_query(&o.query)?;
+                    let name = match &table {
+                        Some(t) => t.clone(),
+                        None => path.file_stem().and_then(|s| s.to_str()).unwrap_or("input").to_string(),
+                    };
+                    let batch = read_input(path)?;
+                    let (input, pulled) = input_from(
+                        |t| {
+                            if t == name {
+                                Ok(batch.clone())
+                            } else {
+                                Err(stretto::Error::Query(format!(
+                                    "the query references table `{t}`, but --input {} is table `{name}` (name it with --table)",
+                                    path.display()
+                                )))
+                            }
+                        },
+                        &tasks,
+                        o.limit,
+                    )?;
+                    run_pipeline(&registry, &pulled, &input, &o)?
+                }
+            };
+            if let (Some(p), Some(f)) = (&output, out_format) {
+                stretto::io::write(&r.result, p, f)?;
+            }
             if json {
                 println!("{}", serde_json::to_string(&r)?);
             } else {
@@ -551,7 +640,7 @@ fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
             use stretto_bench::query::{render, run_query, QueryOptions, DEMO_QUERY};
             let mut o = QueryOptions::new("movie", DEMO_QUERY);
             (o.precision, o.recall, o.check, o.limit, o.sample_fraction) = (0.8, 0.8, true, Some(rows), 0.3);
-            o.run_dir = PathBuf::from("stretto-demo");
+            o.run_dir = Some(PathBuf::from("stretto-demo"));
             o.progress = !json && std::io::stderr().is_terminal();
             if !json {
                 println!(
@@ -560,7 +649,7 @@ fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
                      and recall 0.8 with 95% credibility. Models and caches are prepared on first use.\n"
                 );
             }
-            let r = run_query(&o).map_err(|e| e.to_string())?;
+            let r = run_query(&stretto::registry_for(&context())?, &o)?;
             if json {
                 println!("{}", serde_json::to_string(&r)?);
             } else {
@@ -575,9 +664,9 @@ fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
 }
 
 fn run_kv(action: KvAction) -> Result<(), Box<dyn std::error::Error>> {
-    use stretto::kv::store::{default_kv_dir, KvStore};
+    use stretto::kv::store::KvStore;
     use stretto_bench::kv;
-    let dir = |d: Option<PathBuf>| d.unwrap_or_else(default_kv_dir);
+    let dir = |d: Option<PathBuf>| d.unwrap_or_else(|| context().kv_dir);
     match action {
         KvAction::Build { dataset, column, models, ratios, press, rerotate, limit, kv_dir } => {
             let ratios = kv::parse_ratios(&ratios).map_err(|e| e.to_string())?;

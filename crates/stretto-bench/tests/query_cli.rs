@@ -84,3 +84,55 @@ fn bad_queries_fail_before_any_model_work() {
     // Nothing was prepared for these: no KV cache directory was created.
     assert!(!dir.path().join("kv").exists());
 }
+
+#[test]
+fn a_query_over_a_users_csv_writes_its_full_result_as_parquet() {
+    let dir = tempfile::tempdir().unwrap();
+    // A user's own file, written here: 40 reviews with an id and the text.
+    let ds = stretto_core::datasets::Dataset::load("movie").unwrap();
+    let reviews = ds.table("reviews").unwrap().slice(0, 40);
+    let schema = reviews.schema();
+    let batch =
+        reviews.project(&[schema.index_of("reviewid").unwrap(), schema.index_of("reviewtext").unwrap()]).unwrap();
+    let csv = dir.path().join("critics.csv");
+    arrow::csv::WriterBuilder::new()
+        .with_header(true)
+        .build(std::fs::File::create(&csv).unwrap())
+        .write(&batch)
+        .unwrap();
+    let args = |output: &str| {
+        vec![
+            "query".to_string(),
+            "--input".into(),
+            csv.display().to_string(),
+            "--table".into(),
+            "reviews".into(),
+            "--query".into(),
+            "{reviews.reviewtext} is clearly positive".into(),
+            "--precision".into(),
+            "0.7".into(),
+            "--recall".into(),
+            "0.7".into(),
+            "--json".into(),
+            "--output".into(),
+            output.into(),
+        ]
+    };
+    let run = |a: Vec<String>| stretto(&a.iter().map(String::as_str).collect::<Vec<_>>(), dir.path());
+
+    // An output folder that does not exist fails before any work, naming it, and leaves nothing behind.
+    let (ok, _, err) = run(args("missing/out.parquet"));
+    assert!(!ok && err.contains("missing") && err.contains("does not exist"), "{err}");
+    assert!(!dir.path().join("missing").exists() && !dir.path().join("stretto-run").exists());
+
+    let (ok, out, err) = run(args("result.parquet"));
+    assert!(ok, "{err}");
+    let r: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(r["input_rows"], 40);
+    let written = stretto::io::read_parquet(&dir.path().join("result.parquet"), &Default::default()).unwrap();
+    // The full result, not the printed sample: every row the report counts, with the file's columns.
+    assert_eq!(written.num_rows(), r["rows"].as_array().unwrap().len());
+    let names: Vec<String> = written.schema().fields().iter().map(|f| f.name().clone()).collect();
+    assert_eq!(names, ["reviews.reviewid", "reviews.reviewtext"]);
+    assert!(written.num_rows() > 0 && written.num_rows() < 40, "{} rows", written.num_rows());
+}

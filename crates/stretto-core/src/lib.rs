@@ -50,6 +50,7 @@
 #![warn(missing_docs)]
 
 pub mod conformance;
+pub mod context;
 pub mod datasets;
 pub mod error;
 pub mod exec;
@@ -61,6 +62,7 @@ pub mod op;
 pub mod plan;
 pub mod table;
 
+pub use context::{MemoPolicy, OpContext};
 pub use error::{CoreError, Result};
 
 /// Re-exported so plugin crates use the same `inventory` as the registry.

@@ -120,27 +120,6 @@ impl Memo {
     }
 }
 
-/// Environment variable naming the memo directory; `off` disables memoisation.
-pub const MEMO_DIR_ENV: &str = "STRETTO_MEMO_DIR";
-
-/// The memo of `operator` under `STRETTO_MEMO_DIR`, else under `default_dir`; `None` when memoisation is off.
-pub fn open_default(default_dir: &Path, operator: &str) -> Result<Option<Memo>> {
-    match std::env::var_os(MEMO_DIR_ENV) {
-        Some(v) if v == "off" => Ok(None),
-        Some(v) => Memo::open(Path::new(&v), operator).map(Some),
-        None => Memo::open(default_dir, operator).map(Some),
-    }
-}
-
-/// [`open_default`], but a memo that cannot be opened only costs a warning: answers are then recomputed, never
-/// wrong.
-pub fn open_or_warn(default_dir: &Path, operator: &str) -> Option<Memo> {
-    open_default(default_dir, operator).unwrap_or_else(|e| {
-        tracing::warn!(operator, error = %e, "memo unavailable; answers are not kept");
-        None
-    })
-}
-
 /// Evaluates `task` on `items` through `memo`: memoised answers are reused, the rest are computed by `compute`
 /// (given the indices of the missing items, it returns their output and per-item seconds, in that order) and then
 /// memoised. Returns the output for every item and each item's cost in seconds.

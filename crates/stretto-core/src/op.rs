@@ -8,6 +8,7 @@ use std::sync::Arc;
 use arrow::array::{Array, AsArray, RecordBatch};
 use arrow::datatypes::{DataType, Schema};
 
+use crate::context::OpContext;
 use crate::error::{CoreError, Result};
 use crate::table::resolve_column;
 
@@ -265,6 +266,12 @@ pub trait PhysicalOp: Send + Sync + fmt::Debug {
     /// filter task, values and confidences for a map task.
     fn evaluate(&self, task: &SemanticTask, batch: &RecordBatch) -> Result<OpOutput>;
 
+    /// The decoder model whose precomputed per-item KV caches this operator reads, if any. The engine builds those
+    /// caches (once, offline, found by content) before profiling; operators without one need nothing prepared.
+    fn kv_cache_model(&self) -> Option<&str> {
+        None
+    }
+
     /// Evaluates and reports what each tuple cost, in seconds.
     ///
     /// The default times [`PhysicalOp::evaluate`] and spreads the time evenly. Operators that answer tuples from a
@@ -282,7 +289,9 @@ pub trait PhysicalOp: Send + Sync + fmt::Debug {
 /// A factory that a plugin crate submits with `inventory::submit!`.
 ///
 /// `ladder` lists the configurations of the standard ladder (one physical operator each, e.g. one per model and
-/// compression ratio); `build` makes an operator from any configuration, so users can add rungs without code.
+/// compression ratio); `build` makes an operator from any configuration, so users can add rungs without code. Both
+/// see the [`OpContext`] of the registry being built: where models, caches and memoised answers live, and which
+/// models the ladder holds. Factories parse their configuration with [`parse_config`] into a typed `serde` struct.
 pub struct OperatorFactory {
     /// Factory name (`keyword`, `llm-filter`...).
     pub name: &'static str,
@@ -291,9 +300,15 @@ pub struct OperatorFactory {
     /// One line on what it does.
     pub about: &'static str,
     /// Configurations of the standard ladder.
-    pub ladder: fn() -> Vec<serde_json::Value>,
+    pub ladder: fn(&OpContext) -> Vec<serde_json::Value>,
     /// Builds an operator from a configuration; must be cheap (see [`PhysicalOp`]).
-    pub build: fn(&serde_json::Value) -> Result<Arc<dyn PhysicalOp>>,
+    pub build: fn(&serde_json::Value, &OpContext) -> Result<Arc<dyn PhysicalOp>>,
+}
+
+/// The one adapter from an untyped configuration to a factory's typed `serde` configuration: a configuration that
+/// does not fit is a [`CoreError::OperatorConfig`] naming the factory and what is wrong.
+pub fn parse_config<C: serde::de::DeserializeOwned>(factory: &str, config: &serde_json::Value) -> Result<C> {
+    C::deserialize(config).map_err(|e| CoreError::OperatorConfig { factory: factory.into(), message: e.to_string() })
 }
 
 inventory::collect!(OperatorFactory);
@@ -308,6 +323,7 @@ inventory::collect!(PluginCrate);
 
 /// Every operator reachable in this binary: the ladder instances of every linked factory.
 pub struct Registry {
+    context: OpContext,
     factories: BTreeMap<&'static str, &'static OperatorFactory>,
     plugins: Vec<&'static str>,
     operators: BTreeMap<String, (Arc<dyn PhysicalOp>, &'static str)>,
@@ -324,10 +340,10 @@ impl fmt::Debug for Registry {
 }
 
 impl Registry {
-    /// Collects every factory linked into this binary and builds its ladder.
+    /// Collects every factory linked into this binary and builds its ladder under `context`.
     ///
     /// Fails on duplicate factory or operator names, which would make plans ambiguous.
-    pub fn discover() -> Result<Self> {
+    pub fn discover(context: &OpContext) -> Result<Self> {
         let mut factories = BTreeMap::new();
         for f in inventory::iter::<OperatorFactory> {
             if factories.insert(f.name, f).is_some() {
@@ -339,8 +355,8 @@ impl Registry {
         plugins.dedup();
         let mut operators = BTreeMap::new();
         for f in factories.values() {
-            for config in (f.ladder)() {
-                let op = (f.build)(&config)?;
+            for config in (f.ladder)(context) {
+                let op = (f.build)(&config, context)?;
                 let name = op.name().to_string();
                 if let Some((_, other)) = operators.insert(name.clone(), (op, f.name)) {
                     return Err(CoreError::OperatorConfig {
@@ -350,7 +366,26 @@ impl Registry {
                 }
             }
         }
-        Ok(Self { factories, plugins, operators })
+        Ok(Self { context: context.clone(), factories, plugins, operators })
+    }
+
+    /// The settings its operators run under.
+    pub fn context(&self) -> &OpContext {
+        &self.context
+    }
+
+    /// Adds an operator built at run time (not by a linked factory), under `factory` as its origin. Fails if an
+    /// operator of the same name is already registered.
+    pub fn register(&mut self, op: Arc<dyn PhysicalOp>, factory: &'static str) -> Result<()> {
+        let name = op.name().to_string();
+        if let Some((_, other)) = self.operators.get(&name) {
+            return Err(CoreError::OperatorConfig {
+                factory: factory.into(),
+                message: format!("operator name `{name}` is already registered by `{other}`"),
+            });
+        }
+        self.operators.insert(name, (op, factory));
+        Ok(())
     }
 
     /// Fails, naming them, if any of `expected` plugin crates is not linked into this binary.
@@ -392,7 +427,7 @@ impl Registry {
             name: factory.to_string(),
             known: self.factories.keys().copied().collect::<Vec<_>>().join(", "),
         })?;
-        (f.build)(config)
+        (f.build)(config, &self.context)
     }
 }
 

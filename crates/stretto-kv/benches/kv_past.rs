@@ -9,9 +9,9 @@
 use std::time::Instant;
 
 use arrow::array::{Array, AsArray};
+use stretto_core::context::default_home;
 use stretto_core::datasets::Dataset;
 use stretto_kv::decoder::{Decoder, Step, Want};
-use stretto_kv::models::default_home;
 
 fn median_ms(mut f: impl FnMut()) -> f64 {
     let mut t: Vec<f64> = (0..3)

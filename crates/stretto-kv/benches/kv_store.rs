@@ -10,9 +10,9 @@
 use std::time::Instant;
 
 use arrow::array::{Array, AsArray};
+use stretto_core::context::default_home;
 use stretto_core::datasets::Dataset;
 use stretto_kv::decoder::{Decoder, KvPast, Step, Want};
-use stretto_kv::models::default_home;
 use stretto_kv::press::{compress_ladder, Positions, Press};
 use stretto_kv::store::{encode_record, sha256_text, RecordMeta, RECORD_FORMAT};
 

@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 
-use stretto_kv::models::default_home;
+use stretto_core::context::default_home;
 use stretto_kv::vision::{top_k, Classifier};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {

@@ -1,7 +1,7 @@
 //! Greedy generation with a catalog decoder: `cargo run --release -p stretto-kv --example generate -- smollm2-135m "What is the capital of France?"`.
 
+use stretto_core::context::default_home;
 use stretto_kv::decoder::{Decoder, Step};
-use stretto_kv::models::default_home;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut args = std::env::args().skip(1);

@@ -1,8 +1,8 @@
 //! Cosine similarities of sentence pairs with MiniLM:
 //! `cargo run --release -p stretto-kv --example similarity -- "first" "second" ...` (every pair is printed).
 
+use stretto_core::context::default_home;
 use stretto_kv::embed::{cosine, Embedder};
-use stretto_kv::models::default_home;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let texts: Vec<String> = std::env::args().skip(1).collect();

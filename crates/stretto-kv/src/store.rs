@@ -27,14 +27,6 @@ use crate::press::{compress_ladder, Positions, Press};
 
 /// Record format version.
 pub const RECORD_FORMAT: u32 = 1;
-/// Environment variable naming the KV cache directory.
-pub const KV_DIR_ENV: &str = "STRETTO_KV_DIR";
-
-/// The default KV cache directory: `STRETTO_KV_DIR`, else `kv/` under the model home.
-pub fn default_kv_dir() -> PathBuf {
-    std::env::var_os(KV_DIR_ENV).map(PathBuf::from).unwrap_or_else(|| crate::models::default_home().join("kv"))
-}
-
 /// A cache profile: which model's cache, compressed how.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Profile {

@@ -1,9 +1,9 @@
 //! Contrastive questions with the real SmolLM2-135M: the model derives an opposite, and the question built from it
 //! tells reviews apart by the answer words' meaning.
 
+use stretto_core::context::default_home;
 use stretto_kv::contrast::{derive_opposite, ContrastQuestion};
 use stretto_kv::decoder::{Decoder, Step, Want};
-use stretto_kv::models::default_home;
 
 const SUBJECT: &str = "the text above";
 

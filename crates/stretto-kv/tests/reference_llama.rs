@@ -9,7 +9,8 @@
 use stretto_kv::gguf::Gguf;
 
 mod support;
-use stretto_kv::models::{default_home, default_source, ensure, spec};
+use stretto_core::context::default_home;
+use stretto_kv::models::{default_source, ensure, spec};
 use support::{argmax, Llama};
 
 #[test]

@@ -3,7 +3,7 @@
 use ort::editor::{Graph, Model, Node, Opset, ONNX_DOMAIN};
 use ort::memory::Allocator;
 use ort::value::{Outlet, Shape, SymbolicDimensions, Tensor, TensorElementType, ValueType};
-use stretto_kv::models::default_home;
+use stretto_core::context::default_home;
 use stretto_kv::runtime::{environment, session_builder};
 
 fn outlet(name: &str, dims: &[i64]) -> Outlet {

@@ -2,8 +2,8 @@
 
 use std::sync::OnceLock;
 
+use stretto_core::context::default_home;
 use stretto_kv::decoder::{Decoder, KvPast, Step, Want};
-use stretto_kv::models::default_home;
 use stretto_kv::press::{compress_ladder, Positions, Press};
 use stretto_kv::store::{BuildSpec, KvStore, Profile};
 

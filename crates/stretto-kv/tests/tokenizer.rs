@@ -1,7 +1,8 @@
 //! Tokenizers rebuilt from the real GGUF files round-trip text and agree with known ids.
 
+use stretto_core::context::default_home;
 use stretto_kv::gguf::Gguf;
-use stretto_kv::models::{default_home, default_source, ensure, spec};
+use stretto_kv::models::{default_source, ensure, spec};
 
 fn tokenizer(model: &str) -> tokenizers::Tokenizer {
     let dir = ensure(spec(model).unwrap(), &default_home(), default_source().as_ref()).unwrap();

@@ -2,8 +2,8 @@
 
 use arrow::array::{Array, AsArray};
 use arrow::datatypes::Int64Type;
+use stretto_core::context::default_home;
 use stretto_core::datasets::Dataset;
-use stretto_kv::models::default_home;
 use stretto_kv::vision::{top_k, Classifier};
 
 fn auc(scores: &[f32], labels: &[bool]) -> f64 {

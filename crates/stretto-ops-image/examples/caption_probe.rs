@@ -18,9 +18,14 @@ fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
         ds.table("labels")?.column_by_name("is_tshirt_or_top").ok_or("no label")?.as_primitive::<Int64Type>().clone();
     let labels: Vec<bool> = rows.iter().map(|&i| t.value(i) == 1).collect();
     let paths: Vec<String> = rows.iter().map(|&i| photo.value(i).to_string()).collect();
-    let (classes, _) = stretto_ops_image::bridge::image_classes(None, &paths, 5)?;
+    let ctx = stretto_core::OpContext::from_env();
+    let (classes, _) = stretto_ops_image::bridge::image_classes(&ctx, None, &paths, 5)?;
     let caps: Vec<String> = classes.iter().map(stretto_ops_image::caption::caption).collect();
-    let dec = stretto_kv::pool::decoder(&std::env::args().nth(1).unwrap_or_else(|| "smollm2-135m".into()))?;
+    let dec = stretto_kv::pool::decoder(
+        &ctx.model_home,
+        ctx.threads,
+        &std::env::args().nth(1).unwrap_or_else(|| "smollm2-135m".into()),
+    )?;
     let (yes, no) = (dec.token_id(" Yes")?, dec.token_id(" No")?);
     let shots = "Photo: A photo. An image classifier recognises in it: golden retriever (91%), Labrador retriever (5%).\nQuestion: Does the photo show a dog?\nAnswer: Yes\n\nPhoto: A photo. An image classifier recognises in it: sports car (80%), convertible (12%).\nQuestion: Does the photo show a dog?\nAnswer: No\n\n";
     for (name, fmt) in [("plain few-shot", 0), ("plain zero-shot", 1)] {

@@ -11,9 +11,11 @@ use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 
 use arrow::array::RecordBatch;
-use stretto_core::memo::{memo_key, memoised, open_or_warn, Memo, MemoEntry};
-use stretto_core::op::{LogicalKind, Modality, OpOutput, OpProperties, OperatorFactory, PhysicalOp, SemanticTask};
-use stretto_core::{CoreError, Result};
+use stretto_core::memo::{memo_key, memoised, Memo, MemoEntry};
+use stretto_core::op::{
+    parse_config, LogicalKind, Modality, OpOutput, OpProperties, OperatorFactory, PhysicalOp, SemanticTask,
+};
+use stretto_core::{CoreError, OpContext, Result};
 use stretto_kv::embed::cosine;
 use stretto_kv::vision::top_k;
 use stretto_ops_text::embedding::{embed_cached, predicate_sentence};
@@ -46,14 +48,21 @@ pub struct LabelBridge {
     name: String,
     props: OpProperties,
     config: LabelBridgeConfig,
+    ctx: OpContext,
     memo: OnceLock<(Option<Memo>, Option<Memo>, Option<Memo>)>,
 }
 
 /// An image's top classes with their renormalised weights.
 pub type Classes = Vec<(String, f32)>;
 
-/// An image's top classes with renormalised weights, memoised by file path and size.
-pub fn image_classes(store: Option<&Memo>, paths: &[String], top: usize) -> Result<(Vec<Classes>, Vec<f64>)> {
+/// An image's top classes with renormalised weights by the classifier loaded under `ctx`, memoised by file path and
+/// size.
+pub fn image_classes(
+    ctx: &OpContext,
+    store: Option<&Memo>,
+    paths: &[String],
+    top: usize,
+) -> Result<(Vec<Classes>, Vec<f64>)> {
     let key = |p: &str| {
         let len = std::fs::metadata(p).map(|m| m.len()).unwrap_or(0);
         memo_key("efficientnet-lite0", &top.to_string(), &format!("{p}#{len}"))
@@ -70,7 +79,8 @@ pub fn image_classes(store: Option<&Memo>, paths: &[String], top: usize) -> Resu
     }
     let missing: Vec<usize> = (0..paths.len()).filter(|&i| out[i].is_none()).collect();
     if !missing.is_empty() {
-        let c = stretto_kv::pool::classifier().map_err(|e| CoreError::operator("label-bridge", e.to_string()))?;
+        let c = stretto_kv::pool::classifier(&ctx.model_home, ctx.threads)
+            .map_err(|e| CoreError::operator("label-bridge", e.to_string()))?;
         let mut entries = Vec::new();
         for &i in &missing {
             let start = Instant::now();
@@ -104,7 +114,7 @@ pub fn image_classes(store: Option<&Memo>, paths: &[String], top: usize) -> Resu
 
 impl LabelBridge {
     /// Builds it (cheap; models load on first use).
-    pub fn new(config: LabelBridgeConfig) -> Result<Self> {
+    pub fn new(config: LabelBridgeConfig, ctx: &OpContext) -> Result<Self> {
         stretto_kv::models::spec(&config.encoder)
             .map_err(|e| CoreError::OperatorConfig { factory: "label-bridge".into(), message: e.to_string() })?;
         if config.top == 0 {
@@ -127,14 +137,14 @@ impl LabelBridge {
                 score_range: (-1.0, 1.0),
             },
             config,
+            ctx: ctx.clone(),
             memo: OnceLock::new(),
         })
     }
 
     fn memos(&self) -> (Option<&Memo>, Option<&Memo>, Option<&Memo>) {
         let (a, b, c) = self.memo.get_or_init(|| {
-            let dir = stretto_kv::models::default_home().join("memo");
-            let open = |n: &str| open_or_warn(&dir, n);
+            let open = |n: &str| self.ctx.open_memo(n);
             (
                 open(&self.name),
                 open("efficientnet-lite0.classes"),
@@ -166,14 +176,14 @@ impl PhysicalOp for LabelBridge {
         let (answers, classes_store, text_store) = self.memos();
         memoised(answers, &self.name, task, &items, |missing| {
             let todo: Vec<String> = missing.iter().map(|&i| items[i].clone()).collect();
-            let (classes, mut secs) = image_classes(classes_store, &todo, self.config.top)?;
+            let (classes, mut secs) = image_classes(&self.ctx, classes_store, &todo, self.config.top)?;
             let pred_text = format!("a photo that {}", predicate_sentence(&task.prompt));
-            let (pred, _) = embed_cached(&self.config.encoder, text_store, &[pred_text], 1)?;
+            let (pred, _) = embed_cached(&self.ctx, &self.config.encoder, text_store, &[pred_text], 1)?;
             let mut scores = Vec::with_capacity(todo.len());
             for (i, cls) in classes.iter().enumerate() {
                 let start = Instant::now();
                 let texts: Vec<String> = cls.iter().map(|(c, _)| format!("a photo of a {c}")).collect();
-                let (vecs, _) = embed_cached(&self.config.encoder, text_store, &texts, 16)?;
+                let (vecs, _) = embed_cached(&self.ctx, &self.config.encoder, text_store, &texts, 16)?;
                 let mut mix = vec![0f32; vecs.first().map_or(0, Vec::len)];
                 for ((_, w), v) in cls.iter().zip(&vecs) {
                     mix.iter_mut().zip(v).for_each(|(m, x)| *m += w * x);
@@ -191,13 +201,7 @@ stretto_core::inventory::submit! {
         name: "label-bridge",
         plugin: crate::PLUGIN,
         about: "image filter bridged through text: EfficientNet class posterior -> MiniLM label embeddings -> cosine",
-        ladder: || vec![serde_json::json!({})],
-        build: |c| {
-            let cfg: LabelBridgeConfig = serde_json::from_value(c.clone()).map_err(|e| CoreError::OperatorConfig {
-                factory: "label-bridge".into(),
-                message: e.to_string(),
-            })?;
-            Ok(Arc::new(LabelBridge::new(cfg)?) as Arc<dyn PhysicalOp>)
-        },
+        ladder: |_| vec![serde_json::json!({})],
+        build: |c, ctx| Ok(Arc::new(LabelBridge::new(parse_config("label-bridge", c)?, ctx)?)),
     }
 }

@@ -4,12 +4,11 @@
 //! the cached item of the text LLM operators: the same KV caches, compression ratios, calibrated log-odds for
 //! filters and greedy answers for maps. The LLM sees only what the classifier saw.
 
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
-use stretto_core::memo::{open_or_warn, Memo};
-use stretto_core::op::{LogicalKind, Modality, OperatorFactory, PhysicalOp};
-use stretto_core::{CoreError, Result};
-use stretto_ops_text::llm::{ladder_models, Bridge, LlmConfig, LlmOp};
+use stretto_core::op::{parse_config, LogicalKind, Modality, OperatorFactory, PhysicalOp};
+use stretto_core::{OpContext, Result};
+use stretto_ops_text::llm::{Bridge, LlmOp};
 
 use crate::bridge::{image_classes, Classes};
 
@@ -22,17 +21,13 @@ pub fn caption(classes: &Classes) -> String {
     format!("A photo. An image classifier recognises in it: {}.", parts.join(", "))
 }
 
-fn classes_memo() -> Option<&'static Memo> {
-    static MEMO: OnceLock<Option<Memo>> = OnceLock::new();
-    MEMO.get_or_init(|| open_or_warn(&stretto_kv::models::default_home().join("memo"), "efficientnet-lite0.classes"))
-        .as_ref()
-}
-
-/// The bridge: image paths → captions.
-pub fn caption_bridge() -> Bridge {
+/// The bridge: image paths → captions, by the classifier loaded under `ctx`.
+pub fn caption_bridge(ctx: &OpContext) -> Bridge {
+    let ctx = ctx.clone();
+    let memo = Arc::new(ctx.open_memo("efficientnet-lite0.classes"));
     Bridge {
-        transform: Arc::new(|paths: &[String]| {
-            let (classes, secs) = image_classes(classes_memo(), paths, CAPTION_CLASSES)?;
+        transform: Arc::new(move |paths: &[String]| {
+            let (classes, secs) = image_classes(&ctx, memo.as_ref().as_ref(), paths, CAPTION_CLASSES)?;
             Ok((classes.iter().map(caption).collect(), secs))
         }),
         subject: "the photo described above",
@@ -42,15 +37,13 @@ pub fn caption_bridge() -> Bridge {
 }
 
 /// One rung per ladder model, uncompressed (captions are short: compression buys nothing).
-fn ladder() -> Vec<serde_json::Value> {
-    ladder_models().into_iter().map(|m| serde_json::json!({"model": m, "ratio": 0.0})).collect()
+fn ladder(ctx: &OpContext) -> Vec<serde_json::Value> {
+    ctx.ladder.iter().map(|m| serde_json::json!({"model": m, "ratio": 0.0})).collect()
 }
 
-fn build(kind: LogicalKind, config: &serde_json::Value) -> Result<Arc<dyn PhysicalOp>> {
+fn build(kind: LogicalKind, config: &serde_json::Value, ctx: &OpContext) -> Result<Arc<dyn PhysicalOp>> {
     let factory = if kind == LogicalKind::Filter { "caption-filter" } else { "caption-map" };
-    let c: LlmConfig = serde_json::from_value(config.clone())
-        .map_err(|e| CoreError::OperatorConfig { factory: factory.into(), message: e.to_string() })?;
-    Ok(Arc::new(LlmOp::bridged(kind, c, caption_bridge())?))
+    Ok(Arc::new(LlmOp::bridged(kind, parse_config(factory, config)?, caption_bridge(ctx), ctx)?))
 }
 
 stretto_core::inventory::submit! {
@@ -59,7 +52,7 @@ stretto_core::inventory::submit! {
         plugin: crate::PLUGIN,
         about: "image filter bridged through text: the image's classifier caption is the LLM's cached item",
         ladder,
-        build: |c| build(LogicalKind::Filter, c),
+        build: |c, ctx| build(LogicalKind::Filter, c, ctx),
     }
 }
 
@@ -69,7 +62,7 @@ stretto_core::inventory::submit! {
         plugin: crate::PLUGIN,
         about: "image map bridged through text: an LLM answers from the image's classifier caption",
         ladder,
-        build: |c| build(LogicalKind::Map, c),
+        build: |c, ctx| build(LogicalKind::Map, c, ctx),
     }
 }
 

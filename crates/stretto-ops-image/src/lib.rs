@@ -12,7 +12,7 @@
 //!
 //! ```
 //! stretto_ops_image::link();
-//! let registry = stretto_core::op::Registry::discover()?;
+//! let registry = stretto_core::op::Registry::discover(&stretto_core::OpContext::new("/tmp/stretto-home"))?;
 //! registry.require_plugins(&[stretto_ops_image::PLUGIN])?;
 //! # Ok::<(), stretto_core::CoreError>(())
 //! ```

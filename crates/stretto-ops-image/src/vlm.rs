@@ -19,9 +19,11 @@ use std::time::Instant;
 use arrow::array::RecordBatch;
 use ort::session::{Session, SessionInputValue};
 use ort::value::Tensor;
-use stretto_core::memo::{memoised, open_or_warn, Memo};
-use stretto_core::op::{LogicalKind, Modality, OpOutput, OpProperties, OperatorFactory, PhysicalOp, SemanticTask};
-use stretto_core::{CoreError, Result};
+use stretto_core::memo::{memoised, Memo};
+use stretto_core::op::{
+    parse_config, LogicalKind, Modality, OpOutput, OpProperties, OperatorFactory, PhysicalOp, SemanticTask,
+};
+use stretto_core::{CoreError, OpContext, Result};
 use tokenizers::Tokenizer;
 
 /// What `stretto-vlm.json` says about a model folder.
@@ -125,17 +127,16 @@ struct Past {
 }
 
 impl Loaded {
-    fn open(dir: &Path) -> Result<Self> {
+    fn open(dir: &Path, ctx: &OpContext) -> Result<Self> {
         let spec_path = dir.join("stretto-vlm.json");
         let text = std::fs::read_to_string(&spec_path).map_err(|e| CoreError::io(&spec_path, e))?;
         let spec: VlmSpec = serde_json::from_str(&text).map_err(|e| CoreError::OperatorConfig {
             factory: "vlm".into(),
             message: format!("{}: {e}", spec_path.display()),
         })?;
-        let home = stretto_kv::models::default_home();
         let session = |f: &Path| -> Result<Mutex<Session>> {
             let path = dir.join(f);
-            let mut b = stretto_kv::runtime::session_builder(&home, 0).map_err(err)?;
+            let mut b = stretto_kv::runtime::session_builder(&ctx.model_home, ctx.threads).map_err(err)?;
             Ok(Mutex::new(b.commit_from_file(&path).map_err(|e| err(format!("{}: {e}", path.display())))?))
         };
         let tpath = dir.join(&spec.tokenizer);
@@ -291,6 +292,7 @@ pub struct VlmFilter {
     name: String,
     props: OpProperties,
     dir: PathBuf,
+    ctx: OpContext,
     loaded: OnceLock<std::result::Result<Arc<Loaded>, String>>,
     memo: OnceLock<Option<Memo>>,
 }
@@ -303,7 +305,7 @@ impl std::fmt::Debug for VlmFilter {
 
 impl VlmFilter {
     /// Builds it (cheap: the model loads on first evaluation).
-    pub fn new(config: VlmConfig) -> Self {
+    pub fn new(config: VlmConfig, ctx: &OpContext) -> Self {
         let label = config
             .name
             .clone()
@@ -322,6 +324,7 @@ impl VlmFilter {
                 score_range: (-10.0, 10.0),
             },
             dir: config.dir,
+            ctx: ctx.clone(),
             loaded: OnceLock::new(),
             memo: OnceLock::new(),
         }
@@ -329,7 +332,7 @@ impl VlmFilter {
 
     fn model(&self) -> Result<Arc<Loaded>> {
         self.loaded
-            .get_or_init(|| Loaded::open(&self.dir).map(Arc::new).map_err(|e| e.to_string()))
+            .get_or_init(|| Loaded::open(&self.dir, &self.ctx).map(Arc::new).map_err(|e| e.to_string()))
             .clone()
             .map_err(|e| CoreError::operator(&self.name, e))
     }
@@ -353,7 +356,7 @@ impl PhysicalOp for VlmFilter {
             return Err(CoreError::operator(&self.name, "the VLM operator implements filters"));
         }
         let items = task.item_texts(batch)?;
-        let memo = self.memo.get_or_init(|| open_or_warn(&stretto_kv::models::default_home().join("memo"), &self.name));
+        let memo = self.memo.get_or_init(|| self.ctx.open_memo(&self.name));
         let question = stretto_ops_text::llm::about(&task.prompt, "the image");
         let question = format!(" Is it true that {}? Answer yes or no.", question.trim().trim_end_matches(['.', '?']));
         memoised(memo.as_ref(), &self.name, task, &items, |missing| {
@@ -377,11 +380,7 @@ stretto_core::inventory::submit! {
         name: "vlm-filter",
         plugin: crate::PLUGIN,
         about: "a user-provided vision-language model in the Hugging Face ONNX layout (no rung by default: none ships)",
-        ladder: Vec::new,
-        build: |c| {
-            let cfg: VlmConfig = serde_json::from_value(c.clone())
-                .map_err(|e| CoreError::OperatorConfig { factory: "vlm-filter".into(), message: e.to_string() })?;
-            Ok(Arc::new(VlmFilter::new(cfg)) as Arc<dyn PhysicalOp>)
-        },
+        ladder: |_| Vec::new(),
+        build: |c, ctx| Ok(Arc::new(VlmFilter::new(parse_config("vlm-filter", c)?, ctx))),
     }
 }

@@ -7,16 +7,19 @@ use stretto_core::datasets::Dataset;
 use stretto_core::metrics::auc;
 use stretto_core::op::{OpOutput, Registry, SemanticTask, ValueType};
 
+/// The environment's context, with this test binary's answers kept out of the user's memo.
+fn context() -> stretto_core::OpContext {
+    let dir = std::env::temp_dir().join(format!("stretto-test-memo-{}", std::process::id()));
+    stretto_core::OpContext::from_env().with_memo(stretto_core::MemoPolicy::Dir(dir))
+}
+
 fn setup() {
     static ONCE: std::sync::Once = std::sync::Once::new();
     ONCE.call_once(|| {
-        let dir = std::env::temp_dir().join(format!("stretto-test-memo-{}", std::process::id()));
-        // SAFETY: called once, before any operator (or other thread of this binary) reads the environment.
-        unsafe { std::env::set_var(stretto_core::memo::MEMO_DIR_ENV, dir) };
         stretto_ops_image::link();
         // The CI-sized models are prepared here, so the conformance test never depends on another test (or test
         // binary) having fetched them first; larger models are checked only where someone prepared them.
-        let home = stretto_kv::models::default_home();
+        let home = stretto_core::context::default_home();
         for m in ["smollm2-135m", "minilm", "efficientnet-lite0", "imagenet-classes"] {
             stretto_kv::prepare::ensure_ready(&home, m).expect("CI-sized model prepares");
         }
@@ -41,7 +44,7 @@ fn photos(n: usize) -> (RecordBatch, Vec<bool>) {
 #[test]
 fn every_image_operator_conforms() {
     setup();
-    let registry = Registry::discover().unwrap();
+    let registry = Registry::discover(&context()).unwrap();
     let (batch, _) = photos(6);
     let task = SemanticTask::filter("tshirt", "{products.photo} shows a t-shirt");
     let map = SemanticTask::map(
@@ -50,7 +53,7 @@ fn every_image_operator_conforms() {
         "garment",
         ValueType::String,
     );
-    let home = stretto_kv::models::default_home();
+    let home = stretto_core::context::default_home();
     let mut checked = 0;
     for (op, factory) in registry.operators() {
         let plugin = registry.factories().find(|f| f.name == factory).map(|f| f.plugin);
@@ -73,7 +76,7 @@ fn every_image_operator_conforms() {
 #[test]
 fn label_bridge_finds_t_shirts_in_product_photos() {
     setup();
-    let registry = Registry::discover().unwrap();
+    let registry = Registry::discover(&context()).unwrap();
     let op = registry.get("label-bridge:efficientnet-lite0+minilm").unwrap();
     let (batch, labels) = photos(232);
     let task = SemanticTask::filter("tshirt", "{products.photo} shows a t-shirt");
@@ -90,7 +93,7 @@ fn label_bridge_finds_t_shirts_in_product_photos() {
 #[test]
 fn caption_bridge_filter_sees_what_the_classifier_saw() {
     setup();
-    let registry = Registry::discover().unwrap();
+    let registry = Registry::discover(&context()).unwrap();
     let op = registry.get("caption:smollm2-135m@expected-attention-0.00").unwrap();
     let (batch, labels) = photos(96);
     let task = SemanticTask::filter("tshirt", "{products.photo} shows a t-shirt");
@@ -103,7 +106,7 @@ fn caption_bridge_filter_sees_what_the_classifier_saw() {
 #[test]
 fn a_missing_image_is_an_error() {
     setup();
-    let registry = Registry::discover().unwrap();
+    let registry = Registry::discover(&context()).unwrap();
     let op = registry.get("label-bridge:efficientnet-lite0+minilm").unwrap();
     let schema = std::sync::Arc::new(arrow::datatypes::Schema::new(vec![arrow::datatypes::Field::new(
         "p.photo",

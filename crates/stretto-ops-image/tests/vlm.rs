@@ -132,14 +132,13 @@ fn five_dimensional_pixel_inputs_with_an_attention_mask_are_fed() {
 fn scores_images(pixels: Pixels) {
     stretto_ops_image::link();
     let dir = tempfile::tempdir().unwrap();
-    // SAFETY: set before any operator of this binary reads it (both tests set the same value).
-    unsafe { std::env::set_var(stretto_core::memo::MEMO_DIR_ENV, "off") };
     write_model(dir.path(), pixels);
     let red = dir.path().join("red.png");
     let blue = dir.path().join("blue.png");
     write_image(&red, [250, 10, 10]);
     write_image(&blue, [10, 10, 250]);
-    let registry = Registry::discover().unwrap();
+    let registry =
+        Registry::discover(&stretto_core::OpContext::from_env().with_memo(stretto_core::MemoPolicy::Off)).unwrap();
     let op = registry.build("vlm-filter", &serde_json::json!({"dir": dir.path(), "name": "tiny"})).unwrap();
     assert_eq!(op.name(), "vlm:tiny");
     let schema = std::sync::Arc::new(Schema::new(vec![Field::new("p.photo", DataType::Utf8, false)]));

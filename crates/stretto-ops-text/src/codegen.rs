@@ -14,11 +14,11 @@ use std::time::Instant;
 
 use arrow::array::RecordBatch;
 use regex::{Regex, RegexBuilder};
-use stretto_core::memo::{memo_key, memoised, open_or_warn, Memo, MemoEntry};
+use stretto_core::memo::{memo_key, memoised, Memo, MemoEntry};
 use stretto_core::op::{
-    LogicalKind, Modality, OpOutput, OpProperties, OperatorFactory, PhysicalOp, SemanticTask, ValueType,
+    parse_config, LogicalKind, Modality, OpOutput, OpProperties, OperatorFactory, PhysicalOp, SemanticTask, ValueType,
 };
-use stretto_core::{CoreError, Result};
+use stretto_core::{CoreError, OpContext, Result};
 
 use crate::llm::about_the_text;
 use crate::normalize::normalize;
@@ -137,12 +137,13 @@ pub struct CodegenMap {
     props: OpProperties,
     config: CodegenConfig,
     programs: Mutex<HashMap<String, Option<Program>>>,
+    ctx: OpContext,
     memo: OnceLock<Option<Memo>>,
 }
 
 impl CodegenMap {
     /// Builds it (cheap; the coder loads when a program is first needed).
-    pub fn new(config: CodegenConfig) -> Result<Self> {
+    pub fn new(config: CodegenConfig, ctx: &OpContext) -> Result<Self> {
         let bad = |m: String| CoreError::OperatorConfig { factory: "codegen-map".into(), message: m };
         stretto_kv::models::spec(&config.model).map_err(|e| bad(e.to_string()))?;
         if let Some(p) = &config.program {
@@ -168,12 +169,13 @@ impl CodegenMap {
             },
             config,
             programs: Mutex::new(HashMap::new()),
+            ctx: ctx.clone(),
             memo: OnceLock::new(),
         })
     }
 
     fn memo(&self) -> Option<&Memo> {
-        self.memo.get_or_init(|| open_or_warn(&stretto_kv::models::default_home().join("memo"), &self.name)).as_ref()
+        self.memo.get_or_init(|| self.ctx.open_memo(&self.name)).as_ref()
     }
 
     /// The program for a task: fixed, memoised, or synthesised (with repairs) from sample items.
@@ -192,7 +194,7 @@ impl CodegenMap {
             return Ok(p);
         }
         let start = Instant::now();
-        let (program, log) = synthesize(&self.config, task, samples)?;
+        let (program, log) = synthesize(&self.ctx, &self.config, task, samples)?;
         for line in &log {
             tracing::info!(operator = %self.name, "{line}");
         }
@@ -214,12 +216,14 @@ impl CodegenMap {
 /// the reference answers, and repairs it up to `repairs` times.
 /// Returns the accepted program (if any) and a log of every attempt.
 pub fn synthesize(
+    ctx: &OpContext,
     config: &CodegenConfig,
     task: &SemanticTask,
     samples: &[String],
 ) -> Result<(Option<Program>, Vec<String>)> {
     let _span = tracing::info_span!("codegen", model = %config.model).entered();
-    let dec = stretto_kv::pool::decoder(&config.model).map_err(|e| CoreError::operator("codegen", e.to_string()))?;
+    let dec = stretto_kv::pool::decoder(&ctx.model_home, ctx.threads, &config.model)
+        .map_err(|e| CoreError::operator("codegen", e.to_string()))?;
     let field = task.output.as_ref().map_or("value".to_string(), |o| o.0.replace('_', " "));
     let shown: Vec<String> =
         samples.iter().take(config.samples).map(|s| s.chars().take(400).collect::<String>()).collect();
@@ -392,14 +396,8 @@ stretto_core::inventory::submit! {
         name: "codegen-map",
         plugin: crate::PLUGIN,
         about: "a coder LLM writes a regex extraction spec once per task; it runs sandboxed on every tuple",
-        ladder: || vec![serde_json::json!({"model": "qwen2.5-coder-0.5b"})],
-        build: |c| {
-            let cfg: CodegenConfig = serde_json::from_value(c.clone()).map_err(|e| CoreError::OperatorConfig {
-                factory: "codegen-map".into(),
-                message: e.to_string(),
-            })?;
-            Ok(Arc::new(CodegenMap::new(cfg)?) as Arc<dyn PhysicalOp>)
-        },
+        ladder: |_| vec![serde_json::json!({"model": "qwen2.5-coder-0.5b"})],
+        build: |c, ctx| Ok(Arc::new(CodegenMap::new(parse_config("codegen-map", c)?, ctx)?)),
     }
 }
 

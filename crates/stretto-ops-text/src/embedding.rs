@@ -7,9 +7,11 @@ use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 
 use arrow::array::RecordBatch;
-use stretto_core::memo::{memo_key, memoised, open_or_warn, Memo, MemoEntry};
-use stretto_core::op::{LogicalKind, Modality, OpOutput, OpProperties, OperatorFactory, PhysicalOp, SemanticTask};
-use stretto_core::{CoreError, Result};
+use stretto_core::memo::{memo_key, memoised, Memo, MemoEntry};
+use stretto_core::op::{
+    parse_config, LogicalKind, Modality, OpOutput, OpProperties, OperatorFactory, PhysicalOp, SemanticTask,
+};
+use stretto_core::{CoreError, OpContext, Result};
 use stretto_kv::embed::cosine;
 
 /// Configuration.
@@ -52,12 +54,13 @@ pub struct EmbeddingFilter {
     name: String,
     props: OpProperties,
     config: EmbeddingConfig,
+    ctx: OpContext,
     memo: OnceLock<(Option<Memo>, Option<Memo>)>,
 }
 
 impl EmbeddingFilter {
     /// Builds it (cheap; the model loads on first use).
-    pub fn new(config: EmbeddingConfig) -> Result<Self> {
+    pub fn new(config: EmbeddingConfig, ctx: &OpContext) -> Result<Self> {
         stretto_kv::models::spec(&config.model)
             .map_err(|e| CoreError::OperatorConfig { factory: "embedding-filter".into(), message: e.to_string() })?;
         Ok(Self {
@@ -74,22 +77,23 @@ impl EmbeddingFilter {
                 score_range: (-1.0, 1.0),
             },
             config,
+            ctx: ctx.clone(),
             memo: OnceLock::new(),
         })
     }
 
     fn memos(&self) -> (Option<&Memo>, Option<&Memo>) {
-        let (a, b) = self.memo.get_or_init(|| {
-            let dir = stretto_kv::models::default_home().join("memo");
-            let open = |n: &str| open_or_warn(&dir, n);
-            (open(&self.name), open(&format!("{}.items", self.name)))
-        });
+        let (a, b) = self
+            .memo
+            .get_or_init(|| (self.ctx.open_memo(&self.name), self.ctx.open_memo(&format!("{}.items", self.name))));
         (a.as_ref(), b.as_ref())
     }
 }
 
-/// Embeddings of `texts`, reusing those in `store` (keyed by text) and adding the new ones; with seconds per text.
+/// Embeddings of `texts` by `model` (loaded under `ctx`), reusing those in `store` (keyed by text) and adding the
+/// new ones; with seconds per text.
 pub fn embed_cached(
+    ctx: &OpContext,
     model: &str,
     store: Option<&Memo>,
     texts: &[String],
@@ -108,7 +112,8 @@ pub fn embed_cached(
     }
     let missing: Vec<usize> = (0..texts.len()).filter(|&i| out[i].is_none()).collect();
     if !missing.is_empty() {
-        let enc = stretto_kv::pool::embedder(model).map_err(|e| CoreError::operator(model, e.to_string()))?;
+        let enc = stretto_kv::pool::embedder(&ctx.model_home, ctx.threads, model)
+            .map_err(|e| CoreError::operator(model, e.to_string()))?;
         let start = Instant::now();
         let refs: Vec<&str> = missing.iter().map(|&i| texts[i].as_str()).collect();
         let vecs = enc.embed(&refs, batch).map_err(|e| CoreError::operator(model, e.to_string()))?;
@@ -153,8 +158,9 @@ impl PhysicalOp for EmbeddingFilter {
         let (answers, item_store) = self.memos();
         memoised(answers, &self.name, task, &items, |missing| {
             let todo: Vec<String> = missing.iter().map(|&i| items[i].clone()).collect();
-            let (vecs, secs) = embed_cached(&self.config.model, item_store, &todo, self.config.batch)?;
-            let (pred, _) = embed_cached(&self.config.model, item_store, &[predicate_sentence(&task.prompt)], 1)?;
+            let (vecs, secs) = embed_cached(&self.ctx, &self.config.model, item_store, &todo, self.config.batch)?;
+            let (pred, _) =
+                embed_cached(&self.ctx, &self.config.model, item_store, &[predicate_sentence(&task.prompt)], 1)?;
             let scores = vecs.iter().map(|v| cosine(v, &pred[0]) as f64).collect();
             Ok((OpOutput::Scores(scores), secs))
         })
@@ -166,13 +172,7 @@ stretto_core::inventory::submit! {
         name: "embedding-filter",
         plugin: crate::PLUGIN,
         about: "cosine similarity of MiniLM embeddings of the item and the predicate",
-        ladder: || vec![serde_json::json!({"model": "minilm"})],
-        build: |c| {
-            let cfg: EmbeddingConfig = serde_json::from_value(c.clone()).map_err(|e| CoreError::OperatorConfig {
-                factory: "embedding-filter".into(),
-                message: e.to_string(),
-            })?;
-            Ok(Arc::new(EmbeddingFilter::new(cfg)?) as Arc<dyn PhysicalOp>)
-        },
+        ladder: |_| vec![serde_json::json!({"model": "minilm"})],
+        build: |c, ctx| Ok(Arc::new(EmbeddingFilter::new(parse_config("embedding-filter", c)?, ctx)?)),
     }
 }

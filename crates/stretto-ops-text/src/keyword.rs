@@ -8,8 +8,10 @@
 use std::sync::Arc;
 
 use arrow::array::RecordBatch;
-use stretto_core::op::{LogicalKind, Modality, OpOutput, OpProperties, OperatorFactory, PhysicalOp, SemanticTask};
-use stretto_core::{CoreError, Result};
+use stretto_core::op::{
+    parse_config, LogicalKind, Modality, OpOutput, OpProperties, OperatorFactory, PhysicalOp, SemanticTask,
+};
+use stretto_core::{CoreError, OpContext, Result};
 
 /// Words that carry no topic in a predicate.
 const STOP_WORDS: &[&str] = &[
@@ -164,10 +166,8 @@ impl PhysicalOp for KeywordFilter {
     }
 }
 
-fn build(config: &serde_json::Value) -> Result<Arc<dyn PhysicalOp>> {
-    let config: KeywordConfig = serde_json::from_value(config.clone())
-        .map_err(|e| CoreError::OperatorConfig { factory: "keyword".into(), message: e.to_string() })?;
-    Ok(Arc::new(KeywordFilter::new(config)))
+fn build(config: &serde_json::Value, _: &OpContext) -> Result<Arc<dyn PhysicalOp>> {
+    Ok(Arc::new(KeywordFilter::new(parse_config("keyword", config)?)))
 }
 
 stretto_core::inventory::submit! {
@@ -175,7 +175,7 @@ stretto_core::inventory::submit! {
         name: "keyword",
         plugin: crate::PLUGIN,
         about: "counts the predicate's keywords (quoted phrases, else content words) in the text",
-        ladder: || vec![serde_json::json!({})],
+        ladder: |_| vec![serde_json::json!({})],
         build,
     }
 }
@@ -206,7 +206,7 @@ mod tests {
 
     #[test]
     fn bad_config_is_a_typed_error() {
-        let err = build(&serde_json::json!({"keywrods": ["x"]})).unwrap_err();
+        let err = build(&serde_json::json!({"keywrods": ["x"]}), &OpContext::new("/nonexistent")).unwrap_err();
         assert!(matches!(err, CoreError::OperatorConfig { .. }), "{err}");
     }
 }

@@ -11,7 +11,7 @@
 //!
 //! ```
 //! stretto_ops_text::link(); // make sure this crate's registrations are linked into the binary
-//! let registry = stretto_core::op::Registry::discover()?;
+//! let registry = stretto_core::op::Registry::discover(&stretto_core::OpContext::new("/tmp/stretto-home"))?;
 //! let kw = registry.get("keyword")?;
 //! assert_eq!(kw.properties().family, "keyword");
 //! # Ok::<(), stretto_core::CoreError>(())

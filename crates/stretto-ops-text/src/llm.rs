@@ -17,15 +17,15 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex, OnceLock};
 
 use arrow::array::RecordBatch;
-use stretto_core::memo::{memoised, open_or_warn, Memo};
+use stretto_core::memo::{memoised, Memo};
 use stretto_core::op::{
-    LogicalKind, Modality, OpOutput, OpProperties, OperatorFactory, PhysicalOp, SemanticTask, ValueType,
+    parse_config, LogicalKind, Modality, OpOutput, OpProperties, OperatorFactory, PhysicalOp, SemanticTask, ValueType,
 };
-use stretto_core::{CoreError, Result};
+use stretto_core::{CoreError, OpContext, Result};
 use stretto_kv::cache::PastSource;
 use stretto_kv::contrast::ContrastQuestion;
 use stretto_kv::press::{Positions, Press};
-use stretto_kv::store::{default_kv_dir, Profile};
+use stretto_kv::store::Profile;
 
 use crate::normalize::normalize;
 
@@ -50,7 +50,7 @@ pub struct LlmConfig {
     /// Most tokens a map answer may take.
     #[serde(default = "default_max_tokens")]
     pub max_tokens: usize,
-    /// KV cache directory (default: `STRETTO_KV_DIR`, else under the model home).
+    /// KV cache directory (default: the context's).
     #[serde(default)]
     pub kv_dir: Option<PathBuf>,
     /// Whether this rung is its family's reference (gold candidate).
@@ -68,17 +68,10 @@ fn default_max_tokens() -> usize {
     12
 }
 
-/// Models of the standard ladder: the environment's `STRETTO_LADDER` (comma-separated) or both text LLMs.
-pub fn ladder_models() -> Vec<String> {
-    std::env::var("STRETTO_LADDER")
-        .ok()
-        .map(|v| v.split(',').map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect())
-        .unwrap_or_else(|| vec!["smollm2-135m".into(), "qwen2.5-coder-0.5b".into()])
-}
-
-/// The rungs: every ladder model at ratios 0, 0.5 and 0.8; the largest model uncompressed is the gold candidate.
-pub fn ladder() -> Vec<serde_json::Value> {
-    let models = ladder_models();
+/// The rungs: every ladder model of the context at ratios 0, 0.5 and 0.8; the last (largest) model uncompressed is
+/// the gold candidate.
+pub fn ladder(ctx: &OpContext) -> Vec<serde_json::Value> {
+    let models = &ctx.ladder;
     let last = models.len().saturating_sub(1);
     let mut out = Vec::new();
     for (i, m) in models.iter().enumerate() {
@@ -95,6 +88,7 @@ pub struct LlmOp {
     name: String,
     props: OpProperties,
     config: LlmConfig,
+    ctx: OpContext,
     source: PastSource,
     memo: OnceLock<Option<Memo>>,
     bridge: Option<Bridge>,
@@ -139,7 +133,7 @@ impl std::fmt::Debug for Bridge {
 
 impl LlmOp {
     /// Builds the operator (cheap: models load on first evaluation).
-    pub fn new(kind: LogicalKind, config: LlmConfig) -> Result<Self> {
+    pub fn new(kind: LogicalKind, config: LlmConfig, ctx: &OpContext) -> Result<Self> {
         let bad = |m: String| CoreError::OperatorConfig { factory: family(kind).into(), message: m };
         stretto_kv::models::spec(&config.model).map_err(|e| bad(e.to_string()))?;
         if !(0.0..1.0).contains(&config.ratio) {
@@ -166,12 +160,13 @@ impl LlmOp {
             cost_hint: if big { 0.45 } else { 0.05 } * (1.0 - 0.2 * config.ratio),
             score_range: if kind == LogicalKind::Filter { (-10.0, 10.0) } else { (0.0, 1.0) },
         };
-        let kv_dir = config.kv_dir.clone().unwrap_or_else(default_kv_dir);
+        let kv_dir = config.kv_dir.clone().unwrap_or_else(|| ctx.kv_dir.clone());
         Ok(Self {
             name,
             props,
             source: PastSource::new(profile, kv_dir),
             config,
+            ctx: ctx.clone(),
             memo: OnceLock::new(),
             bridge: None,
             baselines: Mutex::default(),
@@ -180,8 +175,8 @@ impl LlmOp {
     }
 
     /// A contrast filter ([`stretto_kv::contrast`]): the model chooses between the predicate and its opposite.
-    pub fn contrastive(config: LlmConfig) -> Result<Self> {
-        let mut op = Self::new(LogicalKind::Filter, config)?;
+    pub fn contrastive(config: LlmConfig, ctx: &OpContext) -> Result<Self> {
+        let mut op = Self::new(LogicalKind::Filter, config, ctx)?;
         op.name = format!("llm-contrast:{}", op.source.profile().id());
         op.props.family = CONTRAST_FAMILY.into();
         op.contrastive = true;
@@ -189,8 +184,8 @@ impl LlmOp {
     }
 
     /// An LLM operator over items that a bridge first turns into text (e.g. an image into its caption).
-    pub fn bridged(kind: LogicalKind, config: LlmConfig, bridge: Bridge) -> Result<Self> {
-        let mut op = Self::new(kind, config)?;
+    pub fn bridged(kind: LogicalKind, config: LlmConfig, bridge: Bridge, ctx: &OpContext) -> Result<Self> {
+        let mut op = Self::new(kind, config, ctx)?;
         let suffix = if kind == LogicalKind::Filter { "" } else { "-map" };
         op.name = format!("{}{suffix}:{}", bridge.family, op.source.profile().id());
         op.props.family = format!("{}{}", bridge.family, if kind == LogicalKind::Filter { "-filter" } else { "-map" });
@@ -236,7 +231,7 @@ impl LlmOp {
     /// The contrast filter's question for `statement`, or [`CoreError::NotApplicable`] without an opposite:
     /// this operator would then only repeat the '1'/'0' filter of the same rung.
     fn contrast_or_decline(&self, statement: &str) -> Result<ContrastQuestion> {
-        let dec = stretto_kv::pool::decoder(&self.config.model).map_err(kv_err(&self.name))?;
+        let dec = self.decoder()?;
         let subject = self.bridge.as_ref().map_or("the text above", |b| b.subject);
         self.contrast(&dec, subject, statement)?.ok_or_else(|| CoreError::NotApplicable {
             operator: self.name.clone(),
@@ -272,7 +267,13 @@ impl LlmOp {
     }
 
     fn memo(&self) -> Option<&Memo> {
-        self.memo.get_or_init(|| open_or_warn(&stretto_kv::models::default_home().join("memo"), &self.name)).as_ref()
+        self.memo.get_or_init(|| self.ctx.open_memo(&self.name)).as_ref()
+    }
+
+    /// The context's shared copy of this operator's model.
+    fn decoder(&self) -> Result<Arc<stretto_kv::Decoder>> {
+        stretto_kv::pool::decoder(&self.ctx.model_home, self.ctx.threads, &self.config.model)
+            .map_err(kv_err(&self.name))
     }
 }
 
@@ -325,6 +326,11 @@ impl PhysicalOp for LlmOp {
         &self.props
     }
 
+    fn kv_cache_model(&self) -> Option<&str> {
+        // A bridged operator caches what its bridge makes of the item (a caption), built as it goes.
+        self.bridge.is_none().then_some(self.config.model.as_str())
+    }
+
     fn evaluate(&self, task: &SemanticTask, batch: &RecordBatch) -> Result<OpOutput> {
         Ok(self.evaluate_timed(task, batch)?.0)
     }
@@ -348,7 +354,7 @@ impl PhysicalOp for LlmOp {
             (None, self.name.clone())
         };
         memoised(self.memo(), &memo_name, task, &items, |missing| {
-            let dec = stretto_kv::pool::decoder(&self.config.model).map_err(kv_err(&self.name))?;
+            let dec = self.decoder()?;
             let raw: Vec<String> = missing.iter().map(|&i| items[i].clone()).collect();
             let (todo, bridge_secs) = match &self.bridge {
                 Some(b) => (b.transform)(&raw)?,
@@ -389,10 +395,8 @@ impl PhysicalOp for LlmOp {
     }
 }
 
-fn build(kind: LogicalKind, config: &serde_json::Value) -> Result<Arc<dyn PhysicalOp>> {
-    let c: LlmConfig = serde_json::from_value(config.clone())
-        .map_err(|e| CoreError::OperatorConfig { factory: family(kind).into(), message: e.to_string() })?;
-    Ok(Arc::new(LlmOp::new(kind, c)?))
+fn build(kind: LogicalKind, config: &serde_json::Value, ctx: &OpContext) -> Result<Arc<dyn PhysicalOp>> {
+    Ok(Arc::new(LlmOp::new(kind, parse_config(family(kind), config)?, ctx)?))
 }
 
 stretto_core::inventory::submit! {
@@ -401,7 +405,7 @@ stretto_core::inventory::submit! {
         plugin: crate::PLUGIN,
         about: "LLM filter over precomputed KV caches (log-odds of '1' over '0'), one rung per model and ratio",
         ladder,
-        build: |c| build(LogicalKind::Filter, c),
+        build: |c, ctx| build(LogicalKind::Filter, c, ctx),
     }
 }
 
@@ -410,8 +414,8 @@ pub const CONTRAST_FAMILY: &str = "llm-contrast-filter";
 
 /// The contrast filter's rungs: every ladder model, uncompressed. None is a gold candidate: gold stays the '1'/'0'
 /// question the method specifies. Compressed contrast filters can be built from a configuration.
-pub fn contrast_ladder() -> Vec<serde_json::Value> {
-    ladder_models().iter().map(|m| serde_json::json!({"model": m, "ratio": 0.0})).collect()
+pub fn contrast_ladder(ctx: &OpContext) -> Vec<serde_json::Value> {
+    ctx.ladder.iter().map(|m| serde_json::json!({"model": m, "ratio": 0.0})).collect()
 }
 
 stretto_core::inventory::submit! {
@@ -422,11 +426,7 @@ stretto_core::inventory::submit! {
                 derives (log-odds of their first differing answer tokens), one rung per model; declines predicates \
                 without a usable opposite",
         ladder: contrast_ladder,
-        build: |c| {
-            let c: LlmConfig = serde_json::from_value(c.clone())
-                .map_err(|e| CoreError::OperatorConfig { factory: CONTRAST_FAMILY.into(), message: e.to_string() })?;
-            Ok(Arc::new(LlmOp::contrastive(c)?))
-        },
+        build: |c, ctx| Ok(Arc::new(LlmOp::contrastive(parse_config(CONTRAST_FAMILY, c)?, ctx)?)),
     }
 }
 
@@ -436,7 +436,7 @@ stretto_core::inventory::submit! {
         plugin: crate::PLUGIN,
         about: "LLM map over precomputed KV caches (greedy answer, its probability as confidence)",
         ladder,
-        build: |c| build(LogicalKind::Map, c),
+        build: |c, ctx| build(LogicalKind::Map, c, ctx),
     }
 }
 
@@ -452,6 +452,8 @@ mod tests {
 
     #[test]
     fn bad_configs_are_typed_errors() {
+        let ctx = OpContext::new("/nonexistent-home");
+        let build = |kind, c: &serde_json::Value| build(kind, c, &ctx);
         let e = build(LogicalKind::Filter, &serde_json::json!({"model": "gpt-9"})).unwrap_err().to_string();
         assert!(e.contains("unknown model"), "{e}");
         let e = build(LogicalKind::Filter, &serde_json::json!({"model": "smollm2-135m", "ratio": 1.0}))

@@ -10,12 +10,15 @@ use stretto_core::op::{OpOutput, PhysicalOp, Registry, SemanticTask, ValueType};
 
 const N: usize = 40;
 
+/// The environment's context, with this test binary's answers kept out of the user's memo.
+fn context() -> stretto_core::OpContext {
+    let dir = std::env::temp_dir().join(format!("stretto-test-memo-cg-{}", std::process::id()));
+    stretto_core::OpContext::from_env().with_memo(stretto_core::MemoPolicy::Dir(dir))
+}
+
 fn setup() {
     static ONCE: std::sync::Once = std::sync::Once::new();
     ONCE.call_once(|| {
-        let dir = std::env::temp_dir().join(format!("stretto-test-memo-cg-{}", std::process::id()));
-        // SAFETY: called once, before any operator (or other thread of this binary) reads the environment.
-        unsafe { std::env::set_var(stretto_core::memo::MEMO_DIR_ENV, dir) };
         stretto_ops_text::link();
     });
 }
@@ -76,7 +79,7 @@ fn email_year() -> SemanticTask {
 #[test]
 fn a_fixed_extractor_runs_sandboxed_on_real_reports() {
     setup();
-    let registry = Registry::discover().unwrap();
+    let registry = Registry::discover(&context()).unwrap();
     // The game score, not a team record "(46 - 12)": two- or three-digit numbers not inside parentheses.
     let op = registry
         .build("codegen-map", &serde_json::json!({"program": r"(?:^|[^(\d])(\d{2,3}) - \d{2,3}(?:[^)\d]|$)"}))
@@ -96,7 +99,7 @@ fn synthesis_log() {
     let task = email_year();
     let items = task.item_texts(&batch).unwrap();
     let cfg: stretto_ops_text::codegen::CodegenConfig = serde_json::from_value(serde_json::json!({})).unwrap();
-    let (p, log) = stretto_ops_text::codegen::synthesize(&cfg, &task, &items[..3]).unwrap();
+    let (p, log) = stretto_ops_text::codegen::synthesize(&context(), &cfg, &task, &items[..3]).unwrap();
     for l in log {
         eprintln!("{l}");
     }
@@ -122,7 +125,7 @@ fn emails() -> (arrow::array::RecordBatch, Vec<Option<i64>>) {
 #[ignore = "needs qwen2.5-coder-0.5b; run with --ignored"]
 fn the_coder_writes_a_header_extractor() {
     setup();
-    let registry = Registry::discover().unwrap();
+    let registry = Registry::discover(&context()).unwrap();
     let op = registry.get("codegen:qwen2.5-coder-0.5b").unwrap();
     let acc = accuracy(op.as_ref(), emails(), &email_year());
     eprintln!("generated email-year extractor: {acc:.3} of {N} emails");

@@ -7,17 +7,20 @@ use stretto_core::datasets::Dataset;
 use stretto_core::metrics::auc;
 use stretto_core::op::{LogicalKind, OpOutput, Registry, SemanticTask, ValueType};
 
+/// The environment's context, with this test binary's answers kept out of the user's memo.
+fn context() -> stretto_core::OpContext {
+    let dir = std::env::temp_dir().join(format!("stretto-test-memo-{}", std::process::id()));
+    stretto_core::OpContext::from_env().with_memo(stretto_core::MemoPolicy::Dir(dir))
+}
+
 fn setup() {
     // Answers of this test binary stay out of the user's memo.
     static ONCE: std::sync::Once = std::sync::Once::new();
     ONCE.call_once(|| {
-        let dir = std::env::temp_dir().join(format!("stretto-test-memo-{}", std::process::id()));
-        // SAFETY: called once, before any operator (or other thread of this binary) reads the environment.
-        unsafe { std::env::set_var(stretto_core::memo::MEMO_DIR_ENV, dir) };
         stretto_ops_text::link();
         // The CI-sized models are prepared here, so the conformance test never depends on another test (or test
         // binary) having fetched them first; larger models are checked only where someone prepared them.
-        let home = stretto_kv::models::default_home();
+        let home = stretto_core::context::default_home();
         for m in ["smollm2-135m", "minilm"] {
             stretto_kv::prepare::ensure_ready(&home, m).expect("CI-sized model prepares");
         }
@@ -35,14 +38,14 @@ fn reviews(n: usize) -> (RecordBatch, Vec<bool>) {
 }
 
 fn prepared(model: Option<&String>) -> bool {
-    let home = stretto_kv::models::default_home();
+    let home = stretto_core::context::default_home();
     model.is_none_or(|m| m.split('+').all(|m| stretto_kv::models::is_present(&home, m)))
 }
 
 #[test]
 fn every_text_operator_conforms() {
     setup();
-    let registry = Registry::discover().unwrap();
+    let registry = Registry::discover(&context()).unwrap();
     let (batch, _) = reviews(5);
     let filter = SemanticTask::filter("positive", "{reviews.reviewtext} is clearly positive");
     let map = SemanticTask::map(
@@ -72,7 +75,7 @@ fn every_text_operator_conforms() {
 #[test]
 fn model_filters_separate_review_sentiment() {
     setup();
-    let registry = Registry::discover().unwrap();
+    let registry = Registry::discover(&context()).unwrap();
     let (batch, labels) = reviews(48);
     let task = SemanticTask::filter("positive", "{reviews.reviewtext} is clearly positive");
     // (operator, AUC it must exceed). SmolLM2-135M cannot map sentiment onto '1'/'0' (0.57 on 240 reviews), so its
@@ -94,7 +97,7 @@ fn model_filters_separate_review_sentiment() {
 #[test]
 fn map_extracts_typed_values() {
     setup();
-    let registry = Registry::discover().unwrap();
+    let registry = Registry::discover(&context()).unwrap();
     let op = registry.get("llm-map:smollm2-135m@expected-attention-0.00").unwrap();
     let ds = Dataset::load("rotowire").unwrap();
     let reports = ds.table("reports").unwrap();
@@ -119,7 +122,7 @@ fn map_extracts_typed_values() {
 #[test]
 fn a_contrast_filter_without_an_opposite_declines_the_task() {
     setup();
-    let registry = Registry::discover().unwrap();
+    let registry = Registry::discover(&context()).unwrap();
     let (batch, _) = reviews(3);
     let op = registry.get("llm-contrast:smollm2-135m@expected-attention-0.00").unwrap();
     // SmolLM2-135M only echoes a few-shot example for this predicate, so it has no opposite to score against.

@@ -3,9 +3,9 @@
 
 use arrow::array::{Array, AsArray, StringArray};
 use arrow::datatypes::Int64Type;
+use stretto_core::context::default_home;
 use stretto_core::datasets::Dataset;
 use stretto_kv::decoder::Decoder;
-use stretto_kv::models::default_home;
 
 /// A probe's inputs.
 pub struct Probe {

@@ -1,6 +1,8 @@
-//! `stretto query` and `stretto demo`: parse a semantic query, prepare KV caches, profile every physical operator on
-//! a seeded sample, optimize under precision/recall targets, execute on the whole input, and (with `check`) run
-//! the gold plan to measure what the plan achieved.
+//! The engine behind [`Session`](crate::Session) and the `stretto` CLI: for the semantic pipeline of a pulled-up
+//! plan, prepare KV caches, profile every candidate physical operator on a seeded sample, optimize under
+//! precision/recall targets, execute on the whole input, and (with `check`) run the gold plan to measure what the
+//! plan achieved. The phases are callable one by one: [`profile_pipeline`] then [`finish_pipeline`] (which a
+//! benchmark calls once per method and target on one profile).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
@@ -11,25 +13,23 @@ use arrow::array::{RecordBatch, UInt32Array};
 use arrow::compute::kernels::take::take_record_batch;
 use rand::seq::SliceRandom;
 use rand::SeedableRng;
-use stretto::kv::press::{Positions, Press};
-use stretto::kv::store::default_kv_dir;
-use stretto::optim::problem::Problem;
-use stretto::optim::profile::{LogicalEntry, PhysicalEntry, Profile, PROFILE_FORMAT};
-use stretto::optim::strategy::{strategy, Targets};
 use stretto_core::datasets::Dataset;
 use stretto_core::exec::{CascadeExecutor, CascadePlan, StageStats};
 use stretto_core::format::PlanFile;
 use stretto_core::op::{Modality, OpOutput, PhysicalOp, Registry, SemanticTask, ValueType};
 use stretto_core::plan::PlanBuilder;
 use stretto_core::table::{resolve_column, ColumnKind};
+use stretto_kv::press::{Positions, Press};
+use stretto_optim::problem::Problem;
+use stretto_optim::profile::{LogicalEntry, PhysicalEntry, Profile, PROFILE_FORMAT};
+use stretto_optim::strategy::{strategy, Strategy, Targets};
 
-/// Errors of the query pipeline.
-pub type Error = Box<dyn std::error::Error + Send + Sync>;
+use crate::error::{Error, Result};
 
 /// What to run.
 #[derive(Debug, Clone)]
 pub struct QueryOptions {
-    /// Bundled dataset.
+    /// Where the data came from (a bundled dataset's name, a file), for the report.
     pub dataset: String,
     /// Semantic operators joined by ` -- `.
     pub query: String,
@@ -53,8 +53,8 @@ pub struct QueryOptions {
     pub models: Vec<String>,
     /// Also run the gold plan on everything and measure precision and recall.
     pub check: bool,
-    /// Where the profile and the plan are written.
-    pub run_dir: PathBuf,
+    /// Where the profile and the plan are written (nowhere when `None`).
+    pub run_dir: Option<PathBuf>,
     /// Progress bars.
     pub progress: bool,
 }
@@ -75,7 +75,7 @@ impl QueryOptions {
             limit: None,
             models: vec!["smollm2-135m".into(), "minilm".into(), "efficientnet-lite0".into()],
             check: false,
-            run_dir: PathBuf::from("stretto-run"),
+            run_dir: None,
             progress: false,
         }
     }
@@ -83,16 +83,21 @@ impl QueryOptions {
 
 /// Parses the benchmark syntax: operators separated by ` -- `; an operator naming an output field in brackets
 /// (`Extract the movie [title] mentioned in {reviews.reviewtext}`) is a map, any other a filter.
-pub fn parse_query(query: &str) -> Result<Vec<SemanticTask>, Error> {
+pub fn parse_query(query: &str) -> Result<Vec<SemanticTask>> {
     let mut tasks = Vec::new();
     let mut names = BTreeSet::new();
     for (i, part) in query.split(" -- ").map(str::trim).enumerate() {
         if part.is_empty() {
-            return Err(format!("operator {} of the query is empty (operators are separated by ` -- `)", i + 1).into());
+            return Err(Error::Query(format!(
+                "operator {} of the query is empty (operators are separated by ` -- `)",
+                i + 1
+            )));
         }
         let refs = stretto_core::op::parse_references(part)?;
         if refs.is_empty() {
-            return Err(format!("operator `{part}` references no column; write columns as {{table.column}}").into());
+            return Err(Error::Query(format!(
+                "operator `{part}` references no column; write columns as {{table.column}}"
+            )));
         }
         let task = match (part.find('['), part.find(']')) {
             (Some(open), Some(close)) if close > open + 1 => {
@@ -100,9 +105,9 @@ pub fn parse_query(query: &str) -> Result<Vec<SemanticTask>, Error> {
                 // `[number of attachments]` names the column `number_of_attachments`.
                 let field = written.split_whitespace().collect::<Vec<_>>().join("_");
                 if field.is_empty() || !field.chars().all(|c| c.is_alphanumeric() || c == '_') {
-                    return Err(
-                        format!("output field `[{written}]` must be a name (letters, digits, _ or spaces)").into()
-                    );
+                    return Err(Error::Query(format!(
+                        "output field `[{written}]` must be a name (letters, digits, _ or spaces)"
+                    )));
                 }
                 let prompt = format!("{}{}{}", &part[..open], written.replace('_', " "), &part[close + 1..]);
                 let lower = part.to_lowercase();
@@ -114,10 +119,10 @@ pub fn parse_query(query: &str) -> Result<Vec<SemanticTask>, Error> {
                 SemanticTask::map(field.clone(), prompt, field, ty)
             }
             (None, None) => SemanticTask::filter(format!("f{}", i + 1), part),
-            _ => return Err(format!("operator `{part}` has an unbalanced `[`/`]` output field").into()),
+            _ => return Err(Error::Query(format!("operator `{part}` has an unbalanced `[`/`]` output field"))),
         };
         if !names.insert(task.name.clone()) {
-            return Err(format!("two operators are both named `{}`", task.name).into());
+            return Err(Error::Query(format!("two operators are both named `{}`", task.name)));
         }
         tasks.push(task);
     }
@@ -156,9 +161,12 @@ pub struct QueryReport {
     pub candidates: BTreeMap<String, Vec<String>>,
     /// Files written.
     pub files: Vec<String>,
+    /// The result table: the semantic pipeline's output after post-filters and projection.
+    #[serde(skip)]
+    pub result: RecordBatch,
 }
 
-fn modality_of(task: &SemanticTask, batch: &RecordBatch) -> Result<Modality, Error> {
+fn modality_of(task: &SemanticTask, batch: &RecordBatch) -> Result<Modality> {
     let schema = batch.schema();
     let mut image = false;
     for r in task.references()? {
@@ -174,7 +182,7 @@ fn candidates(
     task: &SemanticTask,
     modality: Modality,
     models: &[String],
-) -> Result<Vec<Arc<dyn PhysicalOp>>, Error> {
+) -> Result<Vec<Arc<dyn PhysicalOp>>> {
     let allowed = |m: &Option<String>| m.as_ref().is_none_or(|m| m.split('+').all(|p| models.iter().any(|a| a == p)));
     let mut ops: Vec<Arc<dyn PhysicalOp>> = registry
         .operators()
@@ -185,13 +193,12 @@ fn candidates(
         })
         .collect();
     if ops.is_empty() {
-        return Err(format!(
+        return Err(Error::Query(format!(
             "no {} operator for {} columns among the allowed models ({})",
             task.kind,
             modality,
             models.join(", ")
-        )
-        .into());
+        )));
     }
     // Gold: a declared gold rung if allowed, else the dearest uncompressed LLM rung, else the dearest operator.
     let gold = ops
@@ -221,22 +228,33 @@ pub fn input_of(
     dataset: &str,
     tasks: &[SemanticTask],
     limit: Option<usize>,
-) -> Result<(RecordBatch, stretto_core::plan::PulledUpPlan), Error> {
+) -> Result<(RecordBatch, stretto_core::plan::PulledUpPlan)> {
     let ds = Dataset::load(dataset)?;
+    input_from(|t| Ok(ds.table(t)?.clone()), tasks, limit)
+}
+
+/// The relational input of a query's semantic operators over the tables `table` gives by name (cross-joined when
+/// the query references several), each cut to its first `limit` rows.
+pub fn input_from(
+    table: impl Fn(&str) -> Result<RecordBatch>,
+    tasks: &[SemanticTask],
+    limit: Option<usize>,
+) -> Result<(RecordBatch, stretto_core::plan::PulledUpPlan)> {
     let mut tables = BTreeSet::new();
     for task in tasks {
         for r in task.references()? {
-            let (table, _) =
-                r.split_once('.').ok_or_else(|| format!("reference {{{r}}} must be qualified as {{table.column}}"))?;
+            let (table, _) = r
+                .split_once('.')
+                .ok_or_else(|| Error::Query(format!("reference {{{r}}} must be qualified as {{table.column}}")))?;
             tables.insert(table.to_string());
         }
     }
     let mut builder: Option<PlanBuilder> = None;
     for t in &tables {
-        let full = ds.table(t)?;
+        let full = table(t)?;
         let batch = match limit {
             Some(n) if n < full.num_rows() => full.slice(0, n),
-            _ => full.clone(),
+            _ => full,
         };
         let scan = PlanBuilder::scan(t, &batch)?;
         builder = Some(match builder {
@@ -244,7 +262,7 @@ pub fn input_of(
             Some(b) => b.cross_join(scan)?,
         });
     }
-    let mut builder = builder.ok_or("the query references no table")?;
+    let mut builder = builder.ok_or_else(|| Error::Query("the query references no table".into()))?;
     for task in tasks {
         builder = match &task.output {
             None => builder.sem_filter_named(&task.name, &task.prompt)?,
@@ -256,26 +274,27 @@ pub fn input_of(
     Ok((input, pulled))
 }
 
-/// Runs a query end to end.
-pub fn run_query(o: &QueryOptions) -> Result<QueryReport, Error> {
+/// Runs a query over a bundled dataset end to end.
+pub fn run_query(registry: &Registry, o: &QueryOptions) -> Result<QueryReport> {
     // Checked before the data is even read: nothing else can go wrong cheaply.
-    Targets::new(o.precision, o.recall, o.credible).map_err(|e| e.to_string())?;
-    strategy(&o.method).map_err(|e| e.to_string())?;
+    Targets::new(o.precision, o.recall, o.credible)?;
+    strategy(&o.method)?;
     let tasks = parse_query(&o.query)?;
     let (input, pulled) = input_of(&o.dataset, &tasks, o.limit)?;
-    run_pipeline(&pulled, &input, o)
+    run_pipeline(registry, &pulled, &input, o)
 }
 
 /// Runs the semantic part of a pulled-up plan (`pulled.semantic`) on `input` (the output of its relational part)
 /// with the targets and settings of `o` (its `query` is only a label here): KV caches, profiling, optimization,
 /// execution, and the gold check if asked.
 pub fn run_pipeline(
+    registry: &Registry,
     pulled: &stretto_core::plan::PulledUpPlan,
     input: &RecordBatch,
     o: &QueryOptions,
-) -> Result<QueryReport, Error> {
-    let profiled = profile_pipeline(pulled, input, o)?;
-    finish_pipeline(pulled, &profiled, o)
+) -> Result<QueryReport> {
+    let profiled = profile_pipeline(registry, pulled, input, o)?;
+    finish_pipeline(registry, pulled, &profiled, o)
 }
 
 /// A pipeline prepared and profiled: what every plan for it (any method, any targets) starts from.
@@ -287,8 +306,8 @@ pub struct Profiled {
     pub input: RecordBatch,
     /// The profile.
     pub profile: Profile,
-    /// Where the profile was written.
-    pub profile_path: PathBuf,
+    /// Where the profile was written, if it was.
+    pub profile_path: Option<PathBuf>,
     /// Tuples profiled.
     pub sample_rows: usize,
     /// Candidates per logical operator, gold first.
@@ -299,30 +318,30 @@ pub struct Profiled {
 
 /// Steps 1–3 of [`run_pipeline`]: validation, KV caches, profiling.
 pub fn profile_pipeline(
+    registry: &Registry,
     pulled: &stretto_core::plan::PulledUpPlan,
     input: &RecordBatch,
     o: &QueryOptions,
-) -> Result<Profiled, Error> {
+) -> Result<Profiled> {
     let total = Instant::now();
     let mut timings = BTreeMap::new();
-    Targets::new(o.precision, o.recall, o.credible).map_err(|e| e.to_string())?;
-    strategy(&o.method).map_err(|e| e.to_string())?;
+    Targets::new(o.precision, o.recall, o.credible)?;
     let tasks = pulled.semantic.clone();
     if tasks.is_empty() {
-        return Err("the plan has no semantic operator".into());
+        return Err(Error::Query("the plan has no semantic operator".into()));
     }
     let input = input.clone();
     if input.num_rows() == 0 {
-        return Err(format!("dataset `{}` gives no rows to query", o.dataset).into());
+        return Err(Error::Query(format!("{} gives no rows to query", o.dataset)));
     }
     for t in &tasks {
         t.resolve(&input.schema())?;
     }
-    let registry = stretto::registry()?;
     let mut cands = Vec::new();
     for t in &tasks {
-        cands.push(candidates(&registry, t, modality_of(t, &input)?, &o.models)?);
+        cands.push(candidates(registry, t, modality_of(t, &input)?, &o.models)?);
     }
+    let ctx = registry.context();
 
     // 2. KV caches of every item for every LLM model in play, found by content (built once, reused by every
     //    later query over the same texts).
@@ -330,21 +349,22 @@ pub fn profile_pipeline(
     {
         let _span = tracing::info_span!("kv_caches").entered();
         for (t, ops) in tasks.iter().zip(&cands) {
-            let models: BTreeSet<String> = ops
-                .iter()
-                .filter(|op| op.properties().family.starts_with("llm"))
-                .filter_map(|op| op.properties().model.clone())
-                .collect();
+            // Operators declare the decoder whose item caches they read.
+            let models: BTreeSet<String> =
+                ops.iter().filter_map(|op| op.kv_cache_model().map(str::to_string)).collect();
+            if models.is_empty() {
+                continue;
+            }
             let texts = t.item_texts(&input)?;
             for m in models {
-                let dec = stretto::kv::pool::decoder(&m)?;
-                let profile = stretto::kv::store::Profile {
+                let dec = stretto_kv::pool::decoder(&ctx.model_home, ctx.threads, &m)?;
+                let profile = stretto_kv::store::Profile {
                     model: m.clone(),
                     press: Press::ExpectedAttention,
                     ratio: 0.0,
                     positions: Positions::Keep,
                 };
-                stretto::kv::cache::PastSource::new(profile, default_kv_dir()).ensure(&dec, &texts)?;
+                stretto_kv::cache::PastSource::new(profile, ctx.kv_dir.clone()).ensure(&dec, &texts)?;
             }
         }
     }
@@ -367,17 +387,17 @@ pub fn profile_pipeline(
                 .zip(&cands)
                 .map(|(task, ops)| {
                     let batch = &sample_batch;
-                    s.spawn(move || -> Result<Vec<PhysicalEntry>, String> {
+                    s.spawn(move || -> Result<Vec<PhysicalEntry>> {
                         let mut out = Vec::new();
                         for (i, op) in ops.iter().enumerate() {
                             let (output, secs) = match op.evaluate_timed(task, batch) {
                                 Ok(r) => r,
                                 // An operator that declines the task is no candidate for it; gold must answer.
-                                Err(stretto::core::CoreError::NotApplicable { reason, .. }) if i > 0 => {
+                                Err(stretto_core::CoreError::NotApplicable { reason, .. }) if i > 0 => {
                                     tracing::info!(operator = op.name(), task = %task.name, %reason, "dropped");
                                     continue;
                                 }
-                                Err(e) => return Err(e.to_string()),
+                                Err(e) => return Err(e.into()),
                             };
                             let cost = secs.iter().sum::<f64>() / secs.len().max(1) as f64;
                             let (scores, values) = match output {
@@ -401,8 +421,8 @@ pub fn profile_pipeline(
                 .collect();
             handles
                 .into_iter()
-                .map(|h| h.join().map_err(|_| "a profiling thread panicked".to_string())?)
-                .collect::<Result<Vec<_>, String>>()
+                .map(|h| h.join().map_err(|_| Error::Query("a profiling thread panicked".into()))?)
+                .collect::<Result<Vec<_>>>()
         })?
     };
     let profile = Profile {
@@ -413,9 +433,16 @@ pub fn profile_pipeline(
         logical: tasks.iter().map(|t| LogicalEntry { name: t.name.clone(), kind: t.kind }).collect(),
         physical: entries.into_iter().flatten().collect(),
     };
-    std::fs::create_dir_all(&o.run_dir).map_err(|e| format!("cannot create {}: {e}", o.run_dir.display()))?;
-    let profile_path = o.run_dir.join("profile.json");
-    profile.write(&profile_path)?;
+    let profile_path = match &o.run_dir {
+        Some(dir) => {
+            std::fs::create_dir_all(dir)
+                .map_err(|e| Error::write(dir, "cannot create the run directory", Some(Box::new(e))))?;
+            let path = dir.join("profile.json");
+            profile.write(&path)?;
+            Some(path)
+        }
+        None => None,
+    };
     timings.insert("profiling".into(), t0.elapsed().as_secs_f64());
     timings.insert("prepare_total".into(), total.elapsed().as_secs_f64());
     Ok(Profiled {
@@ -439,14 +466,24 @@ pub fn profile_pipeline(
 
 /// Steps 4–6 of [`run_pipeline`] for the method, targets and `check` of `o`: optimize, execute, check.
 pub fn finish_pipeline(
+    registry: &Registry,
     pulled: &stretto_core::plan::PulledUpPlan,
     p: &Profiled,
     o: &QueryOptions,
-) -> Result<QueryReport, Error> {
+) -> Result<QueryReport> {
+    finish_with(registry, pulled, p, o, strategy(&o.method)?.as_ref())
+}
+
+/// [`finish_pipeline`] with an explicit strategy (`o.method` is then only a label).
+pub fn finish_with(
+    registry: &Registry,
+    pulled: &stretto_core::plan::PulledUpPlan,
+    p: &Profiled,
+    o: &QueryOptions,
+    strat: &dyn Strategy,
+) -> Result<QueryReport> {
     let total = Instant::now();
-    let targets = Targets::new(o.precision, o.recall, o.credible).map_err(|e| e.to_string())?;
-    let strat = strategy(&o.method).map_err(|e| e.to_string())?;
-    let registry = stretto::registry()?;
+    let targets = Targets::new(o.precision, o.recall, o.credible)?;
     let (tasks, input, profile) = (p.tasks.clone(), &p.input, &p.profile);
     let n = input.num_rows();
     let mut timings = p.timings.clone();
@@ -456,14 +493,20 @@ pub fn finish_pipeline(
     let t0 = Instant::now();
     let problem = Problem::from_profile(profile)?;
     let optimized = {
-        let _span = tracing::info_span!("optimize", method = %o.method).entered();
+        let _span = tracing::info_span!("optimize", method = strat.name()).entered();
         strat.optimize(&problem, &targets, o.seed)?
     };
     let mut plan = optimized.to_plan_file(&problem);
     plan.query = Some(o.query.clone());
     plan.logical = tasks.clone();
-    let plan_path = o.run_dir.join("plan.json");
-    plan.write(&plan_path)?;
+    let plan_path = match &o.run_dir {
+        Some(dir) => {
+            let path = dir.join("plan.json");
+            plan.write(&path)?;
+            Some(path)
+        }
+        None => None,
+    };
     timings.insert("optimization".into(), t0.elapsed().as_secs_f64());
 
     // 5. Execute on everything.
@@ -547,7 +590,8 @@ pub fn finish_pipeline(
         },
         rows,
         candidates: p.candidates.clone(),
-        files: vec![profile_path.display().to_string(), plan_path.display().to_string()],
+        files: [profile_path, plan_path].into_iter().flatten().map(|p| p.display().to_string()).collect(),
+        result,
     })
 }
 

@@ -1,0 +1,166 @@
+//! The settings a physical operator runs under: where models, KV caches and memoised answers live, how many
+//! threads a model may use, and which decoders make up the LLM ladder.
+//!
+//! A [`Registry`](crate::op::Registry) is built for one context, and every operator it builds keeps that context,
+//! so two registries (two sessions) with different settings work side by side in one process. Nothing here reads
+//! the environment except [`OpContext::from_env`], which binaries and tests call at their edge.
+//!
+//! ```
+//! use stretto_core::context::{MemoPolicy, OpContext};
+//! let ctx = OpContext::new("/tmp/stretto-home").with_memo(MemoPolicy::Off).with_threads(2);
+//! assert_eq!(ctx.kv_dir, std::path::Path::new("/tmp/stretto-home/kv"));
+//! assert!(ctx.open_memo("keyword").is_none());
+//! ```
+
+use std::path::{Path, PathBuf};
+
+use crate::memo::Memo;
+
+/// Environment variable: the model home.
+pub const HOME_ENV: &str = "STRETTO_HOME";
+/// Environment variable: the KV cache directory (default: `kv` under the model home).
+pub const KV_DIR_ENV: &str = "STRETTO_KV_DIR";
+/// Environment variable: the memo directory (default: `memo` under the model home); `off` disables memoisation.
+pub const MEMO_DIR_ENV: &str = "STRETTO_MEMO_DIR";
+/// Environment variable: decoder models of the LLM ladder, comma-separated.
+pub const LADDER_ENV: &str = "STRETTO_LADDER";
+/// Environment variable: intra-op threads of every model session (0 or unset: ONNX Runtime's choice).
+pub const THREADS_ENV: &str = "STRETTO_THREADS";
+
+/// The decoders of the LLM ladder when nothing else is said.
+pub const DEFAULT_LADDER: &[&str] = &["smollm2-135m", "qwen2.5-coder-0.5b"];
+
+/// Whether and where operators memoise their answers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MemoPolicy {
+    /// Answers are kept in one JSON-lines file per operator in this directory.
+    Dir(PathBuf),
+    /// Nothing is memoised: every answer is computed.
+    Off,
+}
+
+/// Settings shared by every operator of a registry.
+#[derive(Debug, Clone, PartialEq)]
+pub struct OpContext {
+    /// Where prepared models live.
+    pub model_home: PathBuf,
+    /// Where item KV caches live.
+    pub kv_dir: PathBuf,
+    /// Memoisation of operator answers.
+    pub memo: MemoPolicy,
+    /// Intra-op threads of each model session (0: ONNX Runtime's choice).
+    pub threads: usize,
+    /// Decoder models of the LLM ladder, smallest first; the last one uncompressed is the gold candidate.
+    pub ladder: Vec<String>,
+}
+
+impl OpContext {
+    /// Everything under `model_home`: KV caches in `kv/`, answers memoised in `memo/`, the default ladder.
+    pub fn new(model_home: impl Into<PathBuf>) -> Self {
+        let model_home = model_home.into();
+        Self {
+            kv_dir: model_home.join("kv"),
+            memo: MemoPolicy::Dir(model_home.join("memo")),
+            model_home,
+            threads: 0,
+            ladder: DEFAULT_LADDER.iter().map(|s| s.to_string()).collect(),
+        }
+    }
+
+    /// The context the environment describes (`STRETTO_HOME`, `STRETTO_KV_DIR`, `STRETTO_MEMO_DIR`,
+    /// `STRETTO_LADDER`, `STRETTO_THREADS`), for binaries and tests; libraries take a context instead.
+    pub fn from_env() -> Self {
+        let mut ctx = Self::new(default_home());
+        if let Some(d) = std::env::var_os(KV_DIR_ENV) {
+            ctx.kv_dir = PathBuf::from(d);
+        }
+        match std::env::var_os(MEMO_DIR_ENV) {
+            Some(v) if v == "off" => ctx.memo = MemoPolicy::Off,
+            Some(v) => ctx.memo = MemoPolicy::Dir(PathBuf::from(v)),
+            None => {}
+        }
+        if let Ok(v) = std::env::var(LADDER_ENV) {
+            let models: Vec<String> = v.split(',').map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect();
+            if !models.is_empty() {
+                ctx.ladder = models;
+            }
+        }
+        if let Some(t) = std::env::var(THREADS_ENV).ok().and_then(|v| v.parse().ok()) {
+            ctx.threads = t;
+        }
+        ctx
+    }
+
+    /// With another KV cache directory.
+    pub fn with_kv_dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.kv_dir = dir.into();
+        self
+    }
+
+    /// With another memo policy.
+    pub fn with_memo(mut self, memo: MemoPolicy) -> Self {
+        self.memo = memo;
+        self
+    }
+
+    /// With `threads` intra-op threads per model session.
+    pub fn with_threads(mut self, threads: usize) -> Self {
+        self.threads = threads;
+        self
+    }
+
+    /// With another LLM ladder.
+    pub fn with_ladder<S: Into<String>>(mut self, models: impl IntoIterator<Item = S>) -> Self {
+        self.ladder = models.into_iter().map(Into::into).collect();
+        self
+    }
+
+    /// The memo directory, `None` when memoisation is off.
+    pub fn memo_dir(&self) -> Option<&Path> {
+        match &self.memo {
+            MemoPolicy::Dir(d) => Some(d),
+            MemoPolicy::Off => None,
+        }
+    }
+
+    /// The memo called `name` under this context's policy; `None` when memoisation is off or the memo cannot be
+    /// opened (a warning says why: answers are then recomputed, never wrong).
+    pub fn open_memo(&self, name: &str) -> Option<Memo> {
+        let dir = self.memo_dir()?;
+        Memo::open(dir, name)
+            .inspect_err(|e| tracing::warn!(memo = name, error = %e, "memo unavailable; answers are not kept"))
+            .ok()
+    }
+}
+
+/// The model home the environment names: `STRETTO_HOME`, else `$XDG_CACHE_HOME/stretto`, else `~/.cache/stretto`.
+/// For binaries and tests; libraries take a path.
+pub fn default_home() -> PathBuf {
+    if let Some(h) = std::env::var_os(HOME_ENV) {
+        return PathBuf::from(h);
+    }
+    if let Some(c) = std::env::var_os("XDG_CACHE_HOME") {
+        return PathBuf::from(c).join("stretto");
+    }
+    match std::env::var_os("HOME") {
+        Some(h) => PathBuf::from(h).join(".cache").join("stretto"),
+        None => std::env::temp_dir().join("stretto"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn memo_policy_decides_where_answers_go() {
+        let dir = tempfile::tempdir().unwrap();
+        let on = OpContext::new(dir.path());
+        assert_eq!(on.memo_dir(), Some(dir.path().join("memo").as_path()));
+        let m = on.open_memo("op@1").expect("memo opens");
+        assert!(m.path().starts_with(dir.path().join("memo")));
+        assert!(on.clone().with_memo(MemoPolicy::Off).open_memo("op@1").is_none());
+        let other = on.with_memo(MemoPolicy::Dir(dir.path().join("elsewhere")));
+        assert!(other.open_memo("op@1").unwrap().path().starts_with(dir.path().join("elsewhere")));
+    }
+}

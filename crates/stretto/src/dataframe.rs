@@ -1,0 +1,240 @@
+//! The lazy semantic [`DataFrame`]: relational and semantic operations compose a logical plan; nothing runs until
+//! [`DataFrame::collect`] (or [`DataFrame::profile`]) asks for it.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use arrow::array::RecordBatch;
+use stretto_core::expr::Expr;
+use stretto_core::op::ValueType;
+use stretto_core::plan::{LogicalPlan, PlanBuilder, PulledUpPlan};
+use stretto_optim::profile::Profile;
+use stretto_optim::strategy::{Global, Strategy, Targets};
+
+use crate::engine::{self, Profiled, QueryOptions, QueryReport};
+use crate::error::{Error, Result};
+use crate::io::{self, FileFormat};
+use crate::session::Session;
+
+/// A lazily composed semantic query over a session's data.
+#[derive(Debug, Clone)]
+pub struct DataFrame {
+    session: Session,
+    plan: PlanBuilder,
+    limit: Option<usize>,
+    source: String,
+}
+
+impl DataFrame {
+    pub(crate) fn scan(session: Session, table: &str, batch: &RecordBatch, source: &str) -> Result<Self> {
+        Ok(Self { session, plan: PlanBuilder::scan(table, batch)?, limit: None, source: source.to_string() })
+    }
+
+    fn with(self, plan: PlanBuilder) -> Self {
+        Self { plan, ..self }
+    }
+
+    /// Keeps rows where a relational predicate holds (it runs before every semantic operator that does not feed it).
+    pub fn filter(self, predicate: Expr) -> Result<Self> {
+        let plan = self.plan.clone().filter(predicate)?;
+        Ok(self.with(plan))
+    }
+
+    /// Keeps only these columns (qualified `table.column` or bare names).
+    pub fn select(self, columns: &[&str]) -> Result<Self> {
+        let plan = self.plan.clone().project(columns)?;
+        Ok(self.with(plan))
+    }
+
+    /// Inner equi-join on (left column, right column) pairs.
+    pub fn join(self, other: DataFrame, on: &[(&str, &str)]) -> Result<Self> {
+        let plan = self.plan.clone().join(other.plan, on)?;
+        Ok(self.with(plan))
+    }
+
+    /// Cartesian product.
+    pub fn cross_join(self, other: DataFrame) -> Result<Self> {
+        let plan = self.plan.clone().cross_join(other.plan)?;
+        Ok(self.with(plan))
+    }
+
+    /// Semantic filter: a natural-language predicate naming its columns as `{table.column}`.
+    pub fn sem_filter(self, predicate: &str) -> Result<Self> {
+        let plan = self.plan.clone().sem_filter(predicate)?;
+        Ok(self.with(plan))
+    }
+
+    /// Semantic map: adds `column` of type `ty` extracted by the instruction.
+    pub fn sem_map(self, column: &str, instruction: &str, ty: ValueType) -> Result<Self> {
+        let plan = self.plan.clone().sem_map(column, instruction, ty)?;
+        Ok(self.with(plan))
+    }
+
+    /// Semantic join: pairs of rows of both frames for which the predicate holds.
+    pub fn sem_join(self, other: DataFrame, predicate: &str) -> Result<Self> {
+        let plan = self.plan.clone().sem_join(other.plan, predicate)?;
+        Ok(self.with(plan))
+    }
+
+    /// At most `n` rows. Before any semantic operation it bounds the rows the semantic operators see; after one,
+    /// it keeps the first `n` result rows (execution still covers the whole input).
+    pub fn limit(self, n: usize) -> Result<Self> {
+        let has_semantic = !self.plan.clone().build().pull_up()?.semantic.is_empty();
+        if has_semantic {
+            let limit = Some(self.limit.map_or(n, |l| l.min(n)));
+            return Ok(Self { limit, ..self });
+        }
+        let batch = self.plan.clone().build().execute_relational()?;
+        let batch = batch.slice(0, n.min(batch.num_rows()));
+        let plan = PlanBuilder::from_plan(LogicalPlan::Scan { table: "limit".into(), batch });
+        Ok(self.with(plan))
+    }
+
+    /// The logical plan as composed.
+    pub fn logical_plan(&self) -> LogicalPlan {
+        self.plan.clone().build()
+    }
+
+    fn options(&self, targets: &Targets, strategy: &str) -> QueryOptions {
+        let c = self.session.config();
+        let mut o = QueryOptions::new(&self.source, &self.logical_plan().to_string());
+        (o.precision, o.recall, o.credible) = (targets.precision, targets.recall, targets.credible);
+        o.method = strategy.to_string();
+        o.seed = c.seed;
+        o.sample_fraction = c.sample_fraction;
+        o.min_sample = c.min_sample;
+        o.models = c.models.clone();
+        o.run_dir = c.run_dir.clone();
+        o.progress = c.progress;
+        o
+    }
+
+    fn pulled(&self) -> Result<(PulledUpPlan, RecordBatch)> {
+        let pulled = self.logical_plan().pull_up()?;
+        if pulled.semantic.is_empty() {
+            return Err(Error::Query("the frame has no semantic operation; add sem_filter or sem_map".into()));
+        }
+        let input = pulled.relational.execute_relational()?;
+        Ok((pulled, input))
+    }
+
+    /// Profiles every candidate operator on the session's seeded sample: the profile any plan for this frame
+    /// (any strategy, any targets) starts from.
+    pub fn profile(&self) -> Result<ProfiledFrame> {
+        let (pulled, input) = self.pulled()?;
+        // Targets do not matter to profiling; these pass validation.
+        let o = self.options(&Targets::new(0.9, 0.9, 0.95)?, "global");
+        let profiled = {
+            let _span = tracing::info_span!("profile", source = %self.source).entered();
+            engine::profile_pipeline(&self.session.registry(), &pulled, &input, &o)?
+        };
+        Ok(ProfiledFrame { frame: self.clone(), pulled, profiled })
+    }
+
+    /// Profiles, optimizes with the certified global strategy under `targets`, and executes.
+    pub fn collect(&self, targets: Targets) -> Result<QueryResult> {
+        self.collect_with(targets, &Global::default())
+    }
+
+    /// Profiles, optimizes with `strategy` under `targets`, and executes.
+    pub fn collect_with(&self, targets: Targets, strategy: &dyn Strategy) -> Result<QueryResult> {
+        self.profile()?.collect_with(targets, strategy)
+    }
+}
+
+/// A frame whose semantic pipeline is profiled: optimize and execute it under any targets and strategy.
+#[derive(Debug, Clone)]
+pub struct ProfiledFrame {
+    frame: DataFrame,
+    pulled: PulledUpPlan,
+    profiled: Profiled,
+}
+
+impl ProfiledFrame {
+    /// The profile (`stretto.profile/v1`).
+    pub fn profile(&self) -> &Profile {
+        &self.profiled.profile
+    }
+
+    /// Saves the profile, so it can be re-optimized offline (`stretto optimize --profile`).
+    pub fn save_profile(&self, path: impl AsRef<Path>) -> Result<()> {
+        Ok(self.profiled.profile.write(path.as_ref())?)
+    }
+
+    /// Optimizes with the certified global strategy under `targets` and executes.
+    pub fn collect(&self, targets: Targets) -> Result<QueryResult> {
+        self.collect_with(targets, &Global::default())
+    }
+
+    /// Optimizes with `strategy` under `targets` and executes.
+    pub fn collect_with(&self, targets: Targets, strategy: &dyn Strategy) -> Result<QueryResult> {
+        let o = self.frame.options(&targets, strategy.name());
+        let session = &self.frame.session;
+        let mut report = engine::finish_with(&session.registry(), &self.pulled, &self.profiled, &o, strategy)?;
+        if let Some(n) = self.frame.limit {
+            report.result = report.result.slice(0, n.min(report.result.num_rows()));
+            report.rows.truncate(n);
+        }
+        Ok(QueryResult { report })
+    }
+}
+
+/// What a query returned: the result table, the certified plan and what running it cost.
+#[derive(Debug, Clone)]
+pub struct QueryResult {
+    report: QueryReport,
+}
+
+impl QueryResult {
+    /// The result rows.
+    pub fn batch(&self) -> &RecordBatch {
+        &self.report.result
+    }
+
+    /// The plan that ran (`stretto.plan/v1`: stages in order, thresholds, predicted bounds, warnings).
+    pub fn plan(&self) -> &stretto_core::format::PlanFile {
+        &self.report.plan
+    }
+
+    /// Certified lower bounds of precision and recall (1/1 for the gold plan).
+    pub fn bounds(&self) -> (f64, f64) {
+        let b = &self.report.bounds;
+        (b["precision"].as_f64().unwrap_or(0.0), b["recall"].as_f64().unwrap_or(0.0))
+    }
+
+    /// Whether the optimizer fell back to the gold plan.
+    pub fn fell_back_to_gold(&self) -> bool {
+        self.report.bounds["fell_back_to_gold"] == true
+    }
+
+    /// Per-stage counts and seconds.
+    pub fn stages(&self) -> &[stretto_core::exec::StageStats] {
+        &self.report.stages
+    }
+
+    /// Seconds per phase (`kv_caches`, `profiling`, `optimization`, `execution`, `total`).
+    pub fn timings(&self) -> &BTreeMap<String, f64> {
+        &self.report.timings
+    }
+
+    /// The operators' own account of what execution cost, in seconds (memoised answers count what computing them
+    /// cost).
+    pub fn cost_seconds(&self) -> f64 {
+        self.report.stages.iter().map(|s| s.cost_seconds).sum()
+    }
+
+    /// The full report, as the CLI prints it.
+    pub fn report(&self) -> &QueryReport {
+        &self.report
+    }
+
+    /// Writes the result rows as CSV, atomically.
+    pub fn write_csv(&self, path: impl AsRef<Path>) -> Result<()> {
+        io::write(self.batch(), path.as_ref(), FileFormat::Csv)
+    }
+
+    /// Writes the result rows as Parquet, atomically.
+    pub fn write_parquet(&self, path: impl AsRef<Path>) -> Result<()> {
+        io::write(self.batch(), path.as_ref(), FileFormat::Parquet)
+    }
+}

@@ -1,0 +1,329 @@
+//! Reading user tables (CSV, Parquet, NDJSON) with Arrow's and Parquet's own readers, and writing results
+//! atomically: a result file appears whole or not at all.
+
+use std::fs::File;
+use std::io::{BufReader, Seek};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use arrow::array::{Array, ArrayRef, AsArray, RecordBatch, StringArray};
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use stretto_core::table::ColumnKind;
+
+use crate::error::{Error, Result};
+
+/// Rows read to infer a CSV or NDJSON file's column types.
+const INFER_ROWS: usize = 1000;
+
+/// How to read a CSV file.
+#[derive(Debug, Clone)]
+pub struct CsvOptions {
+    /// Field delimiter.
+    pub delimiter: u8,
+    /// Whether the first line names the columns (otherwise they are `column_1`, `column_2`...).
+    pub has_header: bool,
+    /// Columns that hold image paths (relative paths resolve against the file's folder).
+    pub image_columns: Vec<String>,
+}
+
+impl Default for CsvOptions {
+    fn default() -> Self {
+        Self { delimiter: b',', has_header: true, image_columns: Vec::new() }
+    }
+}
+
+impl CsvOptions {
+    /// Marks `column` as holding image paths.
+    pub fn with_image_column(mut self, column: impl Into<String>) -> Self {
+        self.image_columns.push(column.into());
+        self
+    }
+
+    /// Another delimiter (`b'\t'` for TSV).
+    pub fn with_delimiter(mut self, delimiter: u8) -> Self {
+        self.delimiter = delimiter;
+        self
+    }
+}
+
+/// How to read Parquet or NDJSON files.
+#[derive(Debug, Clone, Default)]
+pub struct ReadOptions {
+    /// Columns that hold image paths (relative paths resolve against the file's folder) or image bytes.
+    pub image_columns: Vec<String>,
+}
+
+impl ReadOptions {
+    /// Marks `column` as holding images.
+    pub fn with_image_column(mut self, column: impl Into<String>) -> Self {
+        self.image_columns.push(column.into());
+        self
+    }
+}
+
+fn open(path: &Path) -> Result<File> {
+    File::open(path).map_err(|e| {
+        let what = if e.kind() == std::io::ErrorKind::NotFound { "no such file" } else { "cannot open it" };
+        Error::Read { path: path.into(), location: None, message: what.into(), source: Some(Box::new(e)) }
+    })
+}
+
+fn arrow_read(path: &Path, e: arrow::error::ArrowError) -> Error {
+    // Arrow's CSV and JSON readers name the line in their message ("... for line 3 ...").
+    Error::Read { path: path.into(), location: None, message: e.to_string(), source: Some(Box::new(e)) }
+}
+
+/// Reads a CSV file into one batch; column types are inferred from the first rows.
+pub fn read_csv(path: &Path, options: &CsvOptions) -> Result<RecordBatch> {
+    let mut file = open(path)?;
+    let format =
+        arrow::csv::reader::Format::default().with_header(options.has_header).with_delimiter(options.delimiter);
+    let (schema, _) = format.infer_schema(&mut file, Some(INFER_ROWS)).map_err(|e| arrow_read(path, e))?;
+    if schema.fields().is_empty() {
+        return Err(Error::read(path, None, "the file has no columns"));
+    }
+    file.rewind().map_err(|e| Error::Read {
+        path: path.into(),
+        location: None,
+        message: "cannot rewind".into(),
+        source: Some(Box::new(e)),
+    })?;
+    let schema = Arc::new(schema);
+    let reader = arrow::csv::ReaderBuilder::new(schema.clone())
+        .with_format(format)
+        .with_batch_size(8192)
+        .build(file)
+        .map_err(|e| arrow_read(path, e))?;
+    let batches = reader.collect::<std::result::Result<Vec<_>, _>>().map_err(|e| arrow_read(path, e))?;
+    let batch = arrow::compute::concat_batches(&schema, &batches)?;
+    mark_images(path, batch, &options.image_columns)
+}
+
+/// Reads a Parquet file into one batch.
+pub fn read_parquet(path: &Path, options: &ReadOptions) -> Result<RecordBatch> {
+    use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+    let file = open(path)?;
+    let parquet_err = |location: Option<String>, e: Box<dyn std::error::Error + Send + Sync>| Error::Read {
+        path: path.into(),
+        location,
+        message: e.to_string(),
+        source: Some(e),
+    };
+    let builder = ParquetRecordBatchReaderBuilder::try_new(file).map_err(|e| parquet_err(None, Box::new(e)))?;
+    let schema = builder.schema().clone();
+    let groups = builder.metadata().num_row_groups();
+    let reader = builder.with_batch_size(8192).build().map_err(|e| parquet_err(None, Box::new(e)))?;
+    let mut batches = Vec::new();
+    for batch in reader {
+        // The reader goes group by group; a failure names how far it got.
+        let at = Some(format!(
+            "after {} rows in {groups} row groups",
+            batches.iter().map(RecordBatch::num_rows).sum::<usize>()
+        ));
+        batches.push(batch.map_err(|e| parquet_err(at, Box::new(e)))?);
+    }
+    let batch = arrow::compute::concat_batches(&schema, &batches)?;
+    mark_images(path, batch, &options.image_columns)
+}
+
+/// Reads a newline-delimited JSON file (one object per line) into one batch; types are inferred from the first rows.
+pub fn read_json(path: &Path, options: &ReadOptions) -> Result<RecordBatch> {
+    let file = open(path)?;
+    let (schema, _) = arrow::json::reader::infer_json_schema_from_seekable(BufReader::new(&file), Some(INFER_ROWS))
+        .map_err(|e| arrow_read(path, e))?;
+    if schema.fields().is_empty() {
+        return Err(Error::read(path, None, "no JSON object with fields in the first rows"));
+    }
+    let schema = Arc::new(schema);
+    let reader = arrow::json::ReaderBuilder::new(schema.clone())
+        .with_batch_size(8192)
+        .build(BufReader::new(open(path)?))
+        .map_err(|e| arrow_read(path, e))?;
+    let batches = reader.collect::<std::result::Result<Vec<_>, _>>().map_err(|e| arrow_read(path, e))?;
+    let batch = arrow::compute::concat_batches(&schema, &batches)?;
+    mark_images(path, batch, &options.image_columns)
+}
+
+/// Records the image kind of `columns` in their metadata; path columns get relative paths resolved against the
+/// file's folder, and every path must exist.
+fn mark_images(path: &Path, batch: RecordBatch, columns: &[String]) -> Result<RecordBatch> {
+    if columns.is_empty() {
+        return Ok(batch);
+    }
+    let schema = batch.schema();
+    let base = path.parent().map(Path::to_path_buf).unwrap_or_default();
+    let mut fields: Vec<Field> = schema.fields().iter().map(|f| f.as_ref().clone()).collect();
+    let mut arrays: Vec<ArrayRef> = batch.columns().to_vec();
+    for c in columns {
+        let idx = schema.index_of(c).map_err(|_| {
+            let available: Vec<&str> = schema.fields().iter().map(|f| f.name().as_str()).collect();
+            Error::read(
+                path,
+                Some(format!("column {c}")),
+                format!("no such column to read images from; columns: {}", available.join(", ")),
+            )
+        })?;
+        let kind = ColumnKind::Image.field(c.clone());
+        match arrays[idx].data_type() {
+            DataType::Utf8 => {
+                let strings = arrays[idx].as_string::<i32>();
+                let mut resolved = Vec::with_capacity(strings.len());
+                for row in 0..strings.len() {
+                    if strings.is_null(row) || strings.value(row).is_empty() {
+                        resolved.push(None);
+                        continue;
+                    }
+                    let p = PathBuf::from(strings.value(row));
+                    let full = if p.is_absolute() { p } else { base.join(p) };
+                    if !full.is_file() {
+                        return Err(Error::read(
+                            path,
+                            Some(format!("row {}, column {c}", row + 1)),
+                            format!("image {} does not exist", full.display()),
+                        ));
+                    }
+                    resolved.push(Some(full.display().to_string()));
+                }
+                arrays[idx] = Arc::new(StringArray::from(resolved));
+                fields[idx] = kind;
+            }
+            DataType::Binary | DataType::LargeBinary => {
+                fields[idx] =
+                    Field::new(c, arrays[idx].data_type().clone(), true).with_metadata(kind.metadata().clone());
+            }
+            other => {
+                return Err(Error::read(
+                    path,
+                    Some(format!("column {c}")),
+                    format!("an image column holds paths (text) or bytes, not {other}"),
+                ))
+            }
+        }
+    }
+    let schema: SchemaRef = Arc::new(Schema::new_with_metadata(fields, schema.metadata().clone()));
+    Ok(RecordBatch::try_new(schema, arrays)?)
+}
+
+/// The format of a file, from its extension.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FileFormat {
+    /// Comma-separated values with a header row.
+    Csv,
+    /// Apache Parquet.
+    Parquet,
+    /// Newline-delimited JSON.
+    Json,
+}
+
+impl FileFormat {
+    /// The format `path`'s extension names (`.csv`, `.parquet`/`.pq`, `.json`/`.jsonl`/`.ndjson`).
+    pub fn of(path: &Path) -> Result<Self> {
+        let ext = path.extension().and_then(|e| e.to_str()).map(str::to_ascii_lowercase);
+        match ext.as_deref() {
+            Some("csv") => Ok(FileFormat::Csv),
+            Some("parquet" | "pq") => Ok(FileFormat::Parquet),
+            Some("json" | "jsonl" | "ndjson") => Ok(FileFormat::Json),
+            _ => Err(Error::Query(format!(
+                "cannot tell the format of {} from its extension; use .csv, .parquet or .jsonl/.ndjson/.json",
+                path.display()
+            ))),
+        }
+    }
+}
+
+/// Writes `batch` to `path` in `format`, atomically: the data goes to a temporary file in the same folder, which
+/// replaces `path` only once complete; on any error nothing is left behind.
+pub fn write(batch: &RecordBatch, path: &Path, format: FileFormat) -> Result<()> {
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    if !dir.is_dir() {
+        return Err(Error::write(path, format!("folder {} does not exist", dir.display()), None));
+    }
+    if path.is_dir() {
+        return Err(Error::write(path, "it is a folder", None));
+    }
+    let boxed = |e: Box<dyn std::error::Error + Send + Sync>| Error::Write {
+        path: path.into(),
+        message: e.to_string(),
+        source: Some(e),
+    };
+    let tmp = tempfile::Builder::new().prefix(".stretto-write-").tempfile_in(&dir).map_err(|e| boxed(Box::new(e)))?;
+    let file = tmp.as_file().try_clone().map_err(|e| boxed(Box::new(e)))?;
+    // Types a plain file cannot hold as they are (dictionary text) are written as their values.
+    match format {
+        FileFormat::Csv => {
+            let mut w = arrow::csv::WriterBuilder::new().with_header(true).build(file);
+            w.write(batch).map_err(|e| boxed(Box::new(e)))?;
+        }
+        FileFormat::Json => {
+            let mut w = arrow::json::LineDelimitedWriter::new(file);
+            w.write(batch).map_err(|e| boxed(Box::new(e)))?;
+            w.finish().map_err(|e| boxed(Box::new(e)))?;
+        }
+        FileFormat::Parquet => {
+            let props = parquet::file::properties::WriterProperties::builder()
+                .set_compression(parquet::basic::Compression::SNAPPY)
+                .build();
+            let mut w = parquet::arrow::ArrowWriter::try_new(file, batch.schema(), Some(props))
+                .map_err(|e| boxed(Box::new(e)))?;
+            w.write(batch).map_err(|e| boxed(Box::new(e)))?;
+            w.close().map_err(|e| boxed(Box::new(e)))?;
+        }
+    }
+    tmp.as_file().sync_all().map_err(|e| boxed(Box::new(e)))?;
+    tmp.persist(path).map_err(|e| boxed(Box::new(e.error)))?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow::array::Int64Array;
+
+    #[test]
+    fn a_ragged_csv_row_names_the_file_and_line() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("ragged.csv");
+        std::fs::write(&p, "id,text\n1,ok\n2,too,many\n3,fine\n").unwrap();
+        let e = read_csv(&p, &CsvOptions::default()).unwrap_err();
+        let msg = e.to_string();
+        assert!(matches!(e, Error::Read { .. }), "{e:?}");
+        assert!(msg.contains("ragged.csv") && msg.contains("line"), "{msg}");
+    }
+
+    #[test]
+    fn writing_into_a_missing_folder_leaves_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let batch = RecordBatch::try_new(
+            Arc::new(Schema::new(vec![Field::new("n", DataType::Int64, false)])),
+            vec![Arc::new(Int64Array::from(vec![1, 2]))],
+        )
+        .unwrap();
+        let out = dir.path().join("nope").join("out.parquet");
+        let e = write(&batch, &out, FileFormat::Parquet).unwrap_err();
+        assert!(e.to_string().contains("does not exist"), "{e}");
+        assert!(!out.exists());
+        // A good write leaves exactly the file, no temporary beside it.
+        let ok = dir.path().join("out.parquet");
+        write(&batch, &ok, FileFormat::Parquet).unwrap();
+        let names: Vec<_> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
+        assert_eq!(names, vec![std::ffi::OsString::from("out.parquet")]);
+        assert_eq!(read_parquet(&ok, &ReadOptions::default()).unwrap().num_rows(), 2);
+    }
+
+    #[test]
+    fn image_paths_resolve_against_the_file_and_must_exist() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("a.jpg"), b"x").unwrap();
+        let p = dir.path().join("t.csv");
+        std::fs::write(&p, "id,photo\n1,a.jpg\n").unwrap();
+        let b = read_csv(&p, &CsvOptions::default().with_image_column("photo")).unwrap();
+        assert_eq!(ColumnKind::of_field(b.schema().field(1)), ColumnKind::Image);
+        assert_eq!(b.column(1).as_string::<i32>().value(0), dir.path().join("a.jpg").display().to_string());
+        std::fs::write(&p, "id,photo\n1,a.jpg\n2,missing.jpg\n").unwrap();
+        let e = read_csv(&p, &CsvOptions::default().with_image_column("photo")).unwrap_err().to_string();
+        assert!(e.contains("missing.jpg") && e.contains("row 2"), "{e}");
+    }
+}

@@ -1,0 +1,305 @@
+//! The [`Session`]: configuration, the operator registry, registered tables; the entry point for reading data and
+//! building [`DataFrame`]s.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, RwLock, RwLockReadGuard};
+
+use arrow::array::RecordBatch;
+use stretto_core::datasets::Dataset;
+use stretto_core::op::{PhysicalOp, Registry};
+use stretto_core::plan::PlanBuilder;
+use stretto_core::{MemoPolicy, OpContext};
+
+use crate::dataframe::DataFrame;
+use crate::error::{Error, Result};
+use crate::io::{self, CsvOptions, ReadOptions};
+
+/// Where models run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ExecutionProvider {
+    /// ONNX Runtime's CPU kernels.
+    #[default]
+    Cpu,
+    /// ONNX Runtime's CUDA execution provider (needs the `cuda` feature and onnxruntime-gpu's libraries).
+    Cuda,
+}
+
+/// Everything a session is configured with.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SessionConfig {
+    /// Model home, KV cache directory, memo policy, threads and the LLM ladder: what operators run under.
+    pub operators: OpContext,
+    /// Models physical operators may use in a query (operators without a model are always allowed).
+    pub models: Vec<String>,
+    /// Where models run.
+    pub provider: ExecutionProvider,
+    /// Progress bars on long work.
+    pub progress: bool,
+    /// Where each query writes its profile and plan (nowhere when `None`).
+    pub run_dir: Option<PathBuf>,
+    /// Seed of the profiling sample and the optimizer.
+    pub seed: u64,
+    /// Fraction of the input profiled.
+    pub sample_fraction: f64,
+    /// Fewest tuples profiled (all of them when the input is smaller).
+    pub min_sample: usize,
+}
+
+/// Builds a [`Session`]; every setting has a default under the model home.
+#[derive(Debug, Clone)]
+pub struct SessionBuilder {
+    config: SessionConfig,
+}
+
+impl SessionBuilder {
+    /// Defaults under `model_home`: KV caches in `kv/`, memo in `memo/`, the SmolLM2-135M + Qwen2.5-Coder-0.5B
+    /// ladder with SmolLM2-135M, MiniLM and EfficientNet-Lite0 allowed in queries, CPU, no progress bars, seed 42,
+    /// 15% of the input profiled (at least 40 tuples).
+    pub fn new(model_home: impl Into<PathBuf>) -> Self {
+        Self {
+            config: SessionConfig {
+                operators: OpContext::new(model_home),
+                models: vec!["smollm2-135m".into(), "minilm".into(), "efficientnet-lite0".into()],
+                provider: ExecutionProvider::Cpu,
+                progress: false,
+                run_dir: None,
+                seed: 42,
+                sample_fraction: 0.15,
+                min_sample: 40,
+            },
+        }
+    }
+
+    /// Where item KV caches live.
+    pub fn kv_dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.config.operators.kv_dir = dir.into();
+        self
+    }
+
+    /// Keep operator answers in `dir`.
+    pub fn memo_dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.config.operators.memo = MemoPolicy::Dir(dir.into());
+        self
+    }
+
+    /// Memoise nothing: every answer is computed.
+    pub fn memo_off(mut self) -> Self {
+        self.config.operators.memo = MemoPolicy::Off;
+        self
+    }
+
+    /// Decoder models of the LLM ladder, smallest first (the last, uncompressed, is the gold candidate).
+    pub fn ladder<S: Into<String>>(mut self, models: impl IntoIterator<Item = S>) -> Self {
+        self.config.operators.ladder = models.into_iter().map(Into::into).collect();
+        self
+    }
+
+    /// Models operators may use in queries.
+    pub fn models<S: Into<String>>(mut self, models: impl IntoIterator<Item = S>) -> Self {
+        self.config.models = models.into_iter().map(Into::into).collect();
+        self
+    }
+
+    /// Intra-op threads per model session (0: ONNX Runtime's choice).
+    pub fn threads(mut self, threads: usize) -> Self {
+        self.config.operators.threads = threads;
+        self
+    }
+
+    /// Where models run.
+    pub fn execution_provider(mut self, provider: ExecutionProvider) -> Self {
+        self.config.provider = provider;
+        self
+    }
+
+    /// Progress bars on long work.
+    pub fn progress(mut self, on: bool) -> Self {
+        self.config.progress = on;
+        self
+    }
+
+    /// Write each query's profile and plan under `dir`.
+    pub fn run_dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.config.run_dir = Some(dir.into());
+        self
+    }
+
+    /// Seed of the profiling sample and the optimizer.
+    pub fn seed(mut self, seed: u64) -> Self {
+        self.config.seed = seed;
+        self
+    }
+
+    /// Profile `fraction` of the input, at least `min` tuples.
+    pub fn sample(mut self, fraction: f64, min: usize) -> Self {
+        self.config.sample_fraction = fraction;
+        self.config.min_sample = min;
+        self
+    }
+
+    /// The session: links the operator plugins and builds the registry under this configuration.
+    pub fn build(self) -> Result<Session> {
+        let c = &self.config;
+        if c.provider == ExecutionProvider::Cuda && !cfg!(feature = "cuda") {
+            return Err(Error::Query("the CUDA execution provider needs Stretto built with `--features cuda`".into()));
+        }
+        if !(c.sample_fraction > 0.0 && c.sample_fraction <= 1.0) {
+            return Err(Error::Query(format!("sample fraction {} is outside (0, 1]", c.sample_fraction)));
+        }
+        if c.operators.ladder.is_empty() {
+            return Err(Error::Query("the LLM ladder names no model".into()));
+        }
+        for m in c.operators.ladder.iter().chain(&c.models) {
+            stretto_kv::models::spec(m)?;
+        }
+        let registry = crate::registry_for(&c.operators)?;
+        Ok(Session {
+            inner: Arc::new(Inner { config: self.config, registry: RwLock::new(registry), tables: RwLock::default() }),
+        })
+    }
+}
+
+struct Inner {
+    config: SessionConfig,
+    registry: RwLock<Registry>,
+    tables: RwLock<BTreeMap<String, RecordBatch>>,
+}
+
+/// A Stretto session: owns its configuration, operator registry and registered tables. Cheap to clone (shared).
+///
+/// Two sessions with different settings (model homes, memo directories, ladders) work side by side in one process.
+#[derive(Clone)]
+pub struct Session {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for Session {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Session").field("config", &self.inner.config).finish_non_exhaustive()
+    }
+}
+
+impl Session {
+    /// A builder with defaults under `model_home`.
+    pub fn builder(model_home: impl Into<PathBuf>) -> SessionBuilder {
+        SessionBuilder::new(model_home)
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &SessionConfig {
+        &self.inner.config
+    }
+
+    /// The operator registry (read access).
+    pub fn registry(&self) -> RwLockReadGuard<'_, Registry> {
+        self.inner.registry.read().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Adds an operator built at run time; queries of this session may then use it like a linked one.
+    pub fn register(&self, op: Arc<dyn PhysicalOp>) -> Result<()> {
+        let mut r = self.inner.registry.write().unwrap_or_else(|p| p.into_inner());
+        Ok(r.register(op, "session")?)
+    }
+
+    /// Registers `batch` as table `name`.
+    pub fn register_batch(&self, name: &str, batch: RecordBatch) -> Result<()> {
+        // Validates the name the way plans do.
+        PlanBuilder::scan(name, &batch)?;
+        self.inner.tables.write().unwrap_or_else(|p| p.into_inner()).insert(name.to_string(), batch);
+        Ok(())
+    }
+
+    /// Reads a CSV file and registers it as `name`.
+    pub fn register_csv(&self, name: &str, path: impl AsRef<Path>, options: &CsvOptions) -> Result<()> {
+        self.register_batch(name, io::read_csv(path.as_ref(), options)?)
+    }
+
+    /// Reads a Parquet file and registers it as `name`.
+    pub fn register_parquet(&self, name: &str, path: impl AsRef<Path>, options: &ReadOptions) -> Result<()> {
+        self.register_batch(name, io::read_parquet(path.as_ref(), options)?)
+    }
+
+    /// A registered table as a frame.
+    pub fn table(&self, name: &str) -> Result<DataFrame> {
+        let tables = self.inner.tables.read().unwrap_or_else(|p| p.into_inner());
+        let batch = tables.get(name).ok_or_else(|| {
+            Error::Query(format!(
+                "no table `{name}` is registered; registered: {}",
+                tables.keys().cloned().collect::<Vec<_>>().join(", ")
+            ))
+        })?;
+        DataFrame::scan(self.clone(), name, batch, name)
+    }
+
+    /// A frame over a CSV file; the table is named after the file stem.
+    pub fn read_csv(&self, path: impl AsRef<Path>, options: &CsvOptions) -> Result<DataFrame> {
+        let path = path.as_ref();
+        let batch = io::read_csv(path, options)?;
+        DataFrame::scan(self.clone(), &table_name(path)?, &batch, &path.display().to_string())
+    }
+
+    /// A frame over a Parquet file; the table is named after the file stem.
+    pub fn read_parquet(&self, path: impl AsRef<Path>, options: &ReadOptions) -> Result<DataFrame> {
+        let path = path.as_ref();
+        let batch = io::read_parquet(path, options)?;
+        DataFrame::scan(self.clone(), &table_name(path)?, &batch, &path.display().to_string())
+    }
+
+    /// A frame over a newline-delimited JSON file; the table is named after the file stem.
+    pub fn read_json(&self, path: impl AsRef<Path>, options: &ReadOptions) -> Result<DataFrame> {
+        let path = path.as_ref();
+        let batch = io::read_json(path, options)?;
+        DataFrame::scan(self.clone(), &table_name(path)?, &batch, &path.display().to_string())
+    }
+
+    /// A frame over a file whose format its extension names (CSV, Parquet, NDJSON), as table `table` (default: the
+    /// file stem).
+    pub fn read_file(&self, path: impl AsRef<Path>, table: Option<&str>) -> Result<DataFrame> {
+        let path = path.as_ref();
+        let batch = match io::FileFormat::of(path)? {
+            io::FileFormat::Csv => io::read_csv(path, &CsvOptions::default())?,
+            io::FileFormat::Parquet => io::read_parquet(path, &ReadOptions::default())?,
+            io::FileFormat::Json => io::read_json(path, &ReadOptions::default())?,
+        };
+        let name = match table {
+            Some(t) => t.to_string(),
+            None => table_name(path)?,
+        };
+        DataFrame::scan(self.clone(), &name, &batch, &path.display().to_string())
+    }
+
+    /// A table of a bundled dataset (`session.dataset("movie")?.table("reviews")`).
+    pub fn dataset(&self, name: &str) -> Result<BundledDataset> {
+        Ok(BundledDataset { session: self.clone(), dataset: Dataset::load(name)? })
+    }
+}
+
+/// A bundled dataset, opened through a session.
+#[derive(Debug)]
+pub struct BundledDataset {
+    session: Session,
+    dataset: Dataset,
+}
+
+impl BundledDataset {
+    /// Its table `name` as a frame.
+    pub fn table(&self, name: &str) -> Result<DataFrame> {
+        let batch = self.dataset.table(name)?;
+        DataFrame::scan(self.session.clone(), name, batch, &format!("{} ({name})", self.dataset.name))
+    }
+
+    /// Its table names.
+    pub fn table_names(&self) -> &[String] {
+        self.dataset.table_names()
+    }
+}
+
+/// The table name of a file: its stem, with characters a table name cannot hold replaced by `_`.
+fn table_name(path: &Path) -> Result<String> {
+    let stem = path
+        .file_stem()
+        .and_then(|s| s.to_str())
+        .ok_or_else(|| Error::Query(format!("{} has no file name to name its table after", path.display())))?;
+    Ok(stem.chars().map(|c| if c.is_alphanumeric() || c == '_' { c } else { '_' }).collect())
+}
