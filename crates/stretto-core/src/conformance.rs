@@ -9,10 +9,14 @@
 use arrow::array::RecordBatch;
 
 use crate::exec::{filter_decision, map_decision, Decision};
-use crate::op::{OpOutput, PhysicalOp, SemanticTask};
+use crate::op::{OpOutput, RegisteredOp, SemanticTask};
 
 /// Runs every check of `op` on `task` over `batch`; returns the violations (empty when it conforms).
-pub fn check(op: &dyn PhysicalOp, task: &SemanticTask, batch: &RecordBatch) -> Vec<String> {
+///
+/// Both evaluations run with the memo off, so "the same output when asked again" is the operator's determinism,
+/// not the memo's.
+pub fn check(op: &RegisteredOp, task: &SemanticTask, batch: &RecordBatch) -> Vec<String> {
+    let op = op.unmemoised();
     let mut bad = Vec::new();
     let n = batch.num_rows();
     let first = match op.evaluate_timed(task, batch) {

@@ -17,7 +17,7 @@ use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 use crate::error::{CoreError, Result};
 use crate::format::PlanFile;
-use crate::op::{LogicalKind, OpOutput, PhysicalOp, SemanticTask, ValueType};
+use crate::op::{LogicalKind, OpOutput, RegisteredOp, SemanticTask, ValueType};
 
 /// A plan stage bound to a live operator.
 #[derive(Debug, Clone)]
@@ -27,7 +27,7 @@ pub struct BoundStage {
     /// Index of its logical operator in [`CascadePlan::tasks`].
     pub logical: usize,
     /// The operator.
-    pub op: Arc<dyn PhysicalOp>,
+    pub op: Arc<RegisteredOp>,
     /// Reject below (filters).
     pub lower: Option<f64>,
     /// Accept / decide above.
@@ -82,7 +82,7 @@ impl CascadePlan {
     pub fn bind(
         plan: &PlanFile,
         tasks: Vec<SemanticTask>,
-        resolve: impl Fn(&str) -> Result<Arc<dyn PhysicalOp>>,
+        resolve: impl Fn(&str) -> Result<Arc<RegisteredOp>>,
     ) -> Result<Self> {
         let known = || tasks.iter().map(|t| t.name.as_str()).collect::<Vec<_>>().join(", ");
         let mut stages = Vec::with_capacity(plan.stages.len());

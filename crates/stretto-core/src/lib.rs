@@ -6,8 +6,10 @@
 //! - [`table`] and [`datasets`]: tables are Arrow [`RecordBatch`](arrow::array::RecordBatch)es; CSV loading with
 //!   declared column kinds (text, integer, number, boolean, image) and the bundled benchmark datasets by name.
 //! - [`plan`] and [`expr`]: logical plans, the [`PlanBuilder`](plan::PlanBuilder) API and semantic pull-up.
-//! - [`op`]: the object-safe [`PhysicalOp`](op::PhysicalOp) trait and the link-time [`Registry`](op::Registry)
-//!   that plugin crates feed through `inventory::submit!`.
+//! - [`op`]: the object-safe [`PhysicalOp`](op::PhysicalOp) trait (what an operator implements: one evaluation
+//!   over its items), the [`RegisteredOp`](op::RegisteredOp) that does the shared work around it (task kind,
+//!   applicability, items, memo, costs), and the link-time [`Registry`](op::Registry) that plugin crates feed
+//!   through `inventory::submit!`, built under an [`OpContext`](context::OpContext).
 //! - [`exec`]: the [`CascadeExecutor`](exec::CascadeExecutor), which applies a `stretto.plan/v1`
 //!   ([`format::PlanFile`]) stage by stage: accept, reject, or pass the tuple on as *unsure*.
 //!
@@ -17,7 +19,7 @@
 //! use arrow::datatypes::{DataType, Field, Schema};
 //! use stretto_core::exec::{CascadeExecutor, CascadePlan};
 //! use stretto_core::format::{PlanFile, PlanStage};
-//! use stretto_core::op::{LogicalKind, Modality, OpOutput, OpProperties, PhysicalOp, SemanticTask};
+//! use stretto_core::op::{time_evenly, LogicalKind, Modality, OpOutput, OpProperties, PhysicalOp, RegisteredOp, SemanticTask};
 //!
 //! /// Scores a tuple by the length of its text (a stand-in for an LLM's log-odds).
 //! #[derive(Debug)]
@@ -25,17 +27,14 @@
 //! impl PhysicalOp for Length {
 //!     fn name(&self) -> &str { "length" }
 //!     fn properties(&self) -> &OpProperties { &self.0 }
-//!     fn evaluate(&self, task: &SemanticTask, batch: &RecordBatch) -> stretto_core::Result<OpOutput> {
-//!         let scores = (0..batch.num_rows())
-//!             .map(|r| task.item_text(batch, r).map(|t| t.len() as f64 - 3.0))
-//!             .collect::<stretto_core::Result<Vec<_>>>()?;
-//!         Ok(OpOutput::Scores(scores))
+//!     fn evaluate_items(&self, _: &SemanticTask, items: &[String]) -> stretto_core::Result<(OpOutput, Vec<f64>)> {
+//!         time_evenly(items.len(), || Ok(OpOutput::Scores(items.iter().map(|t| t.len() as f64 - 3.0).collect())))
 //!     }
 //! }
-//! let op: Arc<dyn PhysicalOp> = Arc::new(Length(OpProperties {
+//! let op = Arc::new(RegisteredOp::new(Arc::new(Length(OpProperties {
 //!     kind: LogicalKind::Filter, family: "length".into(), modality: Modality::Text, model: None,
 //!     compression: None, tunable: true, gold: true, cost_hint: 1e-7, score_range: (-10.0, 10.0),
-//! }));
+//! })), stretto_core::MemoPolicy::Off));
 //! let table = RecordBatch::try_new(
 //!     Arc::new(Schema::new(vec![Field::new("t.text", DataType::Utf8, true)])),
 //!     vec![Arc::new(StringArray::from(vec!["hi", "hello"]))],

@@ -140,7 +140,10 @@ pub fn memoised(
     } else {
         let (out, secs) = compute(&missing)?;
         if out.len() != missing.len() || secs.len() != missing.len() {
-            return Err(CoreError::operator(operator, "computed a different number of outputs than asked"));
+            return Err(CoreError::operator(
+                operator,
+                format!("returned {} outputs and {} costs for {} tuples", out.len(), secs.len(), missing.len()),
+            ));
         }
         (Some(out), secs)
     };

@@ -8,8 +8,9 @@ use std::sync::Arc;
 use arrow::array::{Array, AsArray, RecordBatch};
 use arrow::datatypes::{DataType, Schema};
 
-use crate::context::OpContext;
+use crate::context::{MemoPolicy, OpContext};
 use crate::error::{CoreError, Result};
+use crate::memo::Memo;
 use crate::table::resolve_column;
 
 /// Which logical operator family an implementation serves.
@@ -250,21 +251,21 @@ impl OpOutput {
     }
 }
 
-/// One physical implementation of a semantic operator.
+/// One physical implementation of a semantic operator: what is its own, and nothing else.
 ///
-/// Object safe and shareable across threads: the executor holds `Arc<dyn PhysicalOp>` and may evaluate different
-/// operators concurrently. Implementations must load heavy state (models, caches) lazily, on first evaluation,
-/// because the registry builds every ladder instance just to list it.
+/// The framework does the shared work around it: a [`RegisteredOp`] (what a [`Registry`] holds and the executor
+/// runs) checks the task's kind, asks [`PhysicalOp::accept`] whether the operator serves the task, extracts the
+/// items (the referenced cells of each row), answers what the memo already knows, calls
+/// [`PhysicalOp::evaluate_items`] for the rest, memoises what it returns, and reports each tuple's cost.
+///
+/// Object safe and shareable across threads. Implementations must load heavy state (models, caches) lazily, on
+/// first evaluation, because the registry builds every ladder instance just to list it.
 pub trait PhysicalOp: Send + Sync + fmt::Debug {
-    /// Unique name within the registry (`keyword`, `smollm2-135m@0.5`...).
+    /// Unique name within the registry (`keyword`, `llm:smollm2-135m@expected-attention-0.50`...).
     fn name(&self) -> &str;
 
     /// Static properties.
     fn properties(&self) -> &OpProperties;
-
-    /// Evaluates the task on every row of `batch`. Must return exactly `batch.num_rows()` outputs: scores for a
-    /// filter task, values and confidences for a map task.
-    fn evaluate(&self, task: &SemanticTask, batch: &RecordBatch) -> Result<OpOutput>;
 
     /// The decoder model whose precomputed per-item KV caches this operator reads, if any. The engine builds those
     /// caches (once, offline, found by content) before profiling; operators without one need nothing prepared.
@@ -272,17 +273,158 @@ pub trait PhysicalOp: Send + Sync + fmt::Debug {
         None
     }
 
-    /// Evaluates and reports what each tuple cost, in seconds.
-    ///
-    /// The default times [`PhysicalOp::evaluate`] and spreads the time evenly. Operators that answer tuples from a
-    /// memo override it to report the cost measured when each answer was computed: profiles and plans must see
-    /// what the operator costs, not how warm a cache happened to be.
-    fn evaluate_timed(&self, task: &SemanticTask, batch: &RecordBatch) -> Result<(OpOutput, Vec<f64>)> {
-        let start = std::time::Instant::now();
-        let out = self.evaluate(task, batch)?;
-        let n = batch.num_rows().max(1);
-        let each = start.elapsed().as_secs_f64() / n as f64;
-        Ok((out, vec![each; batch.num_rows()]))
+    /// Whether its answers are worth memoising (default yes; an operator that answers in microseconds says no).
+    fn memoise(&self) -> bool {
+        true
+    }
+
+    /// Whether it serves `task` (of its own kind): the identity its answers to `task` are memoised under (default:
+    /// its name), or [`CoreError::NotApplicable`] to decline the task, which planners then drop it from.
+    fn accept(&self, task: &SemanticTask) -> Result<String> {
+        let _ = task;
+        Ok(self.name().to_string())
+    }
+
+    /// Evaluates `task` on `items` (each the referenced cells of one row, joined by newlines; image columns hold
+    /// paths). Returns exactly one output per item (scores for a filter, values and confidences for a map) and the
+    /// seconds each item cost ([`time_evenly`] measures that for operators that do not measure it themselves).
+    fn evaluate_items(&self, task: &SemanticTask, items: &[String]) -> Result<(OpOutput, Vec<f64>)>;
+}
+
+/// Runs `f` and spreads its wall time evenly over `n` items: the cost report of an operator that does not measure
+/// per item.
+pub fn time_evenly(n: usize, f: impl FnOnce() -> Result<OpOutput>) -> Result<(OpOutput, Vec<f64>)> {
+    let start = std::time::Instant::now();
+    let out = f()?;
+    let each = (start.elapsed().as_secs_f64() / n.max(1) as f64).max(1e-9);
+    Ok((out, vec![each; n]))
+}
+
+/// An operator as the framework runs it: the [`PhysicalOp`] plus the memo of its answers under a [`MemoPolicy`].
+///
+/// ```
+/// use std::sync::Arc;
+/// use arrow::array::{RecordBatch, StringArray};
+/// use arrow::datatypes::{DataType, Field, Schema};
+/// use stretto_core::op::{time_evenly, LogicalKind, Modality, OpOutput, OpProperties, PhysicalOp, RegisteredOp, SemanticTask};
+///
+/// /// Scores an item by its length: all an operator has to say.
+/// #[derive(Debug)]
+/// struct Length(OpProperties);
+/// impl PhysicalOp for Length {
+///     fn name(&self) -> &str { "length" }
+///     fn properties(&self) -> &OpProperties { &self.0 }
+///     fn evaluate_items(&self, _: &SemanticTask, items: &[String]) -> stretto_core::Result<(OpOutput, Vec<f64>)> {
+///         time_evenly(items.len(), || Ok(OpOutput::Scores(items.iter().map(|t| t.len() as f64 - 3.0).collect())))
+///     }
+/// }
+/// let op = RegisteredOp::new(Arc::new(Length(OpProperties {
+///     kind: LogicalKind::Filter, family: "length".into(), modality: Modality::Text, model: None,
+///     compression: None, tunable: true, gold: true, cost_hint: 1e-7, score_range: (-10.0, 10.0),
+/// })), stretto_core::MemoPolicy::Off);
+/// let batch = RecordBatch::try_new(
+///     Arc::new(Schema::new(vec![Field::new("t.text", DataType::Utf8, true)])),
+///     vec![Arc::new(StringArray::from(vec!["hi", "hello"]))],
+/// )?;
+/// let (out, seconds) = op.evaluate_timed(&SemanticTask::filter("long", "{t.text} is long"), &batch)?;
+/// assert_eq!(out, OpOutput::Scores(vec![-1.0, 2.0]));
+/// assert_eq!(seconds.len(), 2);
+/// // A map task is not this filter's: the framework says so before the operator is asked.
+/// assert!(op.evaluate(&SemanticTask::map("m", "{t.text}", "m", stretto_core::op::ValueType::String), &batch).is_err());
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub struct RegisteredOp {
+    op: Arc<dyn PhysicalOp>,
+    policy: MemoPolicy,
+    memo: std::sync::OnceLock<Option<Memo>>,
+}
+
+impl fmt::Debug for RegisteredOp {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RegisteredOp").field("op", &self.op).field("memo", &self.policy).finish()
+    }
+}
+
+impl RegisteredOp {
+    /// `op`, its answers memoised under `policy` (in a file named after the operator).
+    pub fn new(op: Arc<dyn PhysicalOp>, policy: MemoPolicy) -> Self {
+        Self { op, policy, memo: std::sync::OnceLock::new() }
+    }
+
+    /// The same operator without a memo: every answer computed (what determinism checks need).
+    pub fn unmemoised(&self) -> Self {
+        Self::new(self.op.clone(), MemoPolicy::Off)
+    }
+
+    /// The operator itself.
+    pub fn inner(&self) -> &Arc<dyn PhysicalOp> {
+        &self.op
+    }
+
+    /// Its name.
+    pub fn name(&self) -> &str {
+        self.op.name()
+    }
+
+    /// Its static properties.
+    pub fn properties(&self) -> &OpProperties {
+        self.op.properties()
+    }
+
+    /// The decoder whose item KV caches it reads, if any.
+    pub fn kv_cache_model(&self) -> Option<&str> {
+        self.op.kv_cache_model()
+    }
+
+    fn memo(&self) -> Option<&Memo> {
+        self.memo
+            .get_or_init(|| {
+                if !self.op.memoise() {
+                    return None;
+                }
+                let dir = match &self.policy {
+                    MemoPolicy::Dir(d) => d,
+                    MemoPolicy::Off => return None,
+                };
+                Memo::open(dir, self.op.name())
+                    .inspect_err(|e| tracing::warn!(operator = self.op.name(), error = %e, "memo unavailable; answers are not kept"))
+                    .ok()
+            })
+            .as_ref()
+    }
+
+    /// Evaluates `task` on every row of `batch`: exactly `batch.num_rows()` outputs and the seconds each tuple
+    /// cost (a memoised answer reports what computing it cost: profiles and plans must see what the operator
+    /// costs, not how warm a cache happened to be).
+    pub fn evaluate_timed(&self, task: &SemanticTask, batch: &RecordBatch) -> Result<(OpOutput, Vec<f64>)> {
+        let props = self.op.properties();
+        if task.kind != props.kind {
+            return Err(CoreError::operator(
+                self.op.name(),
+                format!("is a {} operator and cannot run the {} `{}`", props.kind, task.kind, task.name),
+            ));
+        }
+        let identity = self.op.accept(task)?;
+        let items = task.item_texts(batch)?;
+        crate::memo::memoised(self.memo(), &identity, task, &items, |missing| {
+            let todo: Vec<String> = missing.iter().map(|&i| items[i].clone()).collect();
+            let (out, seconds) = self.op.evaluate_items(task, &todo)?;
+            match (&out, task.kind) {
+                (OpOutput::Scores(_), LogicalKind::Filter) | (OpOutput::Values { .. }, LogicalKind::Map) => {}
+                _ => {
+                    return Err(CoreError::operator(
+                        self.op.name(),
+                        format!("answered a {} with the wrong kind of output", task.kind),
+                    ))
+                }
+            }
+            Ok((out, seconds))
+        })
+    }
+
+    /// [`RegisteredOp::evaluate_timed`] without the costs.
+    pub fn evaluate(&self, task: &SemanticTask, batch: &RecordBatch) -> Result<OpOutput> {
+        Ok(self.evaluate_timed(task, batch)?.0)
     }
 }
 
@@ -326,7 +468,7 @@ pub struct Registry {
     context: OpContext,
     factories: BTreeMap<&'static str, &'static OperatorFactory>,
     plugins: Vec<&'static str>,
-    operators: BTreeMap<String, (Arc<dyn PhysicalOp>, &'static str)>,
+    operators: BTreeMap<String, (Arc<RegisteredOp>, &'static str)>,
 }
 
 impl fmt::Debug for Registry {
@@ -356,7 +498,7 @@ impl Registry {
         let mut operators = BTreeMap::new();
         for f in factories.values() {
             for config in (f.ladder)(context) {
-                let op = (f.build)(&config, context)?;
+                let op = Arc::new(RegisteredOp::new((f.build)(&config, context)?, context.memo.clone()));
                 let name = op.name().to_string();
                 if let Some((_, other)) = operators.insert(name.clone(), (op, f.name)) {
                     return Err(CoreError::OperatorConfig {
@@ -377,6 +519,7 @@ impl Registry {
     /// Adds an operator built at run time (not by a linked factory), under `factory` as its origin. Fails if an
     /// operator of the same name is already registered.
     pub fn register(&mut self, op: Arc<dyn PhysicalOp>, factory: &'static str) -> Result<()> {
+        let op = Arc::new(RegisteredOp::new(op, self.context.memo.clone()));
         let name = op.name().to_string();
         if let Some((_, other)) = self.operators.get(&name) {
             return Err(CoreError::OperatorConfig {
@@ -409,25 +552,25 @@ impl Registry {
     }
 
     /// Every ladder operator, by name, with the factory that made it.
-    pub fn operators(&self) -> impl Iterator<Item = (&Arc<dyn PhysicalOp>, &'static str)> + '_ {
+    pub fn operators(&self) -> impl Iterator<Item = (&Arc<RegisteredOp>, &'static str)> + '_ {
         self.operators.values().map(|(op, f)| (op, *f))
     }
 
     /// The ladder operator called `name`.
-    pub fn get(&self, name: &str) -> Result<Arc<dyn PhysicalOp>> {
+    pub fn get(&self, name: &str) -> Result<Arc<RegisteredOp>> {
         self.operators.get(name).map(|(op, _)| op.clone()).ok_or_else(|| CoreError::UnknownOperator {
             name: name.to_string(),
             known: self.operators.keys().cloned().collect::<Vec<_>>().join(", "),
         })
     }
 
-    /// Builds an operator from a factory and an explicit configuration.
-    pub fn build(&self, factory: &str, config: &serde_json::Value) -> Result<Arc<dyn PhysicalOp>> {
+    /// Builds an operator from a factory and an explicit configuration, memoised under the registry's policy.
+    pub fn build(&self, factory: &str, config: &serde_json::Value) -> Result<Arc<RegisteredOp>> {
         let f = self.factories.get(factory).ok_or_else(|| CoreError::UnknownOperator {
             name: factory.to_string(),
             known: self.factories.keys().copied().collect::<Vec<_>>().join(", "),
         })?;
-        (f.build)(config, &self.context)
+        Ok(Arc::new(RegisteredOp::new((f.build)(config, &self.context)?, self.context.memo.clone())))
     }
 }
 
@@ -463,5 +606,98 @@ mod tests {
         let schema = Schema::new(vec![Field::new("r.text", DataType::Utf8, true)]);
         assert!(matches!(SemanticTask::filter("f", "no refs").resolve(&schema), Err(CoreError::BadPredicate { .. })));
         assert!(matches!(SemanticTask::filter("f", "{r.nope}").resolve(&schema), Err(CoreError::MissingColumn { .. })));
+    }
+
+    /// Scores an item by its length; counts the items it is asked about; fails on an item "boom".
+    #[derive(Debug)]
+    struct Counting {
+        props: OpProperties,
+        asked: std::sync::Mutex<Vec<String>>,
+    }
+
+    impl PhysicalOp for Counting {
+        fn name(&self) -> &str {
+            "counting"
+        }
+        fn properties(&self) -> &OpProperties {
+            &self.props
+        }
+        fn accept(&self, task: &SemanticTask) -> Result<String> {
+            if task.prompt.contains("colour") {
+                return Err(CoreError::NotApplicable { operator: "counting".into(), reason: "no colours".into() });
+            }
+            Ok(format!("counting#{}", task.prompt.len()))
+        }
+        fn evaluate_items(&self, _: &SemanticTask, items: &[String]) -> Result<(OpOutput, Vec<f64>)> {
+            self.asked.lock().unwrap().extend(items.iter().cloned());
+            if items.iter().any(|i| i == "boom") {
+                return Err(CoreError::operator("counting", "boom"));
+            }
+            Ok((OpOutput::Scores(items.iter().map(|i| i.len() as f64).collect()), vec![0.25; items.len()]))
+        }
+    }
+
+    fn texts(v: &[&str]) -> RecordBatch {
+        RecordBatch::try_new(
+            Arc::new(Schema::new(vec![Field::new("r.text", DataType::Utf8, true)])),
+            vec![Arc::new(StringArray::from(v.to_vec()))],
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn the_framework_memoises_checks_kinds_declines_and_never_keeps_failures() {
+        let dir = tempfile::tempdir().unwrap();
+        let counting = Arc::new(Counting {
+            props: OpProperties {
+                kind: LogicalKind::Filter,
+                family: "counting".into(),
+                modality: Modality::Text,
+                model: None,
+                compression: None,
+                tunable: true,
+                gold: false,
+                cost_hint: 1e-6,
+                score_range: (-10.0, 10.0),
+            },
+            asked: Default::default(),
+        });
+        let op = RegisteredOp::new(counting.clone(), MemoPolicy::Dir(dir.path().to_path_buf()));
+        let task = SemanticTask::filter("f", "{r.text} is long");
+        let asked = || std::mem::take(&mut *counting.asked.lock().unwrap());
+
+        // First call computes everything; a second over a superset asks only for what is new, in row order.
+        let (out, secs) = op.evaluate_timed(&task, &texts(&["ab", "abc"])).unwrap();
+        assert_eq!((out, secs), (OpOutput::Scores(vec![2.0, 3.0]), vec![0.25, 0.25]));
+        assert_eq!(asked(), ["ab", "abc"]);
+        let (out, secs) = op.evaluate_timed(&task, &texts(&["abcd", "ab", "abc"])).unwrap();
+        assert_eq!(out, OpOutput::Scores(vec![4.0, 2.0, 3.0]));
+        assert_eq!(secs, vec![0.25; 3], "memoised answers report what computing them cost");
+        assert_eq!(asked(), ["abcd"]);
+        // A fresh handle on the same directory reads the answers back (keyed by the accepted identity).
+        let again = RegisteredOp::new(counting.clone(), MemoPolicy::Dir(dir.path().to_path_buf()));
+        again.evaluate(&task, &texts(&["abc"])).unwrap();
+        assert!(asked().is_empty());
+        // Another prompt is another identity: nothing is reused across tasks.
+        again.evaluate(&SemanticTask::filter("g", "{r.text} is longer"), &texts(&["abc"])).unwrap();
+        assert_eq!(asked(), ["abc"]);
+
+        // A failure is reported and nothing of its batch is kept.
+        assert!(op.evaluate(&task, &texts(&["xyz", "boom"])).is_err());
+        asked();
+        assert!(op.evaluate(&task, &texts(&["xyz"])).is_ok());
+        assert_eq!(asked(), ["xyz"], "an answer of a failed batch was memoised");
+
+        // The framework checks the task's kind and the operator's acceptance before asking it anything.
+        let map = SemanticTask::map("m", "{r.text}", "m", ValueType::String);
+        assert!(op.evaluate(&map, &texts(&["a"])).unwrap_err().to_string().contains("cannot run the map"));
+        let colour = SemanticTask::filter("c", "{r.text} names a colour");
+        assert!(matches!(op.evaluate(&colour, &texts(&["a"])), Err(CoreError::NotApplicable { .. })));
+        assert!(asked().is_empty());
+
+        // With the memo off, everything is computed every time.
+        let off = op.unmemoised();
+        off.evaluate(&task, &texts(&["ab"])).unwrap();
+        assert_eq!(asked(), ["ab"]);
     }
 }

@@ -7,8 +7,15 @@ use arrow::array::{AsArray, Int64Array, RecordBatch, StringArray};
 use arrow::datatypes::{DataType, Field, Int64Type, Schema};
 use stretto_core::exec::{filter_decision, CascadeExecutor, CascadePlan, Decision};
 use stretto_core::format::{PlanFile, PlanStage};
-use stretto_core::op::{LogicalKind, Modality, OpOutput, OpProperties, PhysicalOp, SemanticTask, ValueType};
-use stretto_core::CoreError;
+use stretto_core::op::{
+    LogicalKind, Modality, OpOutput, OpProperties, PhysicalOp, RegisteredOp, SemanticTask, ValueType,
+};
+use stretto_core::{CoreError, MemoPolicy};
+
+/// An operator as the framework runs it, without a memo (these operators count what they are asked).
+fn registered(op: Arc<dyn PhysicalOp>) -> Arc<RegisteredOp> {
+    Arc::new(RegisteredOp::new(op, MemoPolicy::Off))
+}
 
 /// Returns a fixed output per row id (column `t.id`), and counts the tuples it is asked about.
 #[derive(Debug)]
@@ -62,17 +69,19 @@ impl PhysicalOp for Table {
     fn properties(&self) -> &OpProperties {
         &self.props
     }
-    fn evaluate(&self, _task: &SemanticTask, batch: &RecordBatch) -> stretto_core::Result<OpOutput> {
-        self.seen.fetch_add(batch.num_rows(), Ordering::SeqCst);
-        let ids = batch.column_by_name("t.id").unwrap().as_primitive::<Int64Type>();
-        let scores: Vec<f64> = ids.values().iter().map(|&i| self.scores[i as usize]).collect();
-        Ok(match &self.values {
+    fn evaluate_items(&self, _task: &SemanticTask, items: &[String]) -> stretto_core::Result<(OpOutput, Vec<f64>)> {
+        self.seen.fetch_add(items.len(), Ordering::SeqCst);
+        // Items are the referenced cells: "row N".
+        let ids: Vec<usize> = items.iter().map(|t| t.trim_start_matches("row ").parse().unwrap()).collect();
+        let scores: Vec<f64> = ids.iter().map(|&i| self.scores[i]).collect();
+        let out = match &self.values {
             None => OpOutput::Scores(scores),
             Some(v) => OpOutput::Values {
-                values: ids.values().iter().map(|&i| v[i as usize].map(str::to_string)).collect(),
+                values: ids.iter().map(|&i| v[i].map(str::to_string)).collect(),
                 confidences: scores,
             },
-        })
+        };
+        Ok((out, vec![1e-6; items.len()]))
     }
 }
 
@@ -142,7 +151,7 @@ fn hand_computed_cascade() {
     let cascade = CascadePlan::bind(&plan, tasks(), |name| {
         ops.iter()
             .find(|o| o.name == name)
-            .map(|o| o.clone() as Arc<dyn PhysicalOp>)
+            .map(|o| registered(o.clone()))
             .ok_or(CoreError::UnknownOperator { name: name.into(), known: String::new() })
     })
     .unwrap();
@@ -177,9 +186,9 @@ fn hand_computed_cascade() {
 #[test]
 fn binding_names_unknown_stage_and_operator() {
     let op = Table::filter("x", &[0.0]);
-    let resolve = |name: &str| -> stretto_core::Result<Arc<dyn PhysicalOp>> {
+    let resolve = |name: &str| -> stretto_core::Result<Arc<RegisteredOp>> {
         if name == "x" {
-            Ok(op.clone())
+            Ok(registered(op.clone()))
         } else {
             Err(CoreError::UnknownOperator { name: name.into(), known: "x".into() })
         }
@@ -210,11 +219,11 @@ fn operator_returning_wrong_length_is_an_error() {
         fn properties(&self) -> &OpProperties {
             &self.0
         }
-        fn evaluate(&self, _: &SemanticTask, _: &RecordBatch) -> stretto_core::Result<OpOutput> {
-            Ok(OpOutput::Scores(vec![1.0]))
+        fn evaluate_items(&self, _: &SemanticTask, _: &[String]) -> stretto_core::Result<(OpOutput, Vec<f64>)> {
+            Ok((OpOutput::Scores(vec![1.0]), vec![1e-6]))
         }
     }
-    let op: Arc<dyn PhysicalOp> = Arc::new(Short(props(LogicalKind::Filter)));
+    let op = registered(Arc::new(Short(props(LogicalKind::Filter))));
     let cascade = CascadePlan::bind(
         &PlanFile::new(vec![stage("a/short", None, None)]),
         vec![SemanticTask::filter("a", "{t.text}")],
@@ -227,7 +236,7 @@ fn operator_returning_wrong_length_is_an_error() {
 
 #[test]
 fn unparseable_map_value_becomes_null_not_an_error() {
-    let m = Table::map("m", &[Some("12"), Some("twelve")], &[1.0, 1.0]);
+    let m = registered(Table::map("m", &[Some("12"), Some("twelve")], &[1.0, 1.0]));
     let cascade = CascadePlan::bind(
         &PlanFile::new(vec![stage("m/m", None, None)]),
         vec![SemanticTask::map("m", "{t.text}", "m", ValueType::Integer)],

@@ -10,8 +10,7 @@ use std::path::Path;
 use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 
-use arrow::array::RecordBatch;
-use stretto_core::memo::{memo_key, memoised, Memo, MemoEntry};
+use stretto_core::memo::{memo_key, Memo, MemoEntry};
 use stretto_core::op::{
     parse_config, LogicalKind, Modality, OpOutput, OpProperties, OperatorFactory, PhysicalOp, SemanticTask,
 };
@@ -49,7 +48,7 @@ pub struct LabelBridge {
     props: OpProperties,
     config: LabelBridgeConfig,
     ctx: OpContext,
-    memo: OnceLock<(Option<Memo>, Option<Memo>, Option<Memo>)>,
+    stores: OnceLock<(Option<Memo>, Option<Memo>)>,
 }
 
 /// An image's top classes with their renormalised weights.
@@ -138,20 +137,17 @@ impl LabelBridge {
             },
             config,
             ctx: ctx.clone(),
-            memo: OnceLock::new(),
+            stores: OnceLock::new(),
         })
     }
 
-    fn memos(&self) -> (Option<&Memo>, Option<&Memo>, Option<&Memo>) {
-        let (a, b, c) = self.memo.get_or_init(|| {
+    /// Image classes (by file) and label embeddings (by text), kept across every task.
+    fn stores(&self) -> (Option<&Memo>, Option<&Memo>) {
+        let (a, b) = self.stores.get_or_init(|| {
             let open = |n: &str| self.ctx.open_memo(n);
-            (
-                open(&self.name),
-                open("efficientnet-lite0.classes"),
-                open(&format!("embed:{}.items", self.config.encoder)),
-            )
+            (open("efficientnet-lite0.classes"), open(&format!("embed:{}.items", self.config.encoder)))
         });
-        (a.as_ref(), b.as_ref(), c.as_ref())
+        (a.as_ref(), b.as_ref())
     }
 }
 
@@ -164,35 +160,24 @@ impl PhysicalOp for LabelBridge {
         &self.props
     }
 
-    fn evaluate(&self, task: &SemanticTask, batch: &RecordBatch) -> Result<OpOutput> {
-        Ok(self.evaluate_timed(task, batch)?.0)
-    }
-
-    fn evaluate_timed(&self, task: &SemanticTask, batch: &RecordBatch) -> Result<(OpOutput, Vec<f64>)> {
-        if task.kind != LogicalKind::Filter {
-            return Err(CoreError::operator(&self.name, "the label bridge only implements filters"));
-        }
-        let items = task.item_texts(batch)?;
-        let (answers, classes_store, text_store) = self.memos();
-        memoised(answers, &self.name, task, &items, |missing| {
-            let todo: Vec<String> = missing.iter().map(|&i| items[i].clone()).collect();
-            let (classes, mut secs) = image_classes(&self.ctx, classes_store, &todo, self.config.top)?;
-            let pred_text = format!("a photo that {}", predicate_sentence(&task.prompt));
-            let (pred, _) = embed_cached(&self.ctx, &self.config.encoder, text_store, &[pred_text], 1)?;
-            let mut scores = Vec::with_capacity(todo.len());
-            for (i, cls) in classes.iter().enumerate() {
-                let start = Instant::now();
-                let texts: Vec<String> = cls.iter().map(|(c, _)| format!("a photo of a {c}")).collect();
-                let (vecs, _) = embed_cached(&self.ctx, &self.config.encoder, text_store, &texts, 16)?;
-                let mut mix = vec![0f32; vecs.first().map_or(0, Vec::len)];
-                for ((_, w), v) in cls.iter().zip(&vecs) {
-                    mix.iter_mut().zip(v).for_each(|(m, x)| *m += w * x);
-                }
-                scores.push(cosine(&mix, &pred[0]) as f64);
-                secs[i] += start.elapsed().as_secs_f64();
+    fn evaluate_items(&self, task: &SemanticTask, items: &[String]) -> Result<(OpOutput, Vec<f64>)> {
+        let (classes_store, text_store) = self.stores();
+        let (classes, mut secs) = image_classes(&self.ctx, classes_store, items, self.config.top)?;
+        let pred_text = format!("a photo that {}", predicate_sentence(&task.prompt));
+        let (pred, _) = embed_cached(&self.ctx, &self.config.encoder, text_store, &[pred_text], 1)?;
+        let mut scores = Vec::with_capacity(items.len());
+        for (i, cls) in classes.iter().enumerate() {
+            let start = Instant::now();
+            let texts: Vec<String> = cls.iter().map(|(c, _)| format!("a photo of a {c}")).collect();
+            let (vecs, _) = embed_cached(&self.ctx, &self.config.encoder, text_store, &texts, 16)?;
+            let mut mix = vec![0f32; vecs.first().map_or(0, Vec::len)];
+            for ((_, w), v) in cls.iter().zip(&vecs) {
+                mix.iter_mut().zip(v).for_each(|(m, x)| *m += w * x);
             }
-            Ok((OpOutput::Scores(scores), secs))
-        })
+            scores.push(cosine(&mix, &pred[0]) as f64);
+            secs[i] += start.elapsed().as_secs_f64();
+        }
+        Ok((OpOutput::Scores(scores), secs))
     }
 }
 

@@ -16,10 +16,8 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Instant;
 
-use arrow::array::RecordBatch;
 use ort::session::{Session, SessionInputValue};
 use ort::value::Tensor;
-use stretto_core::memo::{memoised, Memo};
 use stretto_core::op::{
     parse_config, LogicalKind, Modality, OpOutput, OpProperties, OperatorFactory, PhysicalOp, SemanticTask,
 };
@@ -294,7 +292,6 @@ pub struct VlmFilter {
     dir: PathBuf,
     ctx: OpContext,
     loaded: OnceLock<std::result::Result<Arc<Loaded>, String>>,
-    memo: OnceLock<Option<Memo>>,
 }
 
 impl std::fmt::Debug for VlmFilter {
@@ -326,7 +323,6 @@ impl VlmFilter {
             dir: config.dir,
             ctx: ctx.clone(),
             loaded: OnceLock::new(),
-            memo: OnceLock::new(),
         }
     }
 
@@ -347,31 +343,19 @@ impl PhysicalOp for VlmFilter {
         &self.props
     }
 
-    fn evaluate(&self, task: &SemanticTask, batch: &RecordBatch) -> Result<OpOutput> {
-        Ok(self.evaluate_timed(task, batch)?.0)
-    }
-
-    fn evaluate_timed(&self, task: &SemanticTask, batch: &RecordBatch) -> Result<(OpOutput, Vec<f64>)> {
-        if task.kind != LogicalKind::Filter {
-            return Err(CoreError::operator(&self.name, "the VLM operator implements filters"));
-        }
-        let items = task.item_texts(batch)?;
-        let memo = self.memo.get_or_init(|| self.ctx.open_memo(&self.name));
+    fn evaluate_items(&self, task: &SemanticTask, items: &[String]) -> Result<(OpOutput, Vec<f64>)> {
         let question = stretto_ops_text::llm::about(&task.prompt, "the image");
         let question = format!(" Is it true that {}? Answer yes or no.", question.trim().trim_end_matches(['.', '?']));
-        memoised(memo.as_ref(), &self.name, task, &items, |missing| {
-            let m = self.model()?;
-            let mut scores = Vec::with_capacity(missing.len());
-            let mut secs = Vec::with_capacity(missing.len());
-            for &i in missing {
-                let start = Instant::now();
-                let past =
-                    m.prefill(Path::new(&items[i])).map_err(|e| CoreError::operator(&self.name, e.to_string()))?;
-                scores.push(m.log_odds(&past, &question)?);
-                secs.push(start.elapsed().as_secs_f64().max(1e-9));
-            }
-            Ok((OpOutput::Scores(scores), secs))
-        })
+        let m = self.model()?;
+        let mut scores = Vec::with_capacity(items.len());
+        let mut secs = Vec::with_capacity(items.len());
+        for item in items {
+            let start = Instant::now();
+            let past = m.prefill(Path::new(item)).map_err(|e| CoreError::operator(&self.name, e.to_string()))?;
+            scores.push(m.log_odds(&past, &question)?);
+            secs.push(start.elapsed().as_secs_f64().max(1e-9));
+        }
+        Ok((OpOutput::Scores(scores), secs))
     }
 }
 

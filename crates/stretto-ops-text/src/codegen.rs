@@ -12,9 +12,8 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Instant;
 
-use arrow::array::RecordBatch;
 use regex::{Regex, RegexBuilder};
-use stretto_core::memo::{memo_key, memoised, Memo, MemoEntry};
+use stretto_core::memo::{memo_key, Memo, MemoEntry};
 use stretto_core::op::{
     parse_config, LogicalKind, Modality, OpOutput, OpProperties, OperatorFactory, PhysicalOp, SemanticTask, ValueType,
 };
@@ -367,27 +366,16 @@ impl PhysicalOp for CodegenMap {
         &self.props
     }
 
-    fn evaluate(&self, task: &SemanticTask, batch: &RecordBatch) -> Result<OpOutput> {
-        Ok(self.evaluate_timed(task, batch)?.0)
-    }
-
-    fn evaluate_timed(&self, task: &SemanticTask, batch: &RecordBatch) -> Result<(OpOutput, Vec<f64>)> {
-        if task.kind != LogicalKind::Map {
-            return Err(CoreError::operator(&self.name, "the codegen operator only implements maps"));
-        }
-        let items = task.item_texts(batch)?;
-        memoised(self.memo(), &self.name, task, &items, |missing| {
-            let start = Instant::now();
-            let todo: Vec<String> = missing.iter().map(|&i| items[i].clone()).collect();
-            let program = self.program(task, &todo)?;
-            let ty = task.output.as_ref().map(|o| o.1).unwrap_or(ValueType::String);
-            let values: Vec<Option<String>> =
-                todo.iter().map(|t| program.as_ref().and_then(|p| p.run(t)).and_then(|v| normalize(&v, ty))).collect();
-            let confidences = values.iter().map(|v| if v.is_some() { 1.0 } else { 0.0 }).collect();
-            // Synthesis (once per task) is paid by the batch that needed it; matching itself costs microseconds.
-            let each = (start.elapsed().as_secs_f64() / todo.len().max(1) as f64).max(1e-7);
-            Ok((OpOutput::Values { values, confidences }, vec![each; todo.len()]))
-        })
+    fn evaluate_items(&self, task: &SemanticTask, items: &[String]) -> Result<(OpOutput, Vec<f64>)> {
+        let start = Instant::now();
+        let program = self.program(task, items)?;
+        let ty = task.output.as_ref().map(|o| o.1).unwrap_or(ValueType::String);
+        let values: Vec<Option<String>> =
+            items.iter().map(|t| program.as_ref().and_then(|p| p.run(t)).and_then(|v| normalize(&v, ty))).collect();
+        let confidences = values.iter().map(|v| if v.is_some() { 1.0 } else { 0.0 }).collect();
+        // Synthesis (once per task) is paid by the batch that needed it; matching itself costs microseconds.
+        let each = (start.elapsed().as_secs_f64() / items.len().max(1) as f64).max(1e-7);
+        Ok((OpOutput::Values { values, confidences }, vec![each; items.len()]))
     }
 }
 

@@ -6,8 +6,7 @@
 use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 
-use arrow::array::RecordBatch;
-use stretto_core::memo::{memo_key, memoised, Memo, MemoEntry};
+use stretto_core::memo::{memo_key, Memo, MemoEntry};
 use stretto_core::op::{
     parse_config, LogicalKind, Modality, OpOutput, OpProperties, OperatorFactory, PhysicalOp, SemanticTask,
 };
@@ -55,7 +54,7 @@ pub struct EmbeddingFilter {
     props: OpProperties,
     config: EmbeddingConfig,
     ctx: OpContext,
-    memo: OnceLock<(Option<Memo>, Option<Memo>)>,
+    items: OnceLock<Option<Memo>>,
 }
 
 impl EmbeddingFilter {
@@ -78,15 +77,13 @@ impl EmbeddingFilter {
             },
             config,
             ctx: ctx.clone(),
-            memo: OnceLock::new(),
+            items: OnceLock::new(),
         })
     }
 
-    fn memos(&self) -> (Option<&Memo>, Option<&Memo>) {
-        let (a, b) = self
-            .memo
-            .get_or_init(|| (self.ctx.open_memo(&self.name), self.ctx.open_memo(&format!("{}.items", self.name))));
-        (a.as_ref(), b.as_ref())
+    /// Item embeddings, kept by text across every task.
+    fn item_store(&self) -> Option<&Memo> {
+        self.items.get_or_init(|| self.ctx.open_memo(&format!("{}.items", self.name))).as_ref()
     }
 }
 
@@ -146,24 +143,13 @@ impl PhysicalOp for EmbeddingFilter {
         &self.props
     }
 
-    fn evaluate(&self, task: &SemanticTask, batch: &RecordBatch) -> Result<OpOutput> {
-        Ok(self.evaluate_timed(task, batch)?.0)
-    }
-
-    fn evaluate_timed(&self, task: &SemanticTask, batch: &RecordBatch) -> Result<(OpOutput, Vec<f64>)> {
-        if task.kind != LogicalKind::Filter {
-            return Err(CoreError::operator(&self.name, "the embedding operator only implements filters"));
-        }
-        let items = task.item_texts(batch)?;
-        let (answers, item_store) = self.memos();
-        memoised(answers, &self.name, task, &items, |missing| {
-            let todo: Vec<String> = missing.iter().map(|&i| items[i].clone()).collect();
-            let (vecs, secs) = embed_cached(&self.ctx, &self.config.model, item_store, &todo, self.config.batch)?;
-            let (pred, _) =
-                embed_cached(&self.ctx, &self.config.model, item_store, &[predicate_sentence(&task.prompt)], 1)?;
-            let scores = vecs.iter().map(|v| cosine(v, &pred[0]) as f64).collect();
-            Ok((OpOutput::Scores(scores), secs))
-        })
+    fn evaluate_items(&self, task: &SemanticTask, items: &[String]) -> Result<(OpOutput, Vec<f64>)> {
+        let store = self.item_store();
+        let ctx = &self.ctx;
+        let (vecs, secs) = embed_cached(ctx, &self.config.model, store, items, self.config.batch)?;
+        let (pred, _) = embed_cached(ctx, &self.config.model, store, &[predicate_sentence(&task.prompt)], 1)?;
+        let scores = vecs.iter().map(|v| cosine(v, &pred[0]) as f64).collect();
+        Ok((OpOutput::Scores(scores), secs))
     }
 }
 

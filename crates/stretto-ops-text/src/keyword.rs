@@ -7,9 +7,8 @@
 
 use std::sync::Arc;
 
-use arrow::array::RecordBatch;
 use stretto_core::op::{
-    parse_config, LogicalKind, Modality, OpOutput, OpProperties, OperatorFactory, PhysicalOp, SemanticTask,
+    parse_config, time_evenly, LogicalKind, Modality, OpOutput, OpProperties, OperatorFactory, PhysicalOp, SemanticTask,
 };
 use stretto_core::{CoreError, OpContext, Result};
 
@@ -143,26 +142,33 @@ impl PhysicalOp for KeywordFilter {
         &self.props
     }
 
-    fn evaluate(&self, task: &SemanticTask, batch: &RecordBatch) -> Result<OpOutput> {
-        if task.kind != LogicalKind::Filter {
-            return Err(CoreError::operator(&self.name, "the keyword operator only implements filters"));
+    fn memoise(&self) -> bool {
+        // Counting words costs microseconds: a memo lookup would cost more.
+        false
+    }
+
+    fn accept(&self, task: &SemanticTask) -> Result<String> {
+        if self.keywords.is_empty() && predicate_keywords(&task.prompt).is_empty() {
+            return Err(CoreError::NotApplicable {
+                operator: self.name.clone(),
+                reason: format!("predicate `{}` has no keyword to look for", task.prompt),
+            });
         }
+        Ok(self.name.clone())
+    }
+
+    fn evaluate_items(&self, task: &SemanticTask, items: &[String]) -> Result<(OpOutput, Vec<f64>)> {
         let keywords = if self.keywords.is_empty() { predicate_keywords(&task.prompt) } else { self.keywords.clone() };
-        if keywords.is_empty() {
-            return Err(CoreError::operator(
-                &self.name,
-                format!("predicate `{}` has no keyword to look for", task.prompt),
-            ));
-        }
-        let scores = task
-            .item_texts(batch)?
-            .iter()
-            .map(|item| {
-                let text: Vec<String> = words(item).collect();
-                keywords.iter().filter(|k| contains_phrase(&text, k)).count() as f64
-            })
-            .collect();
-        Ok(OpOutput::Scores(scores))
+        time_evenly(items.len(), || {
+            let scores = items
+                .iter()
+                .map(|item| {
+                    let text: Vec<String> = words(item).collect();
+                    keywords.iter().filter(|k| contains_phrase(&text, k)).count() as f64
+                })
+                .collect();
+            Ok(OpOutput::Scores(scores))
+        })
     }
 }
 
@@ -183,8 +189,10 @@ stretto_core::inventory::submit! {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use arrow::array::StringArray;
+    use arrow::array::{RecordBatch, StringArray};
     use arrow::datatypes::{DataType, Field, Schema};
+    use stretto_core::op::RegisteredOp;
+    use stretto_core::MemoPolicy;
 
     #[test]
     fn keywords_come_from_quotes_or_content_words() {
@@ -199,9 +207,12 @@ mod tests {
             vec![std::sync::Arc::new(StringArray::from(vec![Some("Great acting, great CAST."), Some("castle"), None]))],
         )
         .unwrap();
-        let op = KeywordFilter::new(KeywordConfig::default());
+        let op = RegisteredOp::new(Arc::new(KeywordFilter::new(KeywordConfig::default())), MemoPolicy::Off);
         let task = SemanticTask::filter("f", r#"{r.text} mentions "great acting" or "cast""#);
         assert_eq!(op.evaluate(&task, &batch).unwrap(), OpOutput::Scores(vec![2.0, 0.0, 0.0]));
+        // A predicate without a keyword is declined, not failed: planners drop the operator for it.
+        let none = SemanticTask::filter("g", "{r.text} is");
+        assert!(matches!(op.evaluate(&none, &batch), Err(CoreError::NotApplicable { .. })));
     }
 
     #[test]

@@ -7,7 +7,9 @@
 //! - [`embedding`]: MiniLM cosine similarity between item and predicate;
 //! - [`keyword`]: a cheap, exact filter, useful as a first cascade stage and in tests.
 //!
-//! Every answer is memoised by (operator, task, item) and reports what it cost to compute.
+//! Each operator implements only what is its own (which tasks it accepts, one evaluation over its items); the
+//! framework's [`RegisteredOp`](stretto_core::op::RegisteredOp) memoises every answer by (operator, task, item)
+//! and reports what it cost to compute.
 //!
 //! ```
 //! stretto_ops_text::link(); // make sure this crate's registrations are linked into the binary

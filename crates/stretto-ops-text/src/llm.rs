@@ -16,8 +16,6 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, OnceLock};
 
-use arrow::array::RecordBatch;
-use stretto_core::memo::{memoised, Memo};
 use stretto_core::op::{
     parse_config, LogicalKind, Modality, OpOutput, OpProperties, OperatorFactory, PhysicalOp, SemanticTask, ValueType,
 };
@@ -90,7 +88,6 @@ pub struct LlmOp {
     config: LlmConfig,
     ctx: OpContext,
     source: PastSource,
-    memo: OnceLock<Option<Memo>>,
     bridge: Option<Bridge>,
     /// Calibration log-odds per question: one question pass each, not one per batch.
     baselines: Mutex<HashMap<String, f64>>,
@@ -167,7 +164,6 @@ impl LlmOp {
             source: PastSource::new(profile, kv_dir),
             config,
             ctx: ctx.clone(),
-            memo: OnceLock::new(),
             bridge: None,
             baselines: Mutex::default(),
             contrastive: false,
@@ -266,8 +262,12 @@ impl LlmOp {
         Ok((scores.into_iter().map(|s| s - base).collect(), secs))
     }
 
-    fn memo(&self) -> Option<&Memo> {
-        self.memo.get_or_init(|| self.ctx.open_memo(&self.name)).as_ref()
+    /// The task's prompt as the model reads it: column references become the item's subject.
+    fn question(&self, task: &SemanticTask) -> String {
+        match &self.bridge {
+            Some(b) => about(&task.prompt, b.subject),
+            None => about_the_text(&task.prompt),
+        }
     }
 
     /// The context's shared copy of this operator's model.
@@ -331,67 +331,59 @@ impl PhysicalOp for LlmOp {
         self.bridge.is_none().then_some(self.config.model.as_str())
     }
 
-    fn evaluate(&self, task: &SemanticTask, batch: &RecordBatch) -> Result<OpOutput> {
-        Ok(self.evaluate_timed(task, batch)?.0)
+    fn accept(&self, task: &SemanticTask) -> Result<String> {
+        // A contrast filter's answers depend on the question its model derived, so they are memoised under it: a
+        // changed derivation never reads answers to another question. Without an opposite, it declines.
+        if self.contrastive && task.kind == LogicalKind::Filter {
+            let c = self.contrast_or_decline(&self.question(task))?;
+            return Ok(format!("{}#{}#{}", self.name, c.question, c.lead));
+        }
+        Ok(self.name.clone())
     }
 
-    fn evaluate_timed(&self, task: &SemanticTask, batch: &RecordBatch) -> Result<(OpOutput, Vec<f64>)> {
-        if task.kind != self.props.kind {
-            return Err(CoreError::operator(&self.name, format!("cannot run a {} task", task.kind)));
-        }
-        let items = task.item_texts(batch)?;
-        let question = match &self.bridge {
-            Some(b) => about(&task.prompt, b.subject),
-            None => about_the_text(&task.prompt),
-        };
-        // A contrast filter's answers depend on the question its model derived, so the memo keeps them under it: a
-        // changed derivation never reads answers to another question.
-        let (contrast, memo_name) = if self.contrastive && task.kind == LogicalKind::Filter {
-            let c = self.contrast_or_decline(&question)?;
-            let name = format!("{}#{}#{}", self.name, c.question, c.lead);
-            (Some(c), name)
+    fn evaluate_items(&self, task: &SemanticTask, items: &[String]) -> Result<(OpOutput, Vec<f64>)> {
+        let question = self.question(task);
+        let contrast = if self.contrastive && task.kind == LogicalKind::Filter {
+            Some(self.contrast_or_decline(&question)?)
         } else {
-            (None, self.name.clone())
+            None
         };
-        memoised(self.memo(), &memo_name, task, &items, |missing| {
-            let dec = self.decoder()?;
-            let raw: Vec<String> = missing.iter().map(|&i| items[i].clone()).collect();
-            let (todo, bridge_secs) = match &self.bridge {
-                Some(b) => (b.transform)(&raw)?,
-                None => (raw, vec![0.0; missing.len()]),
-            };
-            let add = |secs: Vec<f64>| -> Vec<f64> { secs.iter().zip(&bridge_secs).map(|(a, b)| a + b).collect() };
-            match task.kind {
-                LogicalKind::Filter => {
-                    let (scores, secs) = self.filter(&dec, &question, contrast.clone(), &todo)?;
-                    Ok((OpOutput::Scores(scores), add(secs)))
-                }
-                LogicalKind::Map => {
-                    let ty = task.output.as_ref().map(|o| o.1).unwrap_or(ValueType::String);
-                    let label = stretto_kv::tasks::field_label(task.output.as_ref().map_or("answer", |o| o.0.as_str()));
-                    let q = stretto_kv::tasks::map_question(&question);
-                    let (answers, secs) = stretto_kv::tasks::map_answers(
-                        &dec,
-                        &self.source,
-                        &todo,
-                        &q,
-                        &label,
-                        self.config.max_tokens,
-                        self.config.batch,
-                    )
-                    .map_err(kv_err(&self.name))?;
-                    let (values, confidences) = answers
-                        .into_iter()
-                        .map(|(text, conf)| {
-                            let v = normalize(&text, ty);
-                            let c = if v.is_some() { conf } else { 0.0 };
-                            (v, c)
-                        })
-                        .unzip();
-                    Ok((OpOutput::Values { values, confidences }, add(secs)))
-                }
+        let dec = self.decoder()?;
+        let (todo, bridge_secs) = match &self.bridge {
+            Some(b) => (b.transform)(items)?,
+            None => (items.to_vec(), vec![0.0; items.len()]),
+        };
+        let add = |secs: Vec<f64>| -> Vec<f64> { secs.iter().zip(&bridge_secs).map(|(a, b)| a + b).collect() };
+        match task.kind {
+            LogicalKind::Filter => {
+                let (scores, secs) = self.filter(&dec, &question, contrast, &todo)?;
+                Ok((OpOutput::Scores(scores), add(secs)))
             }
-        })
+            LogicalKind::Map => {
+                let ty = task.output.as_ref().map(|o| o.1).unwrap_or(ValueType::String);
+                let label = stretto_kv::tasks::field_label(task.output.as_ref().map_or("answer", |o| o.0.as_str()));
+                let q = stretto_kv::tasks::map_question(&question);
+                let (answers, secs) = stretto_kv::tasks::map_answers(
+                    &dec,
+                    &self.source,
+                    &todo,
+                    &q,
+                    &label,
+                    self.config.max_tokens,
+                    self.config.batch,
+                )
+                .map_err(kv_err(&self.name))?;
+                let (values, confidences) = answers
+                    .into_iter()
+                    .map(|(text, conf)| {
+                        let v = normalize(&text, ty);
+                        let c = if v.is_some() { conf } else { 0.0 };
+                        (v, c)
+                    })
+                    .unzip();
+                Ok((OpOutput::Values { values, confidences }, add(secs)))
+            }
+        }
     }
 }
 

@@ -6,7 +6,7 @@ use arrow::array::{Array, AsArray, UInt32Array};
 use arrow::compute::kernels::take::take_record_batch;
 use arrow::datatypes::{Float64Type, Int64Type};
 use stretto_core::datasets::Dataset;
-use stretto_core::op::{OpOutput, PhysicalOp, Registry, SemanticTask, ValueType};
+use stretto_core::op::{OpOutput, RegisteredOp, Registry, SemanticTask, ValueType};
 
 const N: usize = 40;
 
@@ -45,7 +45,7 @@ fn reports() -> (arrow::array::RecordBatch, Vec<Option<i64>>) {
 
 /// Share of labelled items whose extracted integer equals the label.
 fn accuracy(
-    op: &dyn PhysicalOp,
+    op: &RegisteredOp,
     (batch, labels): (arrow::array::RecordBatch, Vec<Option<i64>>),
     task: &SemanticTask,
 ) -> f64 {

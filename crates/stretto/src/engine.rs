@@ -16,7 +16,7 @@ use rand::SeedableRng;
 use stretto_core::datasets::Dataset;
 use stretto_core::exec::{CascadeExecutor, CascadePlan, StageStats};
 use stretto_core::format::PlanFile;
-use stretto_core::op::{Modality, OpOutput, PhysicalOp, Registry, SemanticTask, ValueType};
+use stretto_core::op::{Modality, OpOutput, RegisteredOp, Registry, SemanticTask, ValueType};
 use stretto_core::plan::PlanBuilder;
 use stretto_core::table::{resolve_column, ColumnKind};
 use stretto_kv::press::{Positions, Press};
@@ -182,9 +182,9 @@ fn candidates(
     task: &SemanticTask,
     modality: Modality,
     models: &[String],
-) -> Result<Vec<Arc<dyn PhysicalOp>>> {
+) -> Result<Vec<Arc<RegisteredOp>>> {
     let allowed = |m: &Option<String>| m.as_ref().is_none_or(|m| m.split('+').all(|p| models.iter().any(|a| a == p)));
-    let mut ops: Vec<Arc<dyn PhysicalOp>> = registry
+    let mut ops: Vec<Arc<RegisteredOp>> = registry
         .operators()
         .map(|(op, _)| op.clone())
         .filter(|op| {

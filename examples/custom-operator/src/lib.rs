@@ -5,7 +5,9 @@
 //! predicate that asks for the negative). It costs microseconds, so the optimizer can put it first in a cascade
 //! and let an LLM decide only what it leaves unsure.
 //!
-//! Three things make it a plugin: a type implementing [`PhysicalOp`], an `inventory::submit!`ed
+//! Three things make it a plugin: a type implementing [`PhysicalOp`] (only what is its own: which tasks it accepts
+//! and one evaluation over its items; the framework checks the task's kind, extracts items, memoises and times),
+//! an `inventory::submit!`ed
 //! [`OperatorFactory`] whose configuration is a typed `serde` struct, and a [`link`] function that the user's binary
 //! names once so that rustc keeps this crate (and its registrations) in the binary.
 //!
@@ -23,9 +25,9 @@
 
 use std::sync::Arc;
 
-use arrow::array::RecordBatch;
 use stretto_core::op::{
-    parse_config, LogicalKind, Modality, OpOutput, OpProperties, OperatorFactory, PhysicalOp, PluginCrate, SemanticTask,
+    parse_config, time_evenly, LogicalKind, Modality, OpOutput, OpProperties, OperatorFactory, PhysicalOp, PluginCrate,
+    SemanticTask,
 };
 use stretto_core::{CoreError, OpContext, Result};
 
@@ -164,18 +166,21 @@ impl PhysicalOp for LexiconFilter {
         &self.props
     }
 
-    fn evaluate(&self, task: &SemanticTask, batch: &RecordBatch) -> Result<OpOutput> {
-        if task.kind != LogicalKind::Filter {
-            return Err(CoreError::operator("lexicon", "the lexicon operator only implements filters"));
-        }
+    fn memoise(&self) -> bool {
+        false // microseconds per item: recomputing is cheaper than a memo lookup
+    }
+
+    fn accept(&self, task: &SemanticTask) -> Result<String> {
         // A predicate about something other than sentiment is not this operator's to answer.
-        let positive = direction(&task.prompt).ok_or_else(|| CoreError::NotApplicable {
+        direction(&task.prompt).map(|_| self.name().to_string()).ok_or_else(|| CoreError::NotApplicable {
             operator: "lexicon".into(),
             reason: format!("\"{}\" asks for no sentiment", task.prompt),
-        })?;
-        let sign = if positive { 1.0 } else { -1.0 };
-        let scores = task.item_texts(batch)?.iter().map(|t| sign * self.polarity(t)).collect();
-        Ok(OpOutput::Scores(scores))
+        })
+    }
+
+    fn evaluate_items(&self, task: &SemanticTask, items: &[String]) -> Result<(OpOutput, Vec<f64>)> {
+        let sign = if direction(&task.prompt) == Some(false) { -1.0 } else { 1.0 };
+        time_evenly(items.len(), || Ok(OpOutput::Scores(items.iter().map(|t| sign * self.polarity(t)).collect())))
     }
 }
 
