@@ -156,6 +156,14 @@ enum Command {
         /// Models operators may use (comma-separated).
         #[arg(long, value_delimiter = ',', default_value = "smollm2-135m,minilm,efficientnet-lite0")]
         models: Vec<String>,
+        /// Your own decoder, a GGUF file of a llama or qwen2 model, as model NAME (repeatable): converted and cached
+        /// under the model home on first use, and allowed in this query. Name it in --ladder to make it a rung.
+        #[arg(long = "model", value_name = "NAME=PATH")]
+        user_models: Vec<String>,
+        /// Decoder models of the LLM ladder, smallest first; the last, uncompressed, is the gold candidate
+        /// (default: STRETTO_LADDER, else smollm2-135m,qwen2.5-coder-0.5b).
+        #[arg(long, value_delimiter = ',')]
+        ladder: Option<Vec<String>>,
         /// Fraction of tuples profiled.
         #[arg(long, default_value_t = 0.15)]
         sample: f64,
@@ -576,7 +584,9 @@ fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
             check,
             json,
             limit,
-            models,
+            mut models,
+            user_models,
+            ladder,
             sample,
             seed,
             run_dir,
@@ -593,12 +603,25 @@ fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
                 (None, Some(p)) => p.display().to_string(),
                 (None, None) => unreachable!("clap requires --dataset or --input"),
             };
+            let mut ctx = context();
+            if let Some(l) = ladder {
+                ctx.ladder = l;
+            }
+            for spec in &user_models {
+                let (name, path) = spec
+                    .split_once('=')
+                    .ok_or_else(|| format!("--model {spec}: write it as NAME=PATH (a GGUF file)"))?;
+                stretto::kv::prepare::register_gguf(&ctx.model_home, name, std::path::Path::new(path))?;
+                if !models.iter().any(|m| m == name) {
+                    models.push(name.to_string());
+                }
+            }
             let mut o = QueryOptions::new(&source, &query);
             (o.precision, o.recall, o.credible, o.method, o.check) = (precision, recall, credible, method, check);
             (o.limit, o.models, o.sample_fraction, o.seed) = (limit, models, sample, seed);
             o.run_dir = Some(run_dir);
             o.progress = !json && std::io::stderr().is_terminal();
-            let registry = stretto::registry_for(&context())?;
+            let registry = stretto::registry_for(&ctx)?;
             let r = match &input {
                 None => run_query(&registry, &o)?,
                 Some(path) => {

@@ -132,7 +132,7 @@ impl LlmOp {
     /// Builds the operator (cheap: models load on first evaluation).
     pub fn new(kind: LogicalKind, config: LlmConfig, ctx: &OpContext) -> Result<Self> {
         let bad = |m: String| CoreError::OperatorConfig { factory: family(kind).into(), message: m };
-        stretto_kv::models::spec(&config.model).map_err(|e| bad(e.to_string()))?;
+        stretto_kv::prepare::check_decoder_name(&ctx.model_home, &config.model).map_err(|e| bad(e.to_string()))?;
         if !(0.0..1.0).contains(&config.ratio) {
             return Err(bad(format!("ratio {} is outside [0, 1)", config.ratio)));
         }

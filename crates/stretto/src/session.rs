@@ -44,6 +44,8 @@ pub struct SessionConfig {
     pub sample_fraction: f64,
     /// Fewest tuples profiled (all of them when the input is smaller).
     pub min_sample: usize,
+    /// The user's own decoders (name, GGUF file), registered and converted when the session is built.
+    pub user_models: Vec<(String, PathBuf)>,
 }
 
 /// Builds a [`Session`]; every setting has a default under the model home.
@@ -67,6 +69,7 @@ impl SessionBuilder {
                 seed: 42,
                 sample_fraction: 0.15,
                 min_sample: 40,
+                user_models: Vec::new(),
             },
         }
     }
@@ -138,6 +141,18 @@ impl SessionBuilder {
         self
     }
 
+    /// Brings your own decoder: the GGUF file at `path` (a llama or qwen2 architecture) becomes model `name`,
+    /// converted and cached under the model home like a catalog model, and allowed in queries. Put it in the
+    /// [`ladder`](Self::ladder) to make it a rung (the last ladder model, uncompressed, is the gold candidate).
+    pub fn model(mut self, name: impl Into<String>, path: impl Into<PathBuf>) -> Self {
+        let name = name.into();
+        if !self.config.models.contains(&name) {
+            self.config.models.push(name.clone());
+        }
+        self.config.user_models.push((name, path.into()));
+        self
+    }
+
     /// The session: links the operator plugins and builds the registry under this configuration.
     pub fn build(self) -> Result<Session> {
         let c = &self.config;
@@ -150,8 +165,14 @@ impl SessionBuilder {
         if c.operators.ladder.is_empty() {
             return Err(Error::Query("the LLM ladder names no model".into()));
         }
+        let home = &c.operators.model_home;
+        for (name, path) in &c.user_models {
+            stretto_kv::prepare::register_gguf(home, name, path)?;
+        }
         for m in c.operators.ladder.iter().chain(&c.models) {
-            stretto_kv::models::spec(m)?;
+            if !stretto_kv::prepare::is_user_model(home, m) {
+                stretto_kv::models::spec(m)?;
+            }
         }
         let registry = crate::registry_for(&c.operators)?;
         Ok(Session {
