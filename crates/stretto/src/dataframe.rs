@@ -131,6 +131,16 @@ impl DataFrame {
         Ok(ProfiledFrame { frame: self.clone(), pulled, profiled })
     }
 
+    /// This frame with a profile saved earlier ([`ProfiledFrame::save_profile`]), so it can be re-optimized under
+    /// other targets or strategies without profiling again. The profile must be of this frame's pipeline.
+    pub fn with_profile(&self, path: impl AsRef<Path>) -> Result<ProfiledFrame> {
+        let path = path.as_ref();
+        let (pulled, input) = self.pulled()?;
+        let profile = Profile::read(path)?;
+        let profiled = engine::reuse_profile(&pulled, &input, profile, path.to_path_buf())?;
+        Ok(ProfiledFrame { frame: self.clone(), pulled, profiled })
+    }
+
     /// Profiles, optimizes with the certified global strategy under `targets`, and executes.
     pub fn collect(&self, targets: Targets) -> Result<QueryResult> {
         self.collect_with(targets, &Global::default())
@@ -168,14 +178,55 @@ impl ProfiledFrame {
 
     /// Optimizes with `strategy` under `targets` and executes.
     pub fn collect_with(&self, targets: Targets, strategy: &dyn Strategy) -> Result<QueryResult> {
-        let o = self.frame.options(&targets, strategy.name());
+        self.execute(&self.optimize(targets, strategy)?)
+    }
+
+    /// Optimizes with `strategy` under `targets`: the plan, its certified bounds and warnings, before anything runs.
+    pub fn optimize(&self, targets: Targets, strategy: &dyn Strategy) -> Result<OptimizedPlan> {
+        let options = self.frame.options(&targets, strategy.name());
+        let planned = engine::optimize(&self.profiled, &options, strategy)?;
+        Ok(OptimizedPlan { planned, options })
+    }
+
+    /// Executes an optimized plan of this frame on its whole input.
+    pub fn execute(&self, plan: &OptimizedPlan) -> Result<QueryResult> {
         let session = &self.frame.session;
-        let mut report = engine::finish_with(&session.registry(), &self.pulled, &self.profiled, &o, strategy)?;
+        let registry = session.registry();
+        let mut report = engine::execute(&registry, &self.pulled, &self.profiled, &plan.options, &plan.planned)?;
         if let Some(n) = self.frame.limit {
             report.result = report.result.slice(0, n.min(report.result.num_rows()));
             report.rows.truncate(n);
         }
         Ok(QueryResult { report })
+    }
+}
+
+/// A plan a strategy chose for a profiled frame, not yet executed.
+#[derive(Debug, Clone)]
+pub struct OptimizedPlan {
+    planned: engine::Planned,
+    options: QueryOptions,
+}
+
+impl OptimizedPlan {
+    /// The plan (`stretto.plan/v1`): stages in order, thresholds, predicted bounds, warnings.
+    pub fn plan(&self) -> &stretto_core::format::PlanFile {
+        &self.planned.plan
+    }
+
+    /// Certified lower bounds of precision and recall on the profiled tuples (1/1 for the gold plan).
+    pub fn bounds(&self) -> (f64, f64) {
+        (self.planned.optimized.precision_lower_bound, self.planned.optimized.recall_lower_bound)
+    }
+
+    /// Whether the strategy fell back to the gold plan (the plan's warnings say why).
+    pub fn fell_back_to_gold(&self) -> bool {
+        self.planned.optimized.fell_back_to_gold
+    }
+
+    /// Predicted cost per tuple, in seconds, on the profiled tuples.
+    pub fn cost_per_tuple(&self) -> f64 {
+        self.planned.optimized.cost_per_tuple
     }
 }
 

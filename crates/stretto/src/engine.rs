@@ -22,7 +22,7 @@ use stretto_core::table::{resolve_column, ColumnKind};
 use stretto_kv::press::{Positions, Press};
 use stretto_optim::problem::Problem;
 use stretto_optim::profile::{LogicalEntry, PhysicalEntry, Profile, PROFILE_FORMAT};
-use stretto_optim::strategy::{strategy, Strategy, Targets};
+use stretto_optim::strategy::{strategy, Optimized, Strategy, Targets};
 
 use crate::error::{Error, Result};
 
@@ -464,6 +464,52 @@ pub fn profile_pipeline(
     })
 }
 
+/// A profile saved earlier for this pipeline, ready to be re-optimized without profiling again. Its logical
+/// operators must be the pipeline's and its population the input's size, or it describes another query.
+pub fn reuse_profile(
+    pulled: &stretto_core::plan::PulledUpPlan,
+    input: &RecordBatch,
+    profile: Profile,
+    path: PathBuf,
+) -> Result<Profiled> {
+    let tasks = pulled.semantic.clone();
+    let want: Vec<(&str, _)> = tasks.iter().map(|t| (t.name.as_str(), t.kind)).collect();
+    let have: Vec<(&str, _)> = profile.logical.iter().map(|l| (l.name.as_str(), l.kind)).collect();
+    if want != have {
+        return Err(Error::Query(format!(
+            "profile {} is of logical operators {:?}, this pipeline has {:?}",
+            path.display(),
+            have.iter().map(|h| h.0).collect::<Vec<_>>(),
+            want.iter().map(|w| w.0).collect::<Vec<_>>()
+        )));
+    }
+    if profile.population != input.num_rows() as u64 {
+        return Err(Error::Query(format!(
+            "profile {} was made on {} tuples; this pipeline's input has {}",
+            path.display(),
+            profile.population,
+            input.num_rows()
+        )));
+    }
+    let candidates = tasks
+        .iter()
+        .map(|t| {
+            let prefix = format!("{}/", t.name);
+            let names = profile.physical.iter().filter_map(|e| e.name.strip_prefix(&prefix)).map(str::to_string);
+            (t.name.clone(), names.collect())
+        })
+        .collect();
+    Ok(Profiled {
+        sample_rows: profile.tuples.len(),
+        tasks,
+        input: input.clone(),
+        profile,
+        profile_path: Some(path),
+        candidates,
+        timings: BTreeMap::new(),
+    })
+}
+
 /// Steps 4–6 of [`run_pipeline`] for the method, targets and `check` of `o`: optimize, execute, check.
 pub fn finish_pipeline(
     registry: &Registry,
@@ -482,23 +528,37 @@ pub fn finish_with(
     o: &QueryOptions,
     strat: &dyn Strategy,
 ) -> Result<QueryReport> {
-    let total = Instant::now();
-    let targets = Targets::new(o.precision, o.recall, o.credible)?;
-    let (tasks, input, profile) = (p.tasks.clone(), &p.input, &p.profile);
-    let n = input.num_rows();
-    let mut timings = p.timings.clone();
-    let profile_path = p.profile_path.clone();
+    let planned = optimize(p, o, strat)?;
+    execute(registry, pulled, p, o, &planned)
+}
 
-    // 4. Optimize.
+/// Step 4 of [`run_pipeline`]: what a strategy made of a profiled pipeline.
+#[derive(Debug, Clone)]
+pub struct Planned {
+    /// The plan with the strategy's prediction and warnings.
+    pub optimized: Optimized,
+    /// The plan as a `stretto.plan/v1` document (stages, thresholds, predicted bounds, warnings, logical operators).
+    pub plan: PlanFile,
+    /// The relaxation the plan was optimized on (its gold plan is what `check` compares with).
+    pub problem: Problem,
+    /// Where the plan was written, if it was.
+    pub plan_path: Option<PathBuf>,
+    /// Seconds the optimizer took.
+    pub seconds: f64,
+}
+
+/// Step 4 of [`run_pipeline`]: optimizes the profiled pipeline with `strat` under the targets of `o`.
+pub fn optimize(p: &Profiled, o: &QueryOptions, strat: &dyn Strategy) -> Result<Planned> {
     let t0 = Instant::now();
-    let problem = Problem::from_profile(profile)?;
+    let targets = Targets::new(o.precision, o.recall, o.credible)?;
+    let problem = Problem::from_profile(&p.profile)?;
     let optimized = {
         let _span = tracing::info_span!("optimize", method = strat.name()).entered();
         strat.optimize(&problem, &targets, o.seed)?
     };
     let mut plan = optimized.to_plan_file(&problem);
     plan.query = Some(o.query.clone());
-    plan.logical = tasks.clone();
+    plan.logical = p.tasks.clone();
     let plan_path = match &o.run_dir {
         Some(dir) => {
             let path = dir.join("plan.json");
@@ -507,7 +567,25 @@ pub fn finish_with(
         }
         None => None,
     };
-    timings.insert("optimization".into(), t0.elapsed().as_secs_f64());
+    Ok(Planned { optimized, plan, problem, plan_path, seconds: t0.elapsed().as_secs_f64() })
+}
+
+/// Steps 5–6 of [`run_pipeline`]: executes a planned cascade on the whole input and, with `o.check`, the gold plan.
+pub fn execute(
+    registry: &Registry,
+    pulled: &stretto_core::plan::PulledUpPlan,
+    p: &Profiled,
+    o: &QueryOptions,
+    planned: &Planned,
+) -> Result<QueryReport> {
+    let total = Instant::now();
+    let (tasks, input) = (p.tasks.clone(), &p.input);
+    let n = input.num_rows();
+    let mut timings = p.timings.clone();
+    let profile_path = p.profile_path.clone();
+    timings.insert("optimization".into(), planned.seconds);
+    let (optimized, plan, problem, plan_path) =
+        (&planned.optimized, planned.plan.clone(), &planned.problem, planned.plan_path.clone());
 
     // 5. Execute on everything.
     let t0 = Instant::now();
@@ -548,8 +626,8 @@ pub fn finish_with(
     } else {
         None
     };
-    timings
-        .insert("total".into(), total.elapsed().as_secs_f64() + p.timings.get("prepare_total").copied().unwrap_or(0.0));
+    let prepare = p.timings.get("prepare_total").copied().unwrap_or(0.0);
+    timings.insert("total".into(), total.elapsed().as_secs_f64() + planned.seconds + prepare);
     timings.remove("prepare_total");
 
     let rows = batch_rows(&result);

@@ -39,7 +39,7 @@ pub use stretto_ops_image as ops_image;
 pub use stretto_ops_text as ops_text;
 pub use stretto_optim as optim;
 
-pub use dataframe::{DataFrame, ProfiledFrame, QueryResult};
+pub use dataframe::{DataFrame, OptimizedPlan, ProfiledFrame, QueryResult};
 pub use error::{Error, Result};
 pub use io::{CsvOptions, FileFormat, ReadOptions};
 pub use session::{ExecutionProvider, Session, SessionBuilder, SessionConfig};

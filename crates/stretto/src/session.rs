@@ -22,6 +22,10 @@ pub enum ExecutionProvider {
     #[default]
     Cpu,
     /// ONNX Runtime's CUDA execution provider (needs the `cuda` feature and onnxruntime-gpu's libraries).
+    ///
+    /// ONNX Runtime's environment is one per process: in a build with the `cuda` feature every session tries CUDA
+    /// first and falls back to the CPU, whatever this setting says; without the feature, asking for CUDA is an
+    /// error when the session is built.
     Cuda,
 }
 

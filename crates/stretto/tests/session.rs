@@ -174,3 +174,45 @@ fn bad_input_gives_typed_errors_naming_the_culprit() {
     let e = s.read_parquet(&pq, &Default::default()).unwrap().collect(Targets::new(0.9, 0.9, 0.95).unwrap());
     assert!(e.unwrap_err().to_string().contains("no semantic operation"));
 }
+
+#[test]
+fn a_saved_profile_is_re_optimized_offline_under_other_targets_and_strategies() {
+    let dir = tempfile::tempdir().unwrap();
+    let csv = write_reviews_csv(dir.path(), 80);
+    // Model-free and MiniLM operators only: profiling costs seconds.
+    let s = Session::builder(stretto::core::context::default_home())
+        .kv_dir(dir.path().join("kv"))
+        .memo_dir(dir.path().join("memo"))
+        .models(["minilm"])
+        .sample(0.5, 40)
+        .build()
+        .unwrap();
+    let frame = s.read_csv(&csv, &Default::default()).unwrap().sem_filter("{reviews.reviewtext} is clearly positive");
+    let frame = frame.unwrap();
+    let profiled = frame.profile().unwrap();
+    let saved = dir.path().join("profile.json");
+    profiled.save_profile(&saved).unwrap();
+
+    let reloaded = frame.with_profile(&saved).unwrap();
+    for t in [0.5, 0.9] {
+        let targets = Targets::new(t, t, 0.95).unwrap();
+        let (a, b) = (
+            profiled.optimize(targets, &stretto::Global::default()).unwrap(),
+            reloaded.optimize(targets, &stretto::Global::default()).unwrap(),
+        );
+        assert_eq!(a.plan().stages, b.plan().stages, "the same profile gives the same plan at {t}");
+        assert_eq!(a.bounds(), b.bounds());
+    }
+    // Executing a plan chosen offline: the result is the plan's, and the gold strategy's plan is gold's.
+    let lotus = reloaded.optimize(Targets::new(0.8, 0.8, 0.95).unwrap(), &stretto::Lotus).unwrap();
+    let result = reloaded.execute(&lotus).unwrap();
+    assert_eq!(result.plan().stages, lotus.plan().stages);
+    let gold = reloaded.optimize(Targets::new(0.8, 0.8, 0.95).unwrap(), &Gold).unwrap();
+    assert_eq!(gold.bounds(), (1.0, 1.0));
+
+    // A profile of another pipeline is refused, naming both.
+    let other = s.read_csv(&csv, &Default::default()).unwrap().sem_filter("{reviews.reviewtext} is clearly positive");
+    let other = other.unwrap().sem_filter("{reviews.reviewtext} mentions the cast").unwrap();
+    let e = other.with_profile(&saved).unwrap_err().to_string();
+    assert!(e.contains("profile.json") && e.contains("filter_2"), "{e}");
+}
