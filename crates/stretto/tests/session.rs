@@ -45,6 +45,17 @@ fn ids(batch: &RecordBatch) -> Vec<i64> {
     v
 }
 
+/// The example's pipeline, composed again over any frame of the reviews table.
+fn top_critics_positive_titles(frame: stretto::DataFrame) -> stretto::DataFrame {
+    frame
+        .filter(stretto::col("reviews.istopcritic").eq(stretto::lit(true)))
+        .unwrap()
+        .sem_filter("{reviews.reviewtext} is clearly positive")
+        .unwrap()
+        .sem_map("title", "Extract the movie title mentioned in {reviews.reviewtext}", stretto::ValueType::String)
+        .unwrap()
+}
+
 #[test]
 fn the_example_pipeline_runs_on_a_csv_and_a_parquet_file_and_meets_its_targets() {
     let dir = tempfile::tempdir().unwrap();
@@ -69,15 +80,7 @@ fn the_example_pipeline_runs_on_a_csv_and_a_parquet_file_and_meets_its_targets()
 
     // --check: against the gold plan on every tuple, the result meets its targets, or the optimizer said it fell
     // back to gold (and then equals it).
-    let frame = s
-        .read_csv(&csv, &Default::default())
-        .unwrap()
-        .filter(stretto::col("reviews.istopcritic").eq(stretto::lit(true)))
-        .unwrap()
-        .sem_filter("{reviews.reviewtext} is clearly positive")
-        .unwrap()
-        .sem_map("title", "Extract the movie title mentioned in {reviews.reviewtext}", stretto::ValueType::String)
-        .unwrap();
+    let frame = top_critics_positive_titles(s.read_csv(&csv, &Default::default()).unwrap());
     let gold = frame.collect_with(Targets::new(0.8, 0.8, 0.95).unwrap(), &Gold).unwrap();
     let (got, truth) = (ids(result.batch()), ids(gold.batch()));
     let tp = got.iter().filter(|i| truth.contains(i)).count() as f64;
@@ -88,15 +91,7 @@ fn the_example_pipeline_runs_on_a_csv_and_a_parquet_file_and_meets_its_targets()
     let pq = dir.path().join("reviews.parquet");
     let batch = stretto::io::read_csv(&csv, &Default::default()).unwrap();
     stretto::io::write(&batch, &pq, stretto::FileFormat::Parquet).unwrap();
-    let from_parquet = s
-        .read_parquet(&pq, &Default::default())
-        .unwrap()
-        .filter(stretto::col("reviews.istopcritic").eq(stretto::lit(true)))
-        .unwrap()
-        .sem_filter("{reviews.reviewtext} is clearly positive")
-        .unwrap()
-        .sem_map("title", "Extract the movie title mentioned in {reviews.reviewtext}", stretto::ValueType::String)
-        .unwrap()
+    let from_parquet = top_critics_positive_titles(s.read_parquet(&pq, &Default::default()).unwrap())
         .collect(Targets::new(0.8, 0.8, 0.95).unwrap())
         .unwrap();
     assert_eq!(ids(from_parquet.batch()), ids(result.batch()));
