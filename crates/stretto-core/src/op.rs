@@ -10,7 +10,7 @@ use arrow::datatypes::{DataType, Schema};
 
 use crate::context::{MemoPolicy, OpContext};
 use crate::error::{CoreError, Result};
-use crate::memo::Memo;
+use crate::memo::{memo_key, Memo, MemoEntry};
 use crate::table::resolve_column;
 
 /// Which logical operator family an implementation serves.
@@ -406,7 +406,7 @@ impl RegisteredOp {
         }
         let identity = self.op.accept(task)?;
         let items = task.item_texts(batch)?;
-        crate::memo::memoised(self.memo(), &identity, task, &items, |missing| {
+        memoised(self.memo(), &identity, task, &items, |missing| {
             let todo: Vec<String> = missing.iter().map(|&i| items[i].clone()).collect();
             let (out, seconds) = self.op.evaluate_items(task, &todo)?;
             match (&out, task.kind) {
@@ -426,6 +426,97 @@ impl RegisteredOp {
     pub fn evaluate(&self, task: &SemanticTask, batch: &RecordBatch) -> Result<OpOutput> {
         Ok(self.evaluate_timed(task, batch)?.0)
     }
+}
+
+/// Evaluates `task` on `items` through `memo`: memoised answers are reused, the rest are computed by `compute`
+/// (given the indices of the missing items, it returns their output and per-item seconds, in that order) and then
+/// memoised. Returns the output for every item and each item's cost in seconds.
+fn memoised(
+    memo: Option<&Memo>,
+    operator: &str,
+    task: &SemanticTask,
+    items: &[String],
+    compute: impl FnOnce(&[usize]) -> Result<(OpOutput, Vec<f64>)>,
+) -> Result<(OpOutput, Vec<f64>)> {
+    let prompt = serde_json::to_string(task).unwrap_or_else(|_| task.prompt.clone());
+    let keys: Vec<String> = items.iter().map(|i| memo_key(operator, &prompt, i)).collect();
+    let hits: Vec<Option<MemoEntry>> = keys.iter().map(|k| memo.and_then(|m| m.get(k))).collect();
+    let missing: Vec<usize> = (0..items.len()).filter(|&i| hits[i].is_none()).collect();
+    let (fresh, fresh_seconds) = if missing.is_empty() {
+        (None, Vec::new())
+    } else {
+        let (out, secs) = compute(&missing)?;
+        if out.len() != missing.len() || secs.len() != missing.len() {
+            return Err(CoreError::operator(
+                operator,
+                format!("returned {} outputs and {} costs for {} tuples", out.len(), secs.len(), missing.len()),
+            ));
+        }
+        (Some(out), secs)
+    };
+    let mut seconds = vec![0.0; items.len()];
+    let mut new_entries = Vec::new();
+    let out = match task.kind {
+        LogicalKind::Filter => {
+            let mut scores = vec![0.0; items.len()];
+            for (i, h) in hits.iter().enumerate() {
+                if let Some(h) = h {
+                    scores[i] = h.score.unwrap_or(f64::NAN);
+                    seconds[i] = h.seconds;
+                }
+            }
+            if let Some(fresh) = fresh {
+                let OpOutput::Scores(s) = fresh else {
+                    return Err(CoreError::operator(operator, "a filter returned map values"));
+                };
+                for ((&i, v), secs) in missing.iter().zip(s).zip(&fresh_seconds) {
+                    scores[i] = v;
+                    seconds[i] = *secs;
+                    new_entries.push(MemoEntry {
+                        key: keys[i].clone(),
+                        score: Some(v),
+                        value: None,
+                        confidence: None,
+                        seconds: *secs,
+                    });
+                }
+            }
+            OpOutput::Scores(scores)
+        }
+        LogicalKind::Map => {
+            let mut values = vec![None; items.len()];
+            let mut confidences = vec![0.0; items.len()];
+            for (i, h) in hits.iter().enumerate() {
+                if let Some(h) = h {
+                    values[i] = h.value.clone();
+                    confidences[i] = h.confidence.unwrap_or(0.0);
+                    seconds[i] = h.seconds;
+                }
+            }
+            if let Some(fresh) = fresh {
+                let OpOutput::Values { values: v, confidences: c } = fresh else {
+                    return Err(CoreError::operator(operator, "a map returned filter scores"));
+                };
+                for (((&i, v), c), secs) in missing.iter().zip(v).zip(c).zip(&fresh_seconds) {
+                    new_entries.push(MemoEntry {
+                        key: keys[i].clone(),
+                        score: None,
+                        value: v.clone(),
+                        confidence: Some(c),
+                        seconds: *secs,
+                    });
+                    values[i] = v;
+                    confidences[i] = c;
+                    seconds[i] = *secs;
+                }
+            }
+            OpOutput::Values { values, confidences }
+        }
+    };
+    if let Some(m) = memo {
+        m.put(new_entries)?;
+    }
+    Ok((out, seconds))
 }
 
 /// A factory that a plugin crate submits with `inventory::submit!`.

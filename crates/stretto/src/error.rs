@@ -9,7 +9,10 @@ pub enum Error {
     /// Data model, plans, operators, execution.
     #[error(transparent)]
     Core(#[from] stretto_core::CoreError),
-    /// Models, KV caches, ONNX Runtime.
+    /// Fetching, reading or converting models (the catalog, a user's GGUF file).
+    #[error(transparent)]
+    Model(#[from] stretto_models::ModelError),
+    /// Running models, KV caches, ONNX Runtime.
     #[error(transparent)]
     Kv(#[from] stretto_kv::KvError),
     /// Profiles, targets, the optimizer.

@@ -21,28 +21,32 @@
 //! # Ok::<(), stretto::Error>(())
 //! ```
 //!
-//! The crate also re-exports Stretto's crates ([`core`], [`kv`], [`ops_text`], [`ops_image`], [`optim`]) and links
+//! The crate also re-exports Stretto's crates ([`core`], [`models`], [`kv`], [`ops_text`], [`ops_image`], [`optim`]) and links
 //! every operator plugin, so [`registry_for`] sees every operator, with a clear error if a plugin is missing.
 //! The [`engine`] module holds the phases the frame runs (also used by the `stretto` CLI and the benchmarks).
 
 #![warn(missing_docs)]
 
+pub mod config;
 pub mod dataframe;
 pub mod engine;
 pub mod error;
 pub mod io;
 pub mod session;
+mod state;
 
 pub use stretto_core as core;
 pub use stretto_kv as kv;
+pub use stretto_models as models;
 pub use stretto_ops_image as ops_image;
 pub use stretto_ops_text as ops_text;
 pub use stretto_optim as optim;
 
+pub use config::{ExecutionProvider, SessionConfig};
 pub use dataframe::{DataFrame, OptimizedPlan, ProfiledFrame, QueryResult};
 pub use error::{Error, Result};
 pub use io::{CsvOptions, FileFormat, ReadOptions};
-pub use session::{ExecutionProvider, Session, SessionBuilder, SessionConfig};
+pub use session::{BundledDataset, Session, SessionBuilder};
 pub use stretto_core::expr::{col, lit, Expr};
 pub use stretto_core::op::ValueType;
 pub use stretto_core::{MemoPolicy, OpContext};

@@ -1,7 +1,6 @@
 //! The [`Session`]: configuration, the operator registry, registered tables; the entry point for reading data and
 //! building [`DataFrame`]s.
 
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock, RwLockReadGuard};
 
@@ -11,46 +10,11 @@ use stretto_core::op::{PhysicalOp, Registry};
 use stretto_core::plan::PlanBuilder;
 use stretto_core::{MemoPolicy, OpContext};
 
+use crate::config::{ExecutionProvider, SessionConfig};
 use crate::dataframe::DataFrame;
 use crate::error::{Error, Result};
 use crate::io::{self, CsvOptions, ReadOptions};
-
-/// Where models run.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum ExecutionProvider {
-    /// ONNX Runtime's CPU kernels.
-    #[default]
-    Cpu,
-    /// ONNX Runtime's CUDA execution provider (needs the `cuda` feature and onnxruntime-gpu's libraries).
-    ///
-    /// ONNX Runtime's environment is one per process: in a build with the `cuda` feature every session tries CUDA
-    /// first and falls back to the CPU, whatever this setting says; without the feature, asking for CUDA is an
-    /// error when the session is built.
-    Cuda,
-}
-
-/// Everything a session is configured with.
-#[derive(Debug, Clone, PartialEq)]
-pub struct SessionConfig {
-    /// Model home, KV cache directory, memo policy, threads and the LLM ladder: what operators run under.
-    pub operators: OpContext,
-    /// Models physical operators may use in a query (operators without a model are always allowed).
-    pub models: Vec<String>,
-    /// Where models run.
-    pub provider: ExecutionProvider,
-    /// Progress bars on long work.
-    pub progress: bool,
-    /// Where each query writes its profile and plan (nowhere when `None`).
-    pub run_dir: Option<PathBuf>,
-    /// Seed of the profiling sample and the optimizer.
-    pub seed: u64,
-    /// Fraction of the input profiled.
-    pub sample_fraction: f64,
-    /// Fewest tuples profiled (all of them when the input is smaller).
-    pub min_sample: usize,
-    /// The user's own decoders (name, GGUF file), registered and converted when the session is built.
-    pub user_models: Vec<(String, PathBuf)>,
-}
+use crate::state::SessionState;
 
 /// Builds a [`Session`]; every setting has a default under the model home.
 #[derive(Debug, Clone)]
@@ -180,15 +144,13 @@ impl SessionBuilder {
         }
         let registry = crate::registry_for(&c.operators)?;
         Ok(Session {
-            inner: Arc::new(Inner { config: self.config, registry: RwLock::new(registry), tables: RwLock::default() }),
+            inner: Arc::new(SessionState {
+                config: self.config,
+                registry: RwLock::new(registry),
+                tables: RwLock::default(),
+            }),
         })
     }
-}
-
-struct Inner {
-    config: SessionConfig,
-    registry: RwLock<Registry>,
-    tables: RwLock<BTreeMap<String, RecordBatch>>,
 }
 
 /// A Stretto session: owns its configuration, operator registry and registered tables. Cheap to clone (shared).
@@ -196,7 +158,7 @@ struct Inner {
 /// Two sessions with different settings (model homes, memo directories, ladders) work side by side in one process.
 #[derive(Clone)]
 pub struct Session {
-    inner: Arc<Inner>,
+    inner: Arc<SessionState>,
 }
 
 impl std::fmt::Debug for Session {
@@ -218,7 +180,7 @@ impl Session {
 
     /// The operator registry (read access).
     pub fn registry(&self) -> RwLockReadGuard<'_, Registry> {
-        self.inner.registry.read().unwrap_or_else(|p| p.into_inner())
+        self.inner.registry()
     }
 
     /// Adds an operator built at run time; queries of this session may then use it like a linked one.
@@ -254,28 +216,28 @@ impl Session {
                 tables.keys().cloned().collect::<Vec<_>>().join(", ")
             ))
         })?;
-        DataFrame::scan(self.clone(), name, batch, name)
+        DataFrame::scan(self.inner.clone(), name, batch, name)
     }
 
     /// A frame over a CSV file; the table is named after the file stem.
     pub fn read_csv(&self, path: impl AsRef<Path>, options: &CsvOptions) -> Result<DataFrame> {
         let path = path.as_ref();
         let batch = io::read_csv(path, options)?;
-        DataFrame::scan(self.clone(), &table_name(path)?, &batch, &path.display().to_string())
+        DataFrame::scan(self.inner.clone(), &table_name(path)?, &batch, &path.display().to_string())
     }
 
     /// A frame over a Parquet file; the table is named after the file stem.
     pub fn read_parquet(&self, path: impl AsRef<Path>, options: &ReadOptions) -> Result<DataFrame> {
         let path = path.as_ref();
         let batch = io::read_parquet(path, options)?;
-        DataFrame::scan(self.clone(), &table_name(path)?, &batch, &path.display().to_string())
+        DataFrame::scan(self.inner.clone(), &table_name(path)?, &batch, &path.display().to_string())
     }
 
     /// A frame over a newline-delimited JSON file; the table is named after the file stem.
     pub fn read_json(&self, path: impl AsRef<Path>, options: &ReadOptions) -> Result<DataFrame> {
         let path = path.as_ref();
         let batch = io::read_json(path, options)?;
-        DataFrame::scan(self.clone(), &table_name(path)?, &batch, &path.display().to_string())
+        DataFrame::scan(self.inner.clone(), &table_name(path)?, &batch, &path.display().to_string())
     }
 
     /// A frame over a file whose format its extension names (CSV, Parquet, NDJSON), as table `table` (default: the
@@ -291,7 +253,7 @@ impl Session {
             Some(t) => t.to_string(),
             None => table_name(path)?,
         };
-        DataFrame::scan(self.clone(), &name, &batch, &path.display().to_string())
+        DataFrame::scan(self.inner.clone(), &name, &batch, &path.display().to_string())
     }
 
     /// A table of a bundled dataset (`session.dataset("movie")?.table("reviews")`).
@@ -311,7 +273,7 @@ impl BundledDataset {
     /// Its table `name` as a frame.
     pub fn table(&self, name: &str) -> Result<DataFrame> {
         let batch = self.dataset.table(name)?;
-        DataFrame::scan(self.session.clone(), name, batch, &format!("{} ({name})", self.dataset.name))
+        DataFrame::scan(self.session.inner.clone(), name, batch, &format!("{} ({name})", self.dataset.name))
     }
 
     /// Its table names.

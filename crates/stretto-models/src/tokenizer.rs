@@ -8,7 +8,7 @@
 use serde_json::{json, Value as Json};
 use tokenizers::Tokenizer;
 
-use crate::error::{KvError, Result};
+use crate::error::{ModelError, Result};
 use crate::gguf::{Gguf, Value};
 
 /// GGUF token type of control tokens (`<|im_start|>`...).
@@ -22,7 +22,7 @@ const QWEN2_SPLIT: &str =
 
 /// The `tokenizer.json` document equivalent to a GGUF file's tokenizer.
 pub fn tokenizer_json(g: &Gguf) -> Result<Json> {
-    let bad = |m: String| KvError::Format { file: "GGUF tokenizer".into(), message: m };
+    let bad = |m: String| ModelError::Format { file: "GGUF tokenizer".into(), message: m };
     let model = g.meta("tokenizer.ggml.model")?.as_str().unwrap_or_default().to_string();
     if model != "gpt2" {
         return Err(bad(format!("tokenizer model `{model}` is not supported (only byte-level BPE, `gpt2`)")));
@@ -92,6 +92,6 @@ pub fn tokenizer_json(g: &Gguf) -> Result<Json> {
 pub fn from_gguf(g: &Gguf) -> Result<Tokenizer> {
     let doc = tokenizer_json(g)?;
     let text = serde_json::to_string(&doc)
-        .map_err(|e| KvError::Format { file: "tokenizer.json".into(), message: e.to_string() })?;
-    text.parse::<Tokenizer>().map_err(|e| KvError::Format { file: "tokenizer.json".into(), message: e.to_string() })
+        .map_err(|e| ModelError::Format { file: "tokenizer.json".into(), message: e.to_string() })?;
+    text.parse::<Tokenizer>().map_err(|e| ModelError::Format { file: "tokenizer.json".into(), message: e.to_string() })
 }

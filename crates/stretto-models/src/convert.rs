@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::error::{KvError, Result};
+use crate::error::{ModelError, Result};
 use crate::gguf::Gguf;
 use crate::onnx::{dtype, Attr, Dim, GraphBuilder};
 
@@ -59,23 +59,23 @@ impl DecoderConfig {
     pub fn from_gguf(g: &Gguf, tokenizer: &tokenizers::Tokenizer) -> Result<Self> {
         let arch = g.meta("general.architecture")?.as_str().unwrap_or_default().to_string();
         if arch != "llama" && arch != "qwen2" {
-            return Err(KvError::Format {
+            return Err(ModelError::Format {
                 file: "GGUF".into(),
                 message: format!("architecture `{arch}` is not supported (llama, qwen2)"),
             });
         }
         let u = |k: &str| -> Result<usize> {
             let key = format!("{arch}.{k}");
-            g.meta(&key)?
-                .as_u64()
-                .map(|v| v as usize)
-                .ok_or_else(|| KvError::Format { file: "GGUF".into(), message: format!("`{key}` is not an integer") })
+            g.meta(&key)?.as_u64().map(|v| v as usize).ok_or_else(|| ModelError::Format {
+                file: "GGUF".into(),
+                message: format!("`{key}` is not an integer"),
+            })
         };
         let f = |k: &str| -> Result<f64> {
             let key = format!("{arch}.{k}");
             g.meta(&key)?
                 .as_f64()
-                .ok_or_else(|| KvError::Format { file: "GGUF".into(), message: format!("`{key}` is not a number") })
+                .ok_or_else(|| ModelError::Format { file: "GGUF".into(), message: format!("`{key}` is not a number") })
         };
         let hidden = u("embedding_length")?;
         let heads = u("attention.head_count")?;
@@ -158,11 +158,11 @@ impl DecoderFiles {
     /// Opens a converted folder, checking that it was written by this converter version.
     pub fn open(dir: &Path) -> Result<Self> {
         let cpath = dir.join("config.json");
-        let text = fs::read_to_string(&cpath).map_err(|e| KvError::io(&cpath, e))?;
+        let text = fs::read_to_string(&cpath).map_err(|e| ModelError::io(&cpath, e))?;
         let config: DecoderConfig = serde_json::from_str(&text)
-            .map_err(|e| KvError::Format { file: cpath.display().to_string(), message: e.to_string() })?;
+            .map_err(|e| ModelError::Format { file: cpath.display().to_string(), message: e.to_string() })?;
         if config.converter != CONVERTER_VERSION {
-            return Err(KvError::Format {
+            return Err(ModelError::Format {
                 file: cpath.display().to_string(),
                 message: format!("written by converter {}, this is {CONVERTER_VERSION}", config.converter),
             });
@@ -178,14 +178,14 @@ pub fn convert_gguf(gguf_path: &Path, out_dir: &Path) -> Result<DecoderFiles> {
     let g = Gguf::open(gguf_path)?;
     let tokenizer = crate::tokenizer::from_gguf(&g)?;
     let config = DecoderConfig::from_gguf(&g, &tokenizer)?;
-    fs::create_dir_all(out_dir).map_err(|e| KvError::io(out_dir, e))?;
+    fs::create_dir_all(out_dir).map_err(|e| ModelError::io(out_dir, e))?;
     let tok_doc = crate::tokenizer::tokenizer_json(&g)?;
     let tpath = out_dir.join("tokenizer.json");
-    fs::write(&tpath, serde_json::to_vec(&tok_doc).unwrap_or_default()).map_err(|e| KvError::io(&tpath, e))?;
+    fs::write(&tpath, serde_json::to_vec(&tok_doc).unwrap_or_default()).map_err(|e| ModelError::io(&tpath, e))?;
     let model = out_dir.join("decoder.onnx");
     build_decoder_graph(&g, &config, &model)?;
     let cpath = out_dir.join("config.json");
-    fs::write(&cpath, serde_json::to_vec_pretty(&config).unwrap_or_default()).map_err(|e| KvError::io(&cpath, e))?;
+    fs::write(&cpath, serde_json::to_vec_pretty(&config).unwrap_or_default()).map_err(|e| ModelError::io(&cpath, e))?;
     DecoderFiles::open(out_dir)
 }
 
@@ -213,7 +213,7 @@ fn build_decoder_graph(g: &Gguf, c: &DecoderConfig, model_path: &Path) -> Result
     let lin = |b: &mut GraphBuilder, name: &str, rows: usize, cols: usize, unperm: Option<usize>| -> Result<String> {
         let mut w = g.tensor_f32(name)?;
         if w.len() != rows * cols {
-            return Err(KvError::Format {
+            return Err(ModelError::Format {
                 file: "GGUF".into(),
                 message: format!("{name}: unexpected size {}", w.len()),
             });
@@ -306,7 +306,7 @@ fn build_decoder_graph(g: &Gguf, c: &DecoderConfig, model_path: &Path) -> Result
 
     let embed = g.tensor_f32("token_embd.weight")?;
     if embed.len() != vocab * d {
-        return Err(KvError::Format {
+        return Err(ModelError::Format {
             file: "GGUF".into(),
             message: "token_embd.weight has an unexpected size".into(),
         });
@@ -334,7 +334,7 @@ fn build_decoder_graph(g: &Gguf, c: &DecoderConfig, model_path: &Path) -> Result
             let bias_name = p(&format!("{what}.bias"));
             if g.tensors.contains_key(&bias_name) {
                 let bw = vec_w(b, &bias_name)?;
-                Ok::<_, KvError>(b.op("Add", &[&y, &bw], vec![]))
+                Ok::<_, ModelError>(b.op("Add", &[&y, &bw], vec![]))
             } else {
                 Ok(y)
             }

@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 
 use prost::Message;
 
-use crate::error::{KvError, Result};
+use crate::error::{ModelError, Result};
 
 /// `TensorProto.DataType` values used here.
 #[allow(missing_docs)]
@@ -226,11 +226,11 @@ fn value_info(name: &str, elem_type: i32, dims: &[Dim]) -> ValueInfoProto {
 impl GraphBuilder {
     /// A builder whose large initializers stream into `data_path` (named relative to the model file's folder).
     pub fn new(data_path: &Path) -> Result<Self> {
-        let file = File::create(data_path).map_err(|e| KvError::io(data_path, e))?;
+        let file = File::create(data_path).map_err(|e| ModelError::io(data_path, e))?;
         let data_name = data_path
             .file_name()
             .and_then(|n| n.to_str())
-            .ok_or_else(|| KvError::Runtime(format!("bad external data path {}", data_path.display())))?
+            .ok_or_else(|| ModelError::Graph(format!("bad external data path {}", data_path.display())))?
             .to_string();
         Ok(Self {
             nodes: Vec::new(),
@@ -287,10 +287,10 @@ impl GraphBuilder {
         if bytes.len() > EXTERNAL_THRESHOLD {
             let pad = (ALIGN - self.offset % ALIGN) % ALIGN;
             if pad > 0 {
-                self.data.write_all(&vec![0u8; pad as usize]).map_err(|e| KvError::io(&self.data_path, e))?;
+                self.data.write_all(&vec![0u8; pad as usize]).map_err(|e| ModelError::io(&self.data_path, e))?;
                 self.offset += pad;
             }
-            self.data.write_all(bytes).map_err(|e| KvError::io(&self.data_path, e))?;
+            self.data.write_all(bytes).map_err(|e| ModelError::io(&self.data_path, e))?;
             let entry = |k: &str, v: String| StringStringEntryProto { key: k.into(), value: v };
             t.external_data = vec![
                 entry("location", self.data_name.clone()),
@@ -310,7 +310,7 @@ impl GraphBuilder {
     pub fn weight(&mut self, hint: &str, dims: &[i64], values: &[f32]) -> Result<String> {
         let expected: i64 = dims.iter().product();
         if expected as usize != values.len() {
-            return Err(KvError::Runtime(format!("{hint}: {} values for dims {dims:?}", values.len())));
+            return Err(ModelError::Graph(format!("{hint}: {} values for dims {dims:?}", values.len())));
         }
         let bytes: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
         let name = self.fresh(hint);
@@ -336,9 +336,9 @@ impl GraphBuilder {
 
     /// Writes `model_path` (the graph) after flushing the external data file.
     pub fn finish(mut self, model_path: &Path, name: &str, metadata: &[(&str, String)]) -> Result<()> {
-        self.data.flush().map_err(|e| KvError::io(&self.data_path, e))?;
-        let file = self.data.into_inner().map_err(|e| KvError::io(&self.data_path, e.into_error()))?;
-        file.sync_all().map_err(|e| KvError::io(&self.data_path, e))?;
+        self.data.flush().map_err(|e| ModelError::io(&self.data_path, e))?;
+        let file = self.data.into_inner().map_err(|e| ModelError::io(&self.data_path, e.into_error()))?;
+        file.sync_all().map_err(|e| ModelError::io(&self.data_path, e))?;
         let model = ModelProto {
             ir_version: IR_VERSION,
             producer_name: "stretto".into(),
@@ -357,9 +357,9 @@ impl GraphBuilder {
                 .collect(),
         };
         let bytes = model.encode_to_vec();
-        let mut f = File::create(model_path).map_err(|e| KvError::io(model_path, e))?;
-        f.write_all(&bytes).map_err(|e| KvError::io(model_path, e))?;
-        f.sync_all().map_err(|e| KvError::io(model_path, e))?;
+        let mut f = File::create(model_path).map_err(|e| ModelError::io(model_path, e))?;
+        f.write_all(&bytes).map_err(|e| ModelError::io(model_path, e))?;
+        f.sync_all().map_err(|e| ModelError::io(model_path, e))?;
         Ok(())
     }
 }

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 
 use half::{bf16, f16};
 
-use crate::error::{KvError, Result};
+use crate::error::{ModelError, Result};
 
 /// A metadata value.
 #[derive(Debug, Clone, PartialEq)]
@@ -167,8 +167,11 @@ struct Cursor<'a> {
 }
 
 impl<'a> Cursor<'a> {
-    fn bad(&self, message: impl Into<String>) -> KvError {
-        KvError::Format { file: self.file.to_string(), message: format!("{} (at byte {})", message.into(), self.pos) }
+    fn bad(&self, message: impl Into<String>) -> ModelError {
+        ModelError::Format {
+            file: self.file.to_string(),
+            message: format!("{} (at byte {})", message.into(), self.pos),
+        }
     }
     fn take(&mut self, n: usize) -> Result<&'a [u8]> {
         let end = self.pos.checked_add(n).filter(|&e| e <= self.data.len()).ok_or_else(|| self.bad("truncated"))?;
@@ -221,10 +224,10 @@ impl<'a> Cursor<'a> {
 impl Gguf {
     /// Opens and parses a GGUF file's header; tensor data stays mapped, not read.
     pub fn open(path: &Path) -> Result<Self> {
-        let file = File::open(path).map_err(|e| KvError::io(path, e))?;
+        let file = File::open(path).map_err(|e| ModelError::io(path, e))?;
         // SAFETY: the map is read-only and model files are not modified while Stretto runs; a concurrent writer
         // could only change values, never memory safety of the slice bounds we check.
-        let map = unsafe { memmap2::Mmap::map(&file) }.map_err(|e| KvError::io(path, e))?;
+        let map = unsafe { memmap2::Mmap::map(&file) }.map_err(|e| ModelError::io(path, e))?;
         let name = path.display().to_string();
         let mut c = Cursor { data: &map, pos: 0, file: &name };
         if c.take(4)? != b"GGUF" {
@@ -262,8 +265,8 @@ impl Gguf {
         Ok(gguf)
     }
 
-    fn bad(&self, message: impl Into<String>) -> KvError {
-        KvError::Format { file: self.path.display().to_string(), message: message.into() }
+    fn bad(&self, message: impl Into<String>) -> ModelError {
+        ModelError::Format { file: self.path.display().to_string(), message: message.into() }
     }
 
     fn bytes_of(&self, name: &str, t: &TensorInfo) -> Result<&[u8]> {

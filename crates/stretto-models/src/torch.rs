@@ -9,7 +9,7 @@
 use std::collections::HashMap;
 use std::path::Path;
 
-use crate::error::{KvError, Result};
+use crate::error::{ModelError, Result};
 
 const MAGIC: u128 = 0x1950a86a20f9469cfc6c;
 
@@ -45,8 +45,8 @@ struct Machine<'a> {
 }
 
 impl<'a> Machine<'a> {
-    fn err(&self, m: impl Into<String>) -> KvError {
-        KvError::Format {
+    fn err(&self, m: impl Into<String>) -> ModelError {
+        ModelError::Format {
             file: self.file.display().to_string(),
             message: format!("{} (at byte {})", m.into(), self.pos),
         }
@@ -269,7 +269,7 @@ impl<'a> Machine<'a> {
 /// Reads a legacy-format state dict: tensor name → tensor (integer tensors such as `num_batches_tracked` are
 /// skipped).
 pub fn read_state_dict(path: &Path) -> Result<Vec<(String, TorchTensor)>> {
-    let bytes = std::fs::read(path).map_err(|e| KvError::io(path, e))?;
+    let bytes = std::fs::read(path).map_err(|e| ModelError::io(path, e))?;
     let mut m = Machine { bytes: &bytes, pos: 0, file: path };
     if !matches!(m.load()?, V::Int(-1)) {
         return Err(m.err("not a legacy torch.save file (zip-format files are not supported)"));
