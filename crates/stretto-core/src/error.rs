@@ -125,6 +125,15 @@ pub enum CoreError {
         /// What went wrong.
         message: String,
     },
+    /// A physical operator failed in a layer below it (a model, a cache, ONNX Runtime); that error is kept as the
+    /// source, so callers can walk the chain down to, say, the missing file.
+    #[error("operator `{operator}` failed: {source}")]
+    OperatorFailed {
+        /// The physical operator.
+        operator: String,
+        /// The underlying error.
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
     /// An operator declines a task it cannot serve, e.g. a contrast filter whose model derives no opposite of the
     /// predicate. Planners drop it from that task's candidates instead of failing the query.
     #[error("operator `{operator}` does not apply to this task: {reason}")]
@@ -177,5 +186,27 @@ impl CoreError {
     /// An operator failure.
     pub fn operator(operator: impl Into<String>, message: impl Into<String>) -> Self {
         CoreError::Operator { operator: operator.into(), message: message.into() }
+    }
+
+    /// An operator failure caused by `source` (kept as the error's source).
+    pub fn operator_failed(
+        operator: impl Into<String>,
+        source: impl std::error::Error + Send + Sync + 'static,
+    ) -> Self {
+        CoreError::OperatorFailed { operator: operator.into(), source: Box::new(source) }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_operator_failure_keeps_its_cause_as_the_source() {
+        let cause = std::io::Error::new(std::io::ErrorKind::NotFound, "decoder.onnx is missing");
+        let e = CoreError::operator_failed("llm:x", cause);
+        assert!(e.to_string().contains("llm:x") && e.to_string().contains("decoder.onnx is missing"), "{e}");
+        let source = std::error::Error::source(&e).expect("the cause is the source");
+        assert_eq!(source.downcast_ref::<std::io::Error>().map(|io| io.kind()), Some(std::io::ErrorKind::NotFound));
     }
 }

@@ -79,7 +79,7 @@ pub fn image_classes(
     let missing: Vec<usize> = (0..paths.len()).filter(|&i| out[i].is_none()).collect();
     if !missing.is_empty() {
         let c = stretto_kv::pool::classifier(&ctx.model_home, ctx.threads)
-            .map_err(|e| CoreError::operator("label-bridge", e.to_string()))?;
+            .map_err(|e| CoreError::operator_failed("label-bridge", e))?;
         let mut entries = Vec::new();
         for &i in &missing {
             let start = Instant::now();
@@ -88,7 +88,7 @@ pub fn image_classes(
             }
             let probs = c
                 .classify_files(&[Path::new(&paths[i])], 1)
-                .map_err(|e| CoreError::operator("label-bridge", e.to_string()))?
+                .map_err(|e| CoreError::operator_failed("label-bridge", e))?
                 .remove(0);
             let best = top_k(&probs, top);
             let z: f32 = best.iter().map(|(_, p)| p).sum::<f32>().max(1e-12);

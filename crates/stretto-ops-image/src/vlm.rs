@@ -351,7 +351,7 @@ impl PhysicalOp for VlmFilter {
         let mut secs = Vec::with_capacity(items.len());
         for item in items {
             let start = Instant::now();
-            let past = m.prefill(Path::new(item)).map_err(|e| CoreError::operator(&self.name, e.to_string()))?;
+            let past = m.prefill(Path::new(item)).map_err(|e| CoreError::operator_failed(&self.name, e))?;
             scores.push(m.log_odds(&past, &question)?);
             secs.push(start.elapsed().as_secs_f64().max(1e-9));
         }

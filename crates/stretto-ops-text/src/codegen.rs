@@ -222,7 +222,7 @@ pub fn synthesize(
 ) -> Result<(Option<Program>, Vec<String>)> {
     let _span = tracing::info_span!("codegen", model = %config.model).entered();
     let dec = stretto_kv::pool::decoder(&ctx.model_home, ctx.threads, &config.model)
-        .map_err(|e| CoreError::operator("codegen", e.to_string()))?;
+        .map_err(|e| CoreError::operator_failed("codegen", e))?;
     let field = task.output.as_ref().map_or("value".to_string(), |o| o.0.replace('_', " "));
     let shown: Vec<String> =
         samples.iter().take(config.samples).map(|s| s.chars().take(400).collect::<String>()).collect();
@@ -234,10 +234,10 @@ pub fn synthesize(
     for s in &shown {
         let ids = dec
             .encode(&dec.chat_prompt(&format!("{s}\n\n{instruction}. Reply with the value only.")))
-            .map_err(|e| CoreError::operator("codegen", e.to_string()))?;
+            .map_err(|e| CoreError::operator_failed("codegen", e))?;
         let g = dec
             .generate(&[stretto_kv::decoder::Step { past: None, tokens: &ids }], 16)
-            .map_err(|e| CoreError::operator("codegen", e.to_string()))?
+            .map_err(|e| CoreError::operator_failed("codegen", e))?
             .remove(0);
         answers.push(normalize(&g.text, ty));
     }
@@ -254,10 +254,10 @@ pub fn synthesize(
     );
     let mut log = vec![format!("reference answers: {answers:?}")];
     for attempt in 0..=config.repairs {
-        let ids = dec.encode(&dec.chat_prompt(&request)).map_err(|e| CoreError::operator("codegen", e.to_string()))?;
+        let ids = dec.encode(&dec.chat_prompt(&request)).map_err(|e| CoreError::operator_failed("codegen", e))?;
         let g = dec
             .generate(&[stretto_kv::decoder::Step { past: None, tokens: &ids }], 96)
-            .map_err(|e| CoreError::operator("codegen", e.to_string()))?
+            .map_err(|e| CoreError::operator_failed("codegen", e))?
             .remove(0);
         let spec = spec_from_reply(&g.text);
         let check = |p: &Program| -> (Vec<Option<String>>, usize, usize, bool) {

@@ -110,10 +110,10 @@ pub fn embed_cached(
     let missing: Vec<usize> = (0..texts.len()).filter(|&i| out[i].is_none()).collect();
     if !missing.is_empty() {
         let enc = stretto_kv::pool::embedder(&ctx.model_home, ctx.threads, model)
-            .map_err(|e| CoreError::operator(model, e.to_string()))?;
+            .map_err(|e| CoreError::operator_failed(model, e))?;
         let start = Instant::now();
         let refs: Vec<&str> = missing.iter().map(|&i| texts[i].as_str()).collect();
-        let vecs = enc.embed(&refs, batch).map_err(|e| CoreError::operator(model, e.to_string()))?;
+        let vecs = enc.embed(&refs, batch).map_err(|e| CoreError::operator_failed(model, e))?;
         let each = start.elapsed().as_secs_f64() / missing.len() as f64;
         let mut entries = Vec::new();
         for (&i, v) in missing.iter().zip(vecs) {

@@ -314,7 +314,7 @@ pub fn about(prompt: &str, subject: &str) -> String {
 }
 
 fn kv_err(name: &str) -> impl Fn(stretto_kv::KvError) -> CoreError + '_ {
-    move |e| CoreError::operator(name, e.to_string())
+    move |e| CoreError::operator_failed(name, e)
 }
 
 impl PhysicalOp for LlmOp {
