@@ -238,10 +238,8 @@ struct ScaleArgs {
 }
 
 impl ScaleArgs {
-    fn scale(self) -> Result<stretto_bench::experiments::Scale, String> {
-        Ok(stretto_bench::experiments::Scale::named(&self.scale)
-            .map_err(|e| e.to_string())?
-            .with(self.datasets, self.queries))
+    fn scale(self) -> Result<stretto_bench::experiments::Scale, BoxError> {
+        Ok(stretto_bench::experiments::Scale::named(&self.scale)?.with(self.datasets, self.queries))
     }
 }
 
@@ -405,7 +403,10 @@ fn main() -> ExitCode {
     }
 }
 
-fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
+/// Every error the commands report: the library's typed errors, kept with their source chain until printed.
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+fn run(cli: Cli) -> Result<(), BoxError> {
     match cli.command {
         Command::Datasets { json } => {
             let rows = commands::dataset_rows()?;
@@ -546,28 +547,27 @@ fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
             use stretto_bench::experiments::{generate_queries, run_experiment, EXP1_METHODS, EXP3_METHODS};
             match action {
                 BenchAction::Queries { dataset, images } => {
-                    for q in generate_queries(&dataset, 42, !images).map_err(|e| e.to_string())? {
+                    for q in generate_queries(&dataset, 42, !images)? {
                         println!("{q}");
                     }
                 }
                 BenchAction::Exp1 { size, out } => {
                     let s = size.scale()?;
-                    run_experiment("Experiment 1: Target Met", &EXP1_METHODS, &s, &out).map_err(|e| e.to_string())?;
+                    run_experiment("Experiment 1: Target Met", &EXP1_METHODS, &s, &out)?;
                     print!("{}", std::fs::read_to_string(out.join("summary.md"))?);
                 }
                 BenchAction::Exp2 { size, out } => {
                     let s = size.scale()?;
-                    print!("{}", stretto_bench::experiments::run_exp2(&s, &out).map_err(|e| e.to_string())?.summary);
+                    print!("{}", stretto_bench::experiments::run_exp2(&s, &out)?.summary);
                 }
                 BenchAction::Exp3 { size, out } => {
                     let s = size.scale()?;
-                    run_experiment("Experiment 3: global vs local vs independent", &EXP3_METHODS, &s, &out)
-                        .map_err(|e| e.to_string())?;
+                    run_experiment("Experiment 3: global vs local vs independent", &EXP3_METHODS, &s, &out)?;
                     print!("{}", std::fs::read_to_string(out.join("summary.md"))?);
                 }
                 BenchAction::All { size, out } => {
                     let s = size.scale()?;
-                    print!("{}", stretto_bench::experiments::run_all(&s, &out).map_err(|e| e.to_string())?);
+                    print!("{}", stretto_bench::experiments::run_all(&s, &out)?);
                 }
             }
         }
@@ -686,15 +686,14 @@ fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
     Ok(())
 }
 
-fn run_kv(action: KvAction) -> Result<(), Box<dyn std::error::Error>> {
+fn run_kv(action: KvAction) -> Result<(), BoxError> {
     use stretto::kv::store::KvStore;
     use stretto_bench::kv;
     let dir = |d: Option<PathBuf>| d.unwrap_or_else(|| context().kv_dir);
     match action {
         KvAction::Build { dataset, column, models, ratios, press, rerotate, limit, kv_dir } => {
-            let ratios = kv::parse_ratios(&ratios).map_err(|e| e.to_string())?;
-            let r = kv::build(&dir(kv_dir), &dataset, &column, &models, &ratios, &press, rerotate, limit)
-                .map_err(|e| e.to_string())?;
+            let ratios = kv::parse_ratios(&ratios)?;
+            let r = kv::build(&dir(kv_dir), &dataset, &column, &models, &ratios, &press, rerotate, limit)?;
             println!(
                 "built {} items, {} already present, {} stray temporary files removed, {:.1} s",
                 r.built, r.skipped, r.cleaned, r.seconds
@@ -715,14 +714,14 @@ fn run_kv(action: KvAction) -> Result<(), Box<dyn std::error::Error>> {
             }
         }
         KvAction::Repair { dataset, kv_dir } => {
-            let (removed, r) = kv::repair(&dir(kv_dir), &dataset).map_err(|e| e.to_string())?;
+            let (removed, r) = kv::repair(&dir(kv_dir), &dataset)?;
             for line in &removed {
                 println!("removed: {line}");
             }
             println!("rebuilt {} items ({} intact)", r.built, r.skipped);
         }
         KvAction::Stats { dataset, kv_dir, budget, sample, json } => {
-            let rows = kv::stats(&dir(kv_dir), &dataset, budget, sample).map_err(|e| e.to_string())?;
+            let rows = kv::stats(&dir(kv_dir), &dataset, budget, sample)?;
             if json {
                 println!("{}", serde_json::to_string_pretty(&rows)?);
             } else {
