@@ -75,3 +75,20 @@ pub fn check(op: &RegisteredOp, task: &SemanticTask, batch: &RecordBatch) -> Vec
     }
     bad
 }
+
+/// Lists the operators a suite could not check (`(operator, model)` pairs, their model not prepared) and fails,
+/// naming them, if any runs a model outside `may_skip`: an operator cannot slip out of the suite silently.
+pub fn report_unchecked(not_checked: &[(String, String)], may_skip: &[&str]) {
+    for (op, model) in not_checked {
+        eprintln!("NOT CHECKED: {op} (model {model} not prepared; `stretto models fetch {model}` to include it)");
+    }
+    let unexpected: Vec<&str> = not_checked
+        .iter()
+        .filter(|(_, model)| !model.split('+').all(|m| may_skip.contains(&m)))
+        .map(|(op, _)| op.as_str())
+        .collect();
+    assert!(
+        unexpected.is_empty(),
+        "operators not checked although their models are not on the allow-list {may_skip:?}: {unexpected:?}"
+    );
+}

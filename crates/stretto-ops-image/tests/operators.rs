@@ -55,6 +55,7 @@ fn every_image_operator_conforms() {
     );
     let home = stretto_core::context::default_home();
     let mut checked = 0;
+    let mut not_checked = Vec::new();
     for (op, factory) in registry.operators() {
         let plugin = registry.factories().find(|f| f.name == factory).map(|f| f.plugin);
         if plugin != Some(stretto_ops_image::PLUGIN) {
@@ -62,7 +63,7 @@ fn every_image_operator_conforms() {
         }
         let model = op.properties().model.clone().unwrap_or_default();
         if !model.split('+').all(|m| stretto_kv::models::is_present(&home, m)) {
-            eprintln!("skipped {} (model not prepared; `stretto models fetch` it to include it)", op.name());
+            not_checked.push((op.name().to_string(), model));
             continue;
         }
         let task = if op.properties().kind == stretto_core::op::LogicalKind::Filter { &task } else { &map };
@@ -70,6 +71,8 @@ fn every_image_operator_conforms() {
         assert!(violations.is_empty(), "{}: {violations:?}", op.name());
         checked += 1;
     }
+    // CI does not prepare the 0.5B coder (too large for its time budget); any other unchecked operator fails.
+    stretto_core::conformance::report_unchecked(&not_checked, &["qwen2.5-coder-0.5b"]);
     assert!(checked >= 3, "only {checked} image operators checked");
 }
 

@@ -55,13 +55,14 @@ fn every_text_operator_conforms() {
         ValueType::Integer,
     );
     let mut checked = 0;
+    let mut not_checked = Vec::new();
     for (op, factory) in registry.operators() {
         let plugin = registry.factories().find(|f| f.name == factory).map(|f| f.plugin);
         if plugin != Some(stretto_ops_text::PLUGIN) {
             continue;
         }
         if !prepared(op.properties().model.as_ref()) {
-            eprintln!("skipped {} (model not prepared; `stretto models fetch` it to include it)", op.name());
+            not_checked.push((op.name().to_string(), op.properties().model.clone().unwrap_or_default()));
             continue;
         }
         let task = if op.properties().kind == LogicalKind::Filter { &filter } else { &map };
@@ -69,8 +70,13 @@ fn every_text_operator_conforms() {
         assert!(violations.is_empty(), "{}: {violations:?}", op.name());
         checked += 1;
     }
+    stretto_core::conformance::report_unchecked(&not_checked, UNPREPARED_MAY_SKIP);
     assert!(checked >= 5, "only {checked} operators checked");
 }
+
+/// Models CI does not prepare (too large for its time budget): their operators may go unchecked, and are listed.
+/// Any other operator that is not checked fails the suite, so a new one cannot slip out of it silently.
+const UNPREPARED_MAY_SKIP: &[&str] = &["qwen2.5-coder-0.5b"];
 
 #[test]
 fn model_filters_separate_review_sentiment() {
