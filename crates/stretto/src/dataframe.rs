@@ -45,50 +45,56 @@ impl DataFrame {
         Self { plan, ..self }
     }
 
+    /// Composes one more operation. After a limit on results (a limit placed after a semantic operation), any
+    /// other operation would silently run before the truncation, so it is refused.
+    fn compose(self, op: impl FnOnce(PlanBuilder) -> stretto_core::Result<PlanBuilder>) -> Result<Self> {
+        if let Some(n) = self.limit {
+            return Err(Error::Query(format!(
+                "limit({n}) after a semantic operation keeps the first {n} results, so it must be the frame's last \
+                 operation"
+            )));
+        }
+        let plan = op(self.plan.clone())?;
+        Ok(self.with(plan))
+    }
+
     /// Keeps rows where a relational predicate holds (it runs before every semantic operator that does not feed it).
     pub fn filter(self, predicate: Expr) -> Result<Self> {
-        let plan = self.plan.clone().filter(predicate)?;
-        Ok(self.with(plan))
+        self.compose(|p| p.filter(predicate))
     }
 
     /// Keeps only these columns (qualified `table.column` or bare names).
     pub fn select(self, columns: &[&str]) -> Result<Self> {
-        let plan = self.plan.clone().project(columns)?;
-        Ok(self.with(plan))
+        self.compose(|p| p.project(columns))
     }
 
     /// Inner equi-join on (left column, right column) pairs.
     pub fn join(self, other: DataFrame, on: &[(&str, &str)]) -> Result<Self> {
-        let plan = self.plan.clone().join(other.plan, on)?;
-        Ok(self.with(plan))
+        self.compose(|p| p.join(other.plan, on))
     }
 
     /// Cartesian product.
     pub fn cross_join(self, other: DataFrame) -> Result<Self> {
-        let plan = self.plan.clone().cross_join(other.plan)?;
-        Ok(self.with(plan))
+        self.compose(|p| p.cross_join(other.plan))
     }
 
     /// Semantic filter: a natural-language predicate naming its columns as `{table.column}`.
     pub fn sem_filter(self, predicate: &str) -> Result<Self> {
-        let plan = self.plan.clone().sem_filter(predicate)?;
-        Ok(self.with(plan))
+        self.compose(|p| p.sem_filter(predicate))
     }
 
     /// Semantic map: adds `column` of type `ty` extracted by the instruction.
     pub fn sem_map(self, column: &str, instruction: &str, ty: ValueType) -> Result<Self> {
-        let plan = self.plan.clone().sem_map(column, instruction, ty)?;
-        Ok(self.with(plan))
+        self.compose(|p| p.sem_map(column, instruction, ty))
     }
 
     /// Semantic join: pairs of rows of both frames for which the predicate holds.
     pub fn sem_join(self, other: DataFrame, predicate: &str) -> Result<Self> {
-        let plan = self.plan.clone().sem_join(other.plan, predicate)?;
-        Ok(self.with(plan))
+        self.compose(|p| p.sem_join(other.plan, predicate))
     }
 
     /// At most `n` rows. Before any semantic operation it bounds the rows the semantic operators see; after one,
-    /// it keeps the first `n` result rows (execution still covers the whole input).
+    /// it keeps the first `n` result rows (execution still covers the whole input) and must be the last operation.
     pub fn limit(self, n: usize) -> Result<Self> {
         let has_semantic = !self.plan.clone().build().pull_up()?.semantic.is_empty();
         if has_semantic {

@@ -165,6 +165,11 @@ fn bad_input_gives_typed_errors_naming_the_culprit() {
     assert!(matches!(e, Error::Write { .. }) && e.to_string().contains("no-such-folder"), "{e}");
     assert!(!dir.path().join("no-such-folder").exists());
 
+    // After a limit on results, another operation would run before the truncation: refused, saying why.
+    let limited = s.read_parquet(&pq, &Default::default()).unwrap().sem_filter("{r.r.text} is positive").unwrap();
+    let e = limited.limit(1).unwrap().sem_filter("{r.r.text} is long").unwrap_err().to_string();
+    assert!(e.contains("limit(1)") && e.contains("last operation"), "{e}");
+
     // A frame without a semantic operation says so.
     let e = s.read_parquet(&pq, &Default::default()).unwrap().collect(Targets::new(0.9, 0.9, 0.95).unwrap());
     assert!(e.unwrap_err().to_string().contains("no semantic operation"));
