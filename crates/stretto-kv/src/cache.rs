@@ -122,7 +122,8 @@ impl PastSource {
 
     fn compute(&self, dec: &Decoder, prompt: &str, source: &str) -> Result<KvPast> {
         let tokens = dec.encode(prompt)?;
-        let rows = dec.run(&[Step { past: None, tokens: &tokens }], Want { present: true, query_stats: true })?;
+        let query_stats = self.profile.press == crate::press::Press::ExpectedAttention;
+        let rows = dec.run(&[Step { past: None, tokens: &tokens }], Want { present: true, query_stats })?;
         let row = rows.into_iter().next().ok_or_else(|| KvError::Runtime("empty prefill".into()))?;
         let past = row.present.ok_or_else(|| KvError::Runtime("prefill returned no cache".into()))?;
         let mut ratios: Vec<f64> = LADDER.to_vec();

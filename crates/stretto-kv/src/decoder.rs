@@ -128,6 +128,19 @@ pub struct Decoder {
     config: DecoderConfig,
     tokenizer: Tokenizer,
     session: Mutex<Session>,
+    graph: GraphShape,
+}
+
+/// How a decoder graph differs from Stretto's converted one (a Hugging Face export, see
+/// [`stretto_models::export`]), read from the session's declared inputs and outputs.
+#[derive(Debug, Clone, Copy)]
+struct GraphShape {
+    /// `logits` is `[batch, seq, vocab]` (every position) rather than `[batch, vocab]` (the last one).
+    logits_per_position: bool,
+    /// The graph returns `query_mean.{l}`/`query_cov.{l}`.
+    query_stats: bool,
+    /// A merged export's `use_cache_branch` input, set to true.
+    cache_branch: bool,
 }
 
 impl std::fmt::Debug for Decoder {
@@ -177,7 +190,46 @@ impl Decoder {
             .map_err(|e| KvError::Runtime(format!("cannot load {}: {e}", files.model.display())))?;
         let tokenizer = Tokenizer::from_file(&files.tokenizer)
             .map_err(|e| KvError::Format { file: files.tokenizer.display().to_string(), message: e.to_string() })?;
-        Ok(Self { name: name.into(), config: files.config.clone(), tokenizer, session: Mutex::new(session) })
+        let graph = Self::graph_shape(&session, &files.config, &files.model)?;
+        Ok(Self { name: name.into(), config: files.config.clone(), tokenizer, session: Mutex::new(session), graph })
+    }
+
+    /// Checks that the session has the KV-past inputs and outputs of every layer and reads how its outputs are laid
+    /// out; an error names the model file.
+    fn graph_shape(session: &Session, c: &DecoderConfig, model: &Path) -> Result<GraphShape> {
+        let bad = |message: String| KvError::Format { file: model.display().to_string(), message };
+        let has_input = |n: &str| session.inputs().iter().any(|o| o.name() == n);
+        let output = |n: &str| session.outputs().iter().find(|o| o.name() == n);
+        for n in ["input_ids", "attention_mask", "position_ids"] {
+            if !has_input(n) {
+                return Err(bad(format!("no `{n}` input: not a decoder graph with KV-past I/O")));
+            }
+        }
+        for l in 0..c.layers {
+            for which in ["key", "value"] {
+                if !has_input(&format!("past_key_values.{l}.{which}"))
+                    || output(&format!("present.{l}.{which}")).is_none()
+                {
+                    return Err(bad(format!("no KV-past input or output for layer {l} ({} expected)", c.layers)));
+                }
+            }
+        }
+        let logits = output("logits").ok_or_else(|| bad("no `logits` output".into()))?;
+        let rank = logits.dtype().tensor_shape().map_or(0, |s| s.len());
+        if rank != 2 && rank != 3 {
+            return Err(bad(format!("`logits` has rank {rank}; [batch, vocab] or [batch, seq, vocab] expected")));
+        }
+        Ok(GraphShape {
+            logits_per_position: rank == 3,
+            query_stats: (0..c.layers).all(|l| output(&format!("query_mean.{l}")).is_some()),
+            cache_branch: has_input("use_cache_branch"),
+        })
+    }
+
+    /// Whether the graph returns the query statistics the expected-attention press needs (Stretto's converted
+    /// graphs do; Hugging Face exports do not).
+    pub fn has_query_stats(&self) -> bool {
+        self.graph.query_stats
     }
 
     /// The catalog name.
@@ -256,6 +308,13 @@ impl Decoder {
         if steps.is_empty() {
             return Ok(Vec::new());
         }
+        if want.query_stats && !self.graph.query_stats {
+            return Err(KvError::Usage(format!(
+                "{} returns no query statistics (a Hugging Face export): compress its caches with the key-norm or \
+                 streaming press, not expected-attention",
+                self.name
+            )));
+        }
         let empty = KvPast::empty(c);
         for s in steps {
             if s.tokens.is_empty() {
@@ -297,6 +356,9 @@ impl Decoder {
             ("attention_mask".into(), Tensor::from_array((vec![b, total], mask))?.into()),
             ("position_ids".into(), Tensor::from_array((vec![b, s_max], pos))?.into()),
         ];
+        if self.graph.cache_branch {
+            inputs.push(("use_cache_branch".into(), Tensor::from_array((vec![1usize], vec![true]))?.into()));
+        }
         for l in 0..c.layers {
             for (which, pick) in [("key", 0usize), ("value", 1)] {
                 let name = format!("past_key_values.{l}.{which}");
@@ -336,9 +398,19 @@ impl Decoder {
 
         let (_, logits) = outputs["logits"].try_extract_tensor::<f32>()?;
         let vocab = c.vocab;
+        // Rows are left-padded, so every row's last token is at position s_max - 1.
+        let (row_len, last) =
+            if self.graph.logits_per_position { (s_max * vocab, (s_max - 1) * vocab) } else { (vocab, 0) };
+        if logits.len() != b * row_len {
+            return Err(KvError::Runtime(format!(
+                "{} returned {} logits for {b} rows of {s_max} tokens over a vocabulary of {vocab}",
+                self.name,
+                logits.len()
+            )));
+        }
         let mut results: Vec<StepOutput> = (0..b)
             .map(|r| StepOutput {
-                logits: logits[r * vocab..(r + 1) * vocab].to_vec(),
+                logits: logits[r * row_len + last..r * row_len + last + vocab].to_vec(),
                 present: None,
                 query_stats: None,
             })

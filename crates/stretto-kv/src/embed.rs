@@ -1,5 +1,7 @@
-//! Sentence embeddings on ONNX Runtime: a BERT encoder converted by [`stretto_models::bert`], whose graph returns
-//! unit-length `sentence_embedding`s, so the cosine similarity of two texts is the dot product of their embeddings.
+//! Sentence embeddings on ONNX Runtime: a BERT encoder converted by [`stretto_models::bert`] (whose graph returns
+//! unit-length `sentence_embedding`s) or a user's Hugging Face export ([`stretto_models::export`], whose
+//! `last_hidden_state` is mean-pooled over the real tokens here, as sentence-transformers does). Embeddings come out
+//! unit length either way, so the cosine similarity of two texts is the dot product of their embeddings.
 
 use std::path::Path;
 use std::sync::Mutex;
@@ -7,8 +9,9 @@ use std::sync::Mutex;
 use ort::session::Session;
 use ort::value::Tensor;
 pub use stretto_models::bert::MAX_TOKENS;
-use stretto_models::bert::{open_encoder, EncoderConfig};
+use stretto_models::bert::{EncoderConfig, EncoderFiles};
 use tokenizers::Tokenizer;
+use tokenizers::TruncationParams;
 
 use crate::error::{KvError, Result};
 
@@ -21,6 +24,12 @@ pub struct Embedder {
     config: EncoderConfig,
     tokenizer: Tokenizer,
     session: Mutex<Session>,
+    /// What the graph returns: a pooled `sentence_embedding`, or `last_hidden_state` to pool here.
+    pooled: bool,
+    /// The graph takes `token_type_ids` (all zeros: one segment).
+    token_types: bool,
+    /// Outputs are scaled to unit length here (an export's); a converted graph normalises inside.
+    normalize: bool,
 }
 
 impl std::fmt::Debug for Embedder {
@@ -42,19 +51,48 @@ pub fn cosine(a: &[f32], b: &[f32]) -> f32 {
 }
 
 impl Embedder {
-    /// Loads catalog model `name` (`minilm`) from `home`, preparing and converting it first if needed.
+    /// Loads catalog model `name` (`minilm`) from `home`, preparing and converting it first if needed, or the
+    /// encoder export a user registered as `name`.
     pub fn load(home: &Path, name: &str, threads: usize) -> Result<Self> {
-        let dir = crate::prepare::ensure_encoder(home, name)?;
+        let files = crate::prepare::ensure_encoder(home, name)?;
+        Self::from_files(home, name, &files, threads)
+    }
+
+    /// Loads an encoder folder (ONNX Runtime's library comes from `home`).
+    pub fn from_files(home: &Path, name: &str, files: &EncoderFiles, threads: usize) -> Result<Self> {
         let _span = tracing::info_span!("load_encoder", model = name).entered();
-        let config = open_encoder(&dir)?;
         let mut builder = crate::runtime::session_builder(home, threads)?;
-        let model = dir.join("encoder.onnx");
         let session = builder
-            .commit_from_file(&model)
-            .map_err(|e| KvError::Runtime(format!("cannot load {}: {e}", model.display())))?;
-        let tpath = dir.join("tokenizer.json");
-        let tokenizer = Tokenizer::from_file(&tpath).map_err(|e| bad(&tpath, e.to_string()))?;
-        Ok(Self { config, tokenizer, session: Mutex::new(session) })
+            .commit_from_file(&files.model)
+            .map_err(|e| KvError::Runtime(format!("cannot load {}: {e}", files.model.display())))?;
+        let mut tokenizer = Tokenizer::from_file(&files.tokenizer).map_err(|e| bad(&files.tokenizer, e.to_string()))?;
+        if let Some(max_length) = files.truncate {
+            // An export's tokenizer may pad to a fixed length or not truncate: batches are padded here, and texts
+            // longer than the position table are cut to fit it.
+            tokenizer.with_padding(None);
+            tokenizer
+                .with_truncation(Some(TruncationParams { max_length, ..Default::default() }))
+                .map_err(|e| bad(&files.tokenizer, e.to_string()))?;
+        }
+        let has_input = |n: &str| session.inputs().iter().any(|o| o.name() == n);
+        let has_output = |n: &str| session.outputs().iter().any(|o| o.name() == n);
+        if !has_input("input_ids") || !has_input("attention_mask") {
+            return Err(bad(&files.model, "a sentence encoder takes `input_ids` and `attention_mask`"));
+        }
+        let pooled = has_output("sentence_embedding");
+        if !pooled && !has_output("last_hidden_state") {
+            return Err(bad(&files.model, "no `sentence_embedding` or `last_hidden_state` output"));
+        }
+        let token_types = has_input("token_type_ids");
+        let normalize = files.truncate.is_some() || !pooled;
+        Ok(Self {
+            config: files.config.clone(),
+            tokenizer,
+            session: Mutex::new(session),
+            pooled,
+            token_types,
+            normalize,
+        })
     }
 
     /// Embedding size.
@@ -81,16 +119,56 @@ impl Embedder {
                     mask[r * s + k] = 1;
                 }
             }
-            let inputs = ort::inputs![
+            let mut inputs = ort::inputs![
                 "input_ids" => Tensor::from_array((vec![b, s], ids))?,
-                "attention_mask" => Tensor::from_array((vec![b, s], mask))?,
+                "attention_mask" => Tensor::from_array((vec![b, s], mask.clone()))?,
             ];
+            if self.token_types {
+                inputs.push(("token_type_ids".into(), Tensor::from_array((vec![b, s], vec![0i64; b * s]))?.into()));
+            }
             let mut session = self.session.lock().map_err(|_| KvError::Runtime("encoder session poisoned".into()))?;
             let outputs = session.run(inputs)?;
-            let (_, emb) = outputs["sentence_embedding"].try_extract_tensor::<f32>()?;
             let d = self.config.hidden_size;
-            out.extend((0..b).map(|r| emb[r * d..(r + 1) * d].to_vec()));
+            let name = if self.pooled { "sentence_embedding" } else { "last_hidden_state" };
+            let (_, data) = outputs[name].try_extract_tensor::<f32>()?;
+            let per_row = if self.pooled { d } else { s * d };
+            if data.len() != b * per_row {
+                return Err(KvError::Runtime(format!(
+                    "`{name}` holds {} values for {b} texts of {s} tokens and hidden size {d}",
+                    data.len()
+                )));
+            }
+            for r in 0..b {
+                let row = &data[r * per_row..(r + 1) * per_row];
+                let v = if self.pooled { row.to_vec() } else { mean_pool(row, &mask[r * s..(r + 1) * s], d) };
+                out.push(if self.normalize { normalized(v) } else { v });
+            }
         }
         Ok(out)
     }
+}
+
+/// The mean of the hidden states `[s][d]` over the tokens whose mask is 1.
+fn mean_pool(hidden: &[f32], mask: &[i64], d: usize) -> Vec<f32> {
+    let mut sum = vec![0f32; d];
+    let mut n = 0f32;
+    for (t, &m) in mask.iter().enumerate() {
+        if m == 1 {
+            for (acc, x) in sum.iter_mut().zip(&hidden[t * d..(t + 1) * d]) {
+                *acc += x;
+            }
+            n += 1.0;
+        }
+    }
+    sum.iter_mut().for_each(|x| *x /= n.max(1.0));
+    sum
+}
+
+/// `v` scaled to unit length (a zero vector stays zero).
+fn normalized(mut v: Vec<f32>) -> Vec<f32> {
+    let norm = v.iter().map(|x| x * x).sum::<f32>().sqrt();
+    if norm > 0.0 {
+        v.iter_mut().for_each(|x| *x /= norm);
+    }
+    v
 }

@@ -4,7 +4,9 @@
 //! KV pasts ([`decoder`], [`tasks`], [`contrast`]), sentence encoders and the image classifier ([`embed`],
 //! [`vision`]), the shared model pool ([`pool`]), the crash-safe KV cache store ([`store`], [`cache`]) and its
 //! compression presses ([`press`]). Models are fetched and converted by the toolchain crate `stretto-models`,
-//! re-exported here under its module names ([`models`], [`prepare`], [`convert`]...).
+//! re-exported here under its module names ([`models`], [`prepare`], [`convert`]...); a user's Hugging Face ONNX
+//! export ([`export`]) runs on the same decoder and encoder runtimes, which adapt to its outputs (logits at every
+//! position, no query statistics, hidden states to pool).
 //!
 //! ```no_run
 //! use stretto_kv::decoder::{Decoder, Step, Want};
@@ -37,7 +39,9 @@ pub mod vision;
 
 // The model toolchain lives in `stretto-models`; its modules are re-exported under their old paths.
 pub use stretto_models::ModelError;
-pub use stretto_models::{bert, convert, efficientnet, gguf, models, onnx, prepare, progress, tokenizer, torch};
+pub use stretto_models::{
+    bert, convert, efficientnet, export, gguf, models, onnx, prepare, progress, tokenizer, torch,
+};
 
 pub use decoder::{Decoder, KvPast};
 pub use error::{KvError, Result};

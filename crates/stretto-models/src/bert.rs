@@ -198,6 +198,45 @@ pub fn convert_bert(src: &Path, out_dir: &Path) -> Result<()> {
     Ok(())
 }
 
+/// Paths of a runnable sentence encoder: a converted folder, or a registered Hugging Face export used in place.
+#[derive(Debug, Clone)]
+pub struct EncoderFiles {
+    /// The model's `onnx/` folder.
+    pub dir: std::path::PathBuf,
+    /// The ONNX model.
+    pub model: std::path::PathBuf,
+    /// The tokenizer.
+    pub tokenizer: std::path::PathBuf,
+    /// The encoder's facts.
+    pub config: EncoderConfig,
+    /// Whether texts must be truncated by the runtime to this many tokens (an export's tokenizer may not truncate);
+    /// `None` for converted encoders, whose tokenizer truncates at [`MAX_TOKENS`].
+    pub truncate: Option<usize>,
+}
+
+impl EncoderFiles {
+    /// Opens a converted (or linked) encoder folder.
+    pub fn open(dir: &Path) -> Result<Self> {
+        let config = open_encoder(dir)?;
+        if let Some(link) = crate::export::ExportLink::read(dir)? {
+            return Ok(Self {
+                dir: dir.into(),
+                model: link.model_path(),
+                tokenizer: link.tokenizer_path(),
+                config,
+                truncate: Some(link.max_tokens.max(1)),
+            });
+        }
+        Ok(Self {
+            dir: dir.into(),
+            model: dir.join("encoder.onnx"),
+            tokenizer: dir.join("tokenizer.json"),
+            config,
+            truncate: None,
+        })
+    }
+}
+
 /// Reads a converted encoder folder's config, checking the converter version.
 pub fn open_encoder(dir: &Path) -> Result<EncoderConfig> {
     let cpath = dir.join("config.json");

@@ -146,9 +146,9 @@ fn transpose(w: &[f32], rows: usize, cols: usize) -> Vec<f32> {
 pub struct DecoderFiles {
     /// The folder.
     pub dir: PathBuf,
-    /// `decoder.onnx`.
+    /// `decoder.onnx` (or a registered export's model file).
     pub model: PathBuf,
-    /// `tokenizer.json`.
+    /// `tokenizer.json` (or a registered export's).
     pub tokenizer: PathBuf,
     /// The architecture.
     pub config: DecoderConfig,
@@ -166,6 +166,10 @@ impl DecoderFiles {
                 file: cpath.display().to_string(),
                 message: format!("written by converter {}, this is {CONVERTER_VERSION}", config.converter),
             });
+        }
+        // A registered Hugging Face export is used in place: its own model file and tokenizer.
+        if let Some(link) = crate::export::ExportLink::read(dir)? {
+            return Ok(Self { model: link.model_path(), tokenizer: link.tokenizer_path(), dir: dir.into(), config });
         }
         Ok(Self { model: dir.join("decoder.onnx"), tokenizer: dir.join("tokenizer.json"), dir: dir.into(), config })
     }

