@@ -156,8 +156,10 @@ enum Command {
         /// Models operators may use (comma-separated).
         #[arg(long, value_delimiter = ',', default_value = "smollm2-135m,minilm,efficientnet-lite0")]
         models: Vec<String>,
-        /// Your own decoder, a GGUF file of a llama or qwen2 model, as model NAME (repeatable): converted and cached
-        /// under the model home on first use, and allowed in this query. Name it in --ladder to make it a rung.
+        /// Your own model as model NAME (repeatable): a GGUF file of a llama or qwen2 decoder (converted once), or a
+        /// Hugging Face ONNX export folder (optimum-cli export onnx) of such a decoder with KV-past I/O or of a
+        /// sentence encoder (used in place). Allowed in this query; name a decoder in --ladder to make it a rung, an
+        /// encoder joins the embedding filters.
         #[arg(long = "model", value_name = "NAME=PATH")]
         user_models: Vec<String>,
         /// Decoder models of the LLM ladder, smallest first; the last, uncompressed, is the gold candidate
@@ -608,10 +610,13 @@ fn run(cli: Cli) -> Result<(), BoxError> {
                 ctx.ladder = l;
             }
             for spec in &user_models {
-                let (name, path) = spec
-                    .split_once('=')
-                    .ok_or_else(|| format!("--model {spec}: write it as NAME=PATH (a GGUF file)"))?;
-                stretto::kv::prepare::register_gguf(&ctx.model_home, name, std::path::Path::new(path))?;
+                let (name, path) = spec.split_once('=').ok_or_else(|| {
+                    format!("--model {spec}: write it as NAME=PATH (a GGUF file or an ONNX export folder)")
+                })?;
+                let kind = stretto::kv::prepare::register_model(&ctx.model_home, name, std::path::Path::new(path))?;
+                if kind == stretto::kv::prepare::UserKind::Encoder && !ctx.encoders.iter().any(|e| e == name) {
+                    ctx.encoders.push(name.to_string());
+                }
                 if !models.iter().any(|m| m == name) {
                     models.push(name.to_string());
                 }

@@ -136,3 +136,41 @@ fn a_query_over_a_users_csv_writes_its_full_result_as_parquet() {
     assert_eq!(names, ["reviews.reviewid", "reviews.reviewtext"]);
     assert!(written.num_rows() > 0 && written.num_rows() < 40, "{} rows", written.num_rows());
 }
+
+#[test]
+fn a_users_onnx_export_joins_the_query_by_model_name_equals_folder() {
+    let dir = tempfile::tempdir().unwrap();
+    let export = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../stretto-models/tests/fixtures/hf-export");
+    let name = format!("cli-bert-{}", std::process::id());
+    let home = stretto_core::context::default_home();
+    let registered = stretto::kv::models::model_dir(&home, &name);
+    let query = |spec: String| {
+        let args = [
+            "query",
+            "--dataset",
+            "movie",
+            "--query",
+            "{reviews.reviewtext} is clearly positive",
+            "--limit",
+            "30",
+            "--json",
+            "--model",
+            spec.as_str(),
+        ];
+        stretto(&args, dir.path())
+    };
+    // A folder that is not an export fails before any model work, naming it.
+    let empty = dir.path().join("not-an-export");
+    std::fs::create_dir(&empty).unwrap();
+    let (ok, _, err) = query(format!("{name}={}", empty.display()));
+    assert!(!ok && err.contains("not-an-export/config.json"), "{err}");
+    assert!(!registered.exists() && !dir.path().join("kv").exists());
+
+    // A sentence-encoder export becomes an embedding filter of the query.
+    let (ok, out, err) = query(format!("{name}={}", export.join("encoder").display()));
+    let _ = std::fs::remove_dir_all(&registered);
+    assert!(ok, "{err}");
+    let r: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    let candidates = r["candidates"]["f1"].as_array().unwrap();
+    assert!(candidates.iter().any(|c| c == &serde_json::json!(format!("embed:{name}"))), "{candidates:?}");
+}

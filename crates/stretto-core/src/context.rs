@@ -30,6 +30,9 @@ pub const THREADS_ENV: &str = "STRETTO_THREADS";
 /// The decoders of the LLM ladder when nothing else is said.
 pub const DEFAULT_LADDER: &[&str] = &["smollm2-135m", "qwen2.5-coder-0.5b"];
 
+/// The sentence encoders of embedding filters when nothing else is said.
+pub const DEFAULT_ENCODERS: &[&str] = &["minilm"];
+
 /// Whether and where operators memoise their answers.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum MemoPolicy {
@@ -52,6 +55,8 @@ pub struct OpContext {
     pub threads: usize,
     /// Decoder models of the LLM ladder, smallest first; the last one uncompressed is the gold candidate.
     pub ladder: Vec<String>,
+    /// Sentence encoders, one embedding filter each.
+    pub encoders: Vec<String>,
 }
 
 impl OpContext {
@@ -64,6 +69,7 @@ impl OpContext {
             model_home,
             threads: 0,
             ladder: DEFAULT_LADDER.iter().map(|s| s.to_string()).collect(),
+            encoders: DEFAULT_ENCODERS.iter().map(|s| s.to_string()).collect(),
         }
     }
 

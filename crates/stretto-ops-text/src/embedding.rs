@@ -60,7 +60,7 @@ pub struct EmbeddingFilter {
 impl EmbeddingFilter {
     /// Builds it (cheap; the model loads on first use).
     pub fn new(config: EmbeddingConfig, ctx: &OpContext) -> Result<Self> {
-        stretto_kv::models::spec(&config.model)
+        stretto_kv::prepare::check_encoder_name(&ctx.model_home, &config.model)
             .map_err(|e| CoreError::OperatorConfig { factory: "embedding-filter".into(), message: e.to_string() })?;
         Ok(Self {
             name: format!("embed:{}", config.model),
@@ -157,8 +157,8 @@ stretto_core::inventory::submit! {
     OperatorFactory {
         name: "embedding-filter",
         plugin: crate::PLUGIN,
-        about: "cosine similarity of MiniLM embeddings of the item and the predicate",
-        ladder: |_| vec![serde_json::json!({"model": "minilm"})],
+        about: "cosine similarity of sentence embeddings (MiniLM, or the session's encoders) of the item and the predicate",
+        ladder: |ctx| ctx.encoders.iter().map(|m| serde_json::json!({"model": m})).collect(),
         build: |c, ctx| Ok(Arc::new(EmbeddingFilter::new(parse_config("embedding-filter", c)?, ctx)?)),
     }
 }

@@ -67,14 +67,19 @@ fn default_max_tokens() -> usize {
 }
 
 /// The rungs: every ladder model of the context at ratios 0, 0.5 and 0.8; the last (largest) model uncompressed is
-/// the gold candidate.
+/// the gold candidate. Caches are compressed with the expected-attention press, or key-norm for a model whose graph
+/// returns no query statistics (a Hugging Face export).
 pub fn ladder(ctx: &OpContext) -> Vec<serde_json::Value> {
     let models = &ctx.ladder;
     let last = models.len().saturating_sub(1);
     let mut out = Vec::new();
     for (i, m) in models.iter().enumerate() {
+        let press =
+            if stretto_kv::prepare::has_query_stats(&ctx.model_home, m) { "expected-attention" } else { "key-norm" };
         for ratio in [0.0, 0.5, 0.8] {
-            out.push(serde_json::json!({"model": m, "ratio": ratio, "gold": i == last && ratio == 0.0}));
+            out.push(
+                serde_json::json!({"model": m, "ratio": ratio, "press": press, "gold": i == last && ratio == 0.0}),
+            );
         }
     }
     out

@@ -37,6 +37,6 @@ pub struct SessionConfig {
     pub sample_fraction: f64,
     /// Fewest tuples profiled (all of them when the input is smaller).
     pub min_sample: usize,
-    /// The user's own decoders (name, GGUF file), registered and converted when the session is built.
+    /// The user's own models (name, GGUF file or ONNX export folder), registered when the session is built.
     pub user_models: Vec<(String, PathBuf)>,
 }

@@ -9,6 +9,7 @@ use stretto_core::datasets::Dataset;
 use stretto_core::op::{PhysicalOp, Registry};
 use stretto_core::plan::PlanBuilder;
 use stretto_core::{MemoPolicy, OpContext};
+use stretto_kv::prepare::UserKind;
 
 use crate::config::{ExecutionProvider, SessionConfig};
 use crate::dataframe::DataFrame;
@@ -66,6 +67,13 @@ impl SessionBuilder {
         self
     }
 
+    /// Sentence encoders of the embedding filters, one filter each (default: `minilm`); models registered with
+    /// [`model`](Self::model) that are encoders join them.
+    pub fn encoders<S: Into<String>>(mut self, models: impl IntoIterator<Item = S>) -> Self {
+        self.config.operators.encoders = models.into_iter().map(Into::into).collect();
+        self
+    }
+
     /// Models operators may use in queries.
     pub fn models<S: Into<String>>(mut self, models: impl IntoIterator<Item = S>) -> Self {
         self.config.models = models.into_iter().map(Into::into).collect();
@@ -109,9 +117,13 @@ impl SessionBuilder {
         self
     }
 
-    /// Brings your own decoder: the GGUF file at `path` (a llama or qwen2 architecture) becomes model `name`,
-    /// converted and cached under the model home like a catalog model, and allowed in queries. Put it in the
-    /// [`ladder`](Self::ladder) to make it a rung (the last ladder model, uncompressed, is the gold candidate).
+    /// Brings your own model, by path, as model `name`, prepared and cached under the model home like a catalog model
+    /// and allowed in queries:
+    /// - a GGUF decoder (llama or qwen2), converted once; or a Hugging Face ONNX export folder of a decoder with
+    ///   KV-past I/O (`optimum-cli export onnx --task text-generation-with-past`), used in place. Put it in the
+    ///   [`ladder`](Self::ladder) to make it a rung (the last ladder model, uncompressed, is the gold candidate);
+    /// - a Hugging Face ONNX export folder of a sentence encoder (`--task feature-extraction`): it joins the
+    ///   [`encoders`](Self::encoders) of embedding filters.
     pub fn model(mut self, name: impl Into<String>, path: impl Into<PathBuf>) -> Self {
         let name = name.into();
         if !self.config.models.contains(&name) {
@@ -133,22 +145,35 @@ impl SessionBuilder {
         if c.operators.ladder.is_empty() {
             return Err(Error::Query("the LLM ladder names no model".into()));
         }
-        let home = &c.operators.model_home;
+        let home = c.operators.model_home.clone();
+        let mut encoders = Vec::new();
         for (name, path) in &c.user_models {
-            stretto_kv::prepare::register_gguf(home, name, path)?;
+            if stretto_kv::prepare::register_model(&home, name, path)? == UserKind::Encoder {
+                encoders.push(name.clone());
+            }
         }
-        for m in c.operators.ladder.iter().chain(&c.models) {
+        let home = &home;
+        let mut config = self.config;
+        for e in encoders {
+            if !config.operators.encoders.contains(&e) {
+                config.operators.encoders.push(e);
+            }
+        }
+        let c = &config;
+        for m in &c.operators.ladder {
+            stretto_kv::prepare::check_decoder_name(home, m)?;
+        }
+        for m in &c.operators.encoders {
+            stretto_kv::prepare::check_encoder_name(home, m)?;
+        }
+        for m in &c.models {
             if !stretto_kv::prepare::is_user_model(home, m) {
                 stretto_kv::models::spec(m)?;
             }
         }
         let registry = crate::registry_for(&c.operators)?;
         Ok(Session {
-            inner: Arc::new(SessionState {
-                config: self.config,
-                registry: RwLock::new(registry),
-                tables: RwLock::default(),
-            }),
+            inner: Arc::new(SessionState { config, registry: RwLock::new(registry), tables: RwLock::default() }),
         })
     }
 }

@@ -1,5 +1,7 @@
 //! Bring your own model: a user's GGUF decoder registered by path is converted, cached and used as a ladder rung
-//! (gold included) exactly like a catalog model; files that are not what they claim are errors naming them.
+//! (gold included) exactly like a catalog model; so is a Hugging Face ONNX export folder (a decoder with KV-past
+//! I/O, or a sentence encoder that joins the embedding filters); files that are not what they claim are errors
+//! naming them.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -94,4 +96,77 @@ fn files_that_are_not_what_they_claim_are_named() {
     let e = build("../escape", &gpt2).to_string();
     assert!(e.contains("must be letters"), "{e}");
     assert!(!home.join("models").join("mine").join("onnx").exists(), "nothing half-converted is left");
+}
+
+fn hf_export(kind: &str) -> std::path::PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../stretto-models/tests/fixtures/hf-export").join(kind)
+}
+
+#[test]
+fn hugging_face_exports_are_a_gold_rung_and_an_embedding_filter() {
+    let dir = tempfile::tempdir().unwrap();
+    let home = stretto::core::context::default_home();
+    stretto::kv::prepare::ensure_ready(&home, "smollm2-135m").expect("CI-sized model prepares");
+    // A registration names a new model of the home; this test's names are its own.
+    let (dec, enc) = (format!("hf-qwen2-{}", std::process::id()), format!("hf-bert-{}", std::process::id()));
+    let s = Session::builder(&home)
+        .kv_dir(dir.path().join("kv"))
+        .memo_off()
+        .model(&dec, hf_export("decoder"))
+        .model(&enc, hf_export("encoder"))
+        .ladder(["smollm2-135m", dec.as_str()])
+        .build()
+        .expect("both exports register");
+    /// Unregisters the test's models when it ends, passed or not.
+    struct Cleanup(Vec<std::path::PathBuf>);
+    impl Drop for Cleanup {
+        fn drop(&mut self) {
+            self.0.iter().for_each(|d| drop(std::fs::remove_dir_all(d)));
+        }
+    }
+    let _cleanup = Cleanup([&dec, &enc].iter().map(|m| stretto::kv::models::model_dir(&home, m)).collect());
+    // The decoder export: every rung compressed with key-norm (no query statistics), the uncompressed one gold.
+    let gold = format!("llm:{dec}@key-norm-0.00");
+    let op = s.registry().get(&gold).expect("the export's gold rung");
+    assert!(op.properties().gold);
+    assert_eq!(op.kv_cache_model(), Some(dec.as_str()));
+    for rung in [gold.clone(), format!("llm:{dec}@key-norm-0.50")] {
+        let v = scores(&s, &rung);
+        assert_eq!(v.len(), 6);
+        assert!(v.iter().all(|x| x.is_finite()), "{rung}: {v:?}");
+    }
+    // The catalog rungs keep their press and their answers.
+    assert!(s.registry().get("llm:smollm2-135m@expected-attention-0.00").is_ok());
+    // The encoder export joins the embedding filters beside MiniLM.
+    assert_eq!(s.config().operators.encoders, vec!["minilm".to_string(), enc.clone()]);
+    let v = scores(&s, &format!("embed:{enc}"));
+    assert!(v.len() == 6 && v.iter().all(|x| (-1.0..=1.0).contains(x)), "{v:?}");
+    // An encoder cannot be a rung of the LLM ladder.
+    let e = Session::builder(&home).memo_off().ladder([enc.as_str()]).build().unwrap_err().to_string();
+    assert!(e.contains(&enc), "{e}");
+}
+
+/// A real model through Optimum: SmolLM2-135M exported from the catalog's own GGUF weights
+/// (`stretto-models/tests/fixtures/hf-export/make.py --smollm2 DIR` writes it) must answer as the catalog's
+/// conversion of the same weights does. Needs PyTorch to make the export, so it runs only when asked:
+/// `STRETTO_HF_SMOLLM2=DIR cargo test --release -p stretto --test models -- --ignored`.
+#[test]
+#[ignore = "needs a SmolLM2-135M export made with Optimum (STRETTO_HF_SMOLLM2=DIR)"]
+fn a_real_optimum_export_answers_like_the_catalog_conversion_of_the_same_weights() {
+    let export = std::env::var_os("STRETTO_HF_SMOLLM2").expect("STRETTO_HF_SMOLLM2=DIR names the export");
+    let home = stretto::core::context::default_home();
+    let dir = tempfile::tempdir().unwrap();
+    let name = format!("hf-smollm2-{}", std::process::id());
+    let mine =
+        Session::builder(&home).kv_dir(dir.path().join("kv")).memo_off().model(&name, &export).ladder([name.as_str()]);
+    let mine = mine.build().unwrap();
+    let catalog = Session::builder(&home).kv_dir(dir.path().join("kv")).memo_off().build().unwrap();
+    let (a, b) = (
+        scores(&mine, &format!("llm:{name}@key-norm-0.00")),
+        scores(&catalog, "llm:smollm2-135m@expected-attention-0.00"),
+    );
+    let _ = std::fs::remove_dir_all(stretto::kv::models::model_dir(&home, &name));
+    for (x, y) in a.iter().zip(&b) {
+        assert!((x - y).abs() < 1e-3, "{a:?} vs {b:?}");
+    }
 }
