@@ -359,9 +359,14 @@ enum KvAction {
 }
 
 /// The operators' settings from the environment (`STRETTO_HOME`, `STRETTO_KV_DIR`, `STRETTO_MEMO_DIR`,
-/// `STRETTO_LADDER`, `STRETTO_THREADS`): the binary is the only place that reads them.
+/// `STRETTO_LADDER`, `STRETTO_THREADS`): the binary is the only place that reads them. A build with the `cuda`
+/// feature runs models on the CUDA execution provider.
 fn context() -> stretto::OpContext {
-    stretto::OpContext::from_env()
+    let mut ctx = stretto::OpContext::from_env();
+    if cfg!(feature = "cuda") {
+        ctx.provider = stretto::ExecutionProvider::Cuda;
+    }
+    ctx
 }
 
 /// The format of `--output`, checked before the query runs: a known extension, in a folder that exists.

@@ -42,6 +42,18 @@ pub enum MemoPolicy {
     Off,
 }
 
+/// Where models run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
+pub enum ExecutionProvider {
+    /// ONNX Runtime's CPU kernels.
+    #[default]
+    Cpu,
+    /// ONNX Runtime's CUDA execution provider, with the CPU for what it does not run (needs Stretto built with the
+    /// `cuda` feature and onnxruntime-gpu's libraries). Set per registry: two sessions of one process can run one
+    /// on the GPU and one on the CPU.
+    Cuda,
+}
+
 /// Settings shared by every operator of a registry.
 #[derive(Debug, Clone, PartialEq)]
 pub struct OpContext {
@@ -57,6 +69,8 @@ pub struct OpContext {
     pub ladder: Vec<String>,
     /// Sentence encoders, one embedding filter each.
     pub encoders: Vec<String>,
+    /// Where this registry's models run.
+    pub provider: ExecutionProvider,
 }
 
 impl OpContext {
@@ -70,6 +84,7 @@ impl OpContext {
             threads: 0,
             ladder: DEFAULT_LADDER.iter().map(|s| s.to_string()).collect(),
             encoders: DEFAULT_ENCODERS.iter().map(|s| s.to_string()).collect(),
+            provider: ExecutionProvider::Cpu,
         }
     }
 
@@ -95,6 +110,11 @@ impl OpContext {
             ctx.threads = t;
         }
         ctx
+    }
+
+    /// Whether models run on the CUDA execution provider.
+    pub fn cuda(&self) -> bool {
+        self.provider == ExecutionProvider::Cuda
     }
 
     /// With another KV cache directory.

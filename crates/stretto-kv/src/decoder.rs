@@ -15,6 +15,7 @@ use tokenizers::Tokenizer;
 
 use crate::convert::{DecoderConfig, DecoderFiles};
 use crate::error::{KvError, Result};
+use crate::runtime::RuntimeOptions;
 
 /// One item's cached keys and values, per layer `[kv_heads][len][head_dim]`, contiguous.
 #[derive(Debug, Clone, PartialEq)]
@@ -176,15 +177,20 @@ fn argmax(v: &[f32]) -> u32 {
 
 impl Decoder {
     /// Loads catalog model `name` from `home`, preparing and converting it first if needed.
-    pub fn load(home: &Path, name: &str, threads: usize) -> Result<Self> {
+    pub fn load(home: &Path, name: &str, options: impl Into<RuntimeOptions>) -> Result<Self> {
         let files = crate::prepare::ensure_decoder(home, name)?;
-        Self::from_files(home, name, &files, threads)
+        Self::from_files(home, name, &files, options)
     }
 
     /// Loads a converted decoder folder (ONNX Runtime's library comes from `home`).
-    pub fn from_files(home: &Path, name: &str, files: &DecoderFiles, threads: usize) -> Result<Self> {
+    pub fn from_files(
+        home: &Path,
+        name: &str,
+        files: &DecoderFiles,
+        options: impl Into<RuntimeOptions>,
+    ) -> Result<Self> {
         let _span = tracing::info_span!("load_decoder", model = name).entered();
-        let mut builder = crate::runtime::session_builder(home, threads)?;
+        let mut builder = crate::runtime::session_builder(home, options)?;
         let session = builder
             .commit_from_file(&files.model)
             .map_err(|e| KvError::Runtime(format!("cannot load {}: {e}", files.model.display())))?;

@@ -14,6 +14,7 @@ use tokenizers::Tokenizer;
 use tokenizers::TruncationParams;
 
 use crate::error::{KvError, Result};
+use crate::runtime::RuntimeOptions;
 
 fn bad(file: &Path, message: impl Into<String>) -> KvError {
     KvError::Format { file: file.display().to_string(), message: message.into() }
@@ -53,15 +54,20 @@ pub fn cosine(a: &[f32], b: &[f32]) -> f32 {
 impl Embedder {
     /// Loads catalog model `name` (`minilm`) from `home`, preparing and converting it first if needed, or the
     /// encoder export a user registered as `name`.
-    pub fn load(home: &Path, name: &str, threads: usize) -> Result<Self> {
+    pub fn load(home: &Path, name: &str, options: impl Into<RuntimeOptions>) -> Result<Self> {
         let files = crate::prepare::ensure_encoder(home, name)?;
-        Self::from_files(home, name, &files, threads)
+        Self::from_files(home, name, &files, options)
     }
 
     /// Loads an encoder folder (ONNX Runtime's library comes from `home`).
-    pub fn from_files(home: &Path, name: &str, files: &EncoderFiles, threads: usize) -> Result<Self> {
+    pub fn from_files(
+        home: &Path,
+        name: &str,
+        files: &EncoderFiles,
+        options: impl Into<RuntimeOptions>,
+    ) -> Result<Self> {
         let _span = tracing::info_span!("load_encoder", model = name).entered();
-        let mut builder = crate::runtime::session_builder(home, threads)?;
+        let mut builder = crate::runtime::session_builder(home, options)?;
         let session = builder
             .commit_from_file(&files.model)
             .map_err(|e| KvError::Runtime(format!("cannot load {}: {e}", files.model.display())))?;

@@ -1,8 +1,8 @@
 //! Shared models: every operator of one model (all its compression ratios, filters and maps) uses one loaded
 //! session, loaded on first use.
 //!
-//! Models are shared per (model home, thread count, name): two sessions over the same home share one loaded copy,
-//! two sessions over different homes or thread settings each load their own.
+//! Models are shared per (model home, runtime options, name): two sessions over the same home share one loaded
+//! copy, two sessions over different homes, thread settings or execution providers each load their own.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -11,9 +11,10 @@ use std::sync::{Arc, Mutex};
 use crate::decoder::Decoder;
 use crate::embed::Embedder;
 use crate::error::{KvError, Result};
+use crate::runtime::RuntimeOptions;
 use crate::vision::Classifier;
 
-type Key = (PathBuf, usize, String);
+type Key = (PathBuf, RuntimeOptions, String);
 
 fn shared<T>(pool: &Mutex<BTreeMap<Key, Arc<T>>>, key: Key, load: impl FnOnce() -> Result<T>) -> Result<Arc<T>> {
     // Loading under the lock: two operators asking at once must not load a model twice.
@@ -26,20 +27,23 @@ fn shared<T>(pool: &Mutex<BTreeMap<Key, Arc<T>>>, key: Key, load: impl FnOnce() 
     Ok(m)
 }
 
-/// The shared decoder `name` prepared under `home`, with `threads` intra-op threads (0: ONNX Runtime's choice).
-pub fn decoder(home: &Path, threads: usize, name: &str) -> Result<Arc<Decoder>> {
+/// The shared decoder `name` prepared under `home`, run with `options` (a thread count alone: on the CPU).
+pub fn decoder(home: &Path, options: impl Into<RuntimeOptions>, name: &str) -> Result<Arc<Decoder>> {
     static POOL: Mutex<BTreeMap<Key, Arc<Decoder>>> = Mutex::new(BTreeMap::new());
-    shared(&POOL, (home.to_path_buf(), threads, name.to_string()), || Decoder::load(home, name, threads))
+    let options = options.into();
+    shared(&POOL, (home.to_path_buf(), options, name.to_string()), || Decoder::load(home, name, options))
 }
 
 /// The shared sentence encoder `name` prepared under `home`.
-pub fn embedder(home: &Path, threads: usize, name: &str) -> Result<Arc<Embedder>> {
+pub fn embedder(home: &Path, options: impl Into<RuntimeOptions>, name: &str) -> Result<Arc<Embedder>> {
     static POOL: Mutex<BTreeMap<Key, Arc<Embedder>>> = Mutex::new(BTreeMap::new());
-    shared(&POOL, (home.to_path_buf(), threads, name.to_string()), || Embedder::load(home, name, threads))
+    let options = options.into();
+    shared(&POOL, (home.to_path_buf(), options, name.to_string()), || Embedder::load(home, name, options))
 }
 
 /// The shared image classifier prepared under `home`.
-pub fn classifier(home: &Path, threads: usize) -> Result<Arc<Classifier>> {
+pub fn classifier(home: &Path, options: impl Into<RuntimeOptions>) -> Result<Arc<Classifier>> {
     static POOL: Mutex<BTreeMap<Key, Arc<Classifier>>> = Mutex::new(BTreeMap::new());
-    shared(&POOL, (home.to_path_buf(), threads, "efficientnet-lite0".into()), || Classifier::load(home, threads))
+    let options = options.into();
+    shared(&POOL, (home.to_path_buf(), options, "efficientnet-lite0".into()), || Classifier::load(home, options))
 }

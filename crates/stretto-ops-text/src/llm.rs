@@ -277,7 +277,7 @@ impl LlmOp {
 
     /// The context's shared copy of this operator's model.
     fn decoder(&self) -> Result<Arc<stretto_kv::Decoder>> {
-        stretto_kv::pool::decoder(&self.ctx.model_home, self.ctx.threads, &self.config.model)
+        stretto_kv::pool::decoder(&self.ctx.model_home, crate::runtime(&self.ctx), &self.config.model)
             .map_err(kv_err(&self.name))
     }
 }

@@ -357,7 +357,11 @@ pub fn profile_pipeline(
             }
             let texts = t.item_texts(&input)?;
             for m in models {
-                let dec = stretto_kv::pool::decoder(&ctx.model_home, ctx.threads, &m)?;
+                let dec = stretto_kv::pool::decoder(
+                    &ctx.model_home,
+                    stretto_kv::runtime::RuntimeOptions::new(ctx.threads, ctx.cuda()),
+                    &m,
+                )?;
                 let profile = stretto_kv::store::Profile {
                     model: m.clone(),
                     press: Press::ExpectedAttention,

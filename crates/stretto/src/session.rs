@@ -32,7 +32,6 @@ impl SessionBuilder {
             config: SessionConfig {
                 operators: OpContext::new(model_home),
                 models: vec!["smollm2-135m".into(), "minilm".into(), "efficientnet-lite0".into()],
-                provider: ExecutionProvider::Cpu,
                 progress: false,
                 run_dir: None,
                 seed: 42,
@@ -86,9 +85,10 @@ impl SessionBuilder {
         self
     }
 
-    /// Where models run.
+    /// Where this session's models run (default: the CPU). Chosen per session: in a build with the `cuda` feature,
+    /// one session can run on the GPU beside another on the CPU; without the feature, CUDA is an error at `build`.
     pub fn execution_provider(mut self, provider: ExecutionProvider) -> Self {
-        self.config.provider = provider;
+        self.config.operators.provider = provider;
         self
     }
 
@@ -136,7 +136,7 @@ impl SessionBuilder {
     /// The session: links the operator plugins and builds the registry under this configuration.
     pub fn build(self) -> Result<Session> {
         let c = &self.config;
-        if c.provider == ExecutionProvider::Cuda && !cfg!(feature = "cuda") {
+        if c.operators.provider == ExecutionProvider::Cuda && !cfg!(feature = "cuda") {
             return Err(Error::Query("the CUDA execution provider needs Stretto built with `--features cuda`".into()));
         }
         if !(c.sample_fraction > 0.0 && c.sample_fraction <= 1.0) {
