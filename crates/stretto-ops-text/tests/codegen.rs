@@ -20,6 +20,8 @@ fn setup() {
     static ONCE: std::sync::Once = std::sync::Once::new();
     ONCE.call_once(|| {
         stretto_ops_text::link();
+        let home = stretto_core::context::default_home();
+        stretto_kv::prepare::ensure_ready(&home, "qwen2.5-coder-0.5b").expect("the coder model prepares");
     });
 }
 
@@ -92,7 +94,7 @@ fn a_fixed_extractor_runs_sandboxed_on_real_reports() {
 }
 
 #[test]
-#[ignore = "needs qwen2.5-coder-0.5b; prints the synthesis log"]
+#[ignore = "a diagnostic, not a check: prints the synthesis log"]
 fn synthesis_log() {
     setup();
     let (batch, _) = emails();
@@ -121,8 +123,8 @@ fn emails() -> (arrow::array::RecordBatch, Vec<Option<i64>>) {
     (stretto_core::table::qualify("emails", &batch).unwrap(), labels)
 }
 
+/// The coder LLM synthesises an extractor from three examples, and it runs sandboxed on the rest (~10 s).
 #[test]
-#[ignore = "needs qwen2.5-coder-0.5b; run with --ignored"]
 fn the_coder_writes_a_header_extractor() {
     setup();
     let registry = Registry::discover(&context()).unwrap();
@@ -130,4 +132,18 @@ fn the_coder_writes_a_header_extractor() {
     let acc = accuracy(op.as_ref(), emails(), &email_year());
     eprintln!("generated email-year extractor: {acc:.3} of {N} emails");
     assert!(acc >= 0.8, "{acc}");
+}
+
+/// An LLM map against the human labels of the same reports: the winner's points, read by SmolLM2-135M from
+/// uncompressed caches. Measured: 11 of the 36 labelled reports right (0.306); Qwen2.5-Coder-0.5B's map gets 2 of
+/// 36 (it reads the first number of the report, the winner's season wins), a protocol problem tracked with the gold
+/// models. The floor (0.2) catches a map that stops answering or answers at random.
+#[test]
+fn an_llm_map_reads_the_winners_points_as_the_labels_say() {
+    setup();
+    let registry = Registry::discover(&context()).unwrap();
+    let op = registry.get("llm-map:smollm2-135m@expected-attention-0.00").unwrap();
+    let acc = accuracy(op.as_ref(), reports(), &winner_points());
+    eprintln!("SmolLM2-135M map: {acc:.3} of {N} reports right");
+    assert!(acc >= 0.2, "{acc}");
 }
