@@ -324,14 +324,33 @@ impl Dataset {
     }
 }
 
-/// Loads one table of a spec, adding its photo column when it has one.
+/// Loads one table of a spec, adding its photo column when it has one. HTML entities in its text (`&apos;`,
+/// `&#8217;`, `&nbsp;`: the scraped sources kept them) are decoded, so models read the text a person would.
 pub fn load_table(spec: &TableSpec, dir: &Path) -> Result<RecordBatch> {
     let schema = spec.kinds.iter().fold(TableSchema::new(), |s, (c, k)| s.with(*c, *k));
-    let batch = load_csv(dir.join(spec.file), &schema)?;
+    let batch = decode_entities(load_csv(dir.join(spec.file), &schema)?)?;
     match spec.photos {
         None => Ok(batch),
         Some((id_col, folder, column)) => add_photo_column(batch, id_col, &dir.join(folder), column),
     }
+}
+
+/// `batch` with the HTML entities of its string columns decoded.
+fn decode_entities(batch: RecordBatch) -> Result<RecordBatch> {
+    let columns: Vec<ArrayRef> = batch
+        .columns()
+        .iter()
+        .map(|c| match c.as_string_opt::<i32>() {
+            Some(s) if s.iter().flatten().any(|v| v.contains('&')) => Arc::new(
+                s.iter()
+                    .map(|v| v.map(|v| html_escape::decode_html_entities(v).replace('\u{a0}', " ")))
+                    .collect::<StringArray>(),
+            ) as ArrayRef,
+            _ => c.clone(),
+        })
+        .collect();
+    RecordBatch::try_new(batch.schema(), columns)
+        .map_err(|source| CoreError::Arrow { context: "decoding HTML entities".into(), source })
 }
 
 /// Adds an image column holding `folder/<id>.jpg` where that file exists and null elsewhere.
@@ -380,6 +399,29 @@ mod tests {
         let present = photos.iter().flatten().count();
         assert_eq!(present, 232);
         assert!(photos.iter().flatten().all(|p| Path::new(p).is_file()));
+    }
+
+    #[test]
+    fn bundled_text_reads_without_html_entities() {
+        let ds = Dataset::load("movie").unwrap();
+        let text = ds.table("reviews").unwrap().column_by_name("reviewtext").unwrap().as_string::<i32>().clone();
+        let entity = regex_lite_entity();
+        assert!(text.iter().flatten().all(|t| !entity(t)), "an HTML entity survived loading");
+        // The file itself has them (`&apos;`, `&#8217;`, `&#44;`...): they were decoded, not absent.
+        let raw = std::fs::read_to_string(data_dir().unwrap().join("movie/reviews_1000.csv")).unwrap();
+        assert!(raw.contains("&apos;") && raw.contains("&#8217;"));
+        assert!(text.iter().flatten().any(|t| t.contains('\u{2019}')), "&#8217; became a right quote");
+    }
+
+    /// Whether a text holds `&name;` or `&#digits;`.
+    fn regex_lite_entity() -> impl Fn(&str) -> bool {
+        |t: &str| {
+            t.match_indices('&').any(|(i, _)| {
+                let rest = &t[i + 1..];
+                let end = rest.find(';').filter(|&e| e > 0 && e <= 8);
+                end.is_some_and(|e| rest[..e].trim_start_matches('#').chars().all(|c| c.is_ascii_alphanumeric()))
+            })
+        }
     }
 
     #[test]

