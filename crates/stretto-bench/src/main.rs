@@ -147,6 +147,13 @@ enum Command {
         /// Also run the gold plan on everything and print the achieved precision and recall.
         #[arg(long)]
         check: bool,
+        /// True labels of the input tuples (CSV, Parquet or NDJSON): one per row in order, or matched by a
+        /// `_index_<table>` column. The result (and, with --check, gold's) is scored against them.
+        #[arg(long, requires = "label_column")]
+        labels: Option<PathBuf>,
+        /// The label column (0/1 or true/false): in --labels, or in the bundled dataset's label tables.
+        #[arg(long)]
+        label_column: Option<String>,
         /// Print one JSON object instead of the report.
         #[arg(long)]
         json: bool,
@@ -589,6 +596,8 @@ fn run(cli: Cli) -> Result<(), BoxError> {
             credible,
             method,
             check,
+            labels,
+            label_column,
             json,
             limit,
             mut models,
@@ -599,7 +608,7 @@ fn run(cli: Cli) -> Result<(), BoxError> {
             run_dir,
             show,
         } => {
-            use stretto::engine::{input_from, parse_query, run_pipeline, run_query, QueryOptions};
+            use stretto::engine::{input_from, parse_query, run_pipeline, QueryOptions};
             // The output's folder and format are checked before any work, and the file is written atomically.
             let out_format = match &output {
                 Some(p) => Some(check_output(p)?),
@@ -632,8 +641,52 @@ fn run(cli: Cli) -> Result<(), BoxError> {
             o.run_dir = Some(run_dir);
             o.progress = !json && std::io::stderr().is_terminal();
             let registry = stretto::registry_for(&ctx)?;
+            // Truth labels are read (and checked) before any model work.
+            let labels_for = |table: &str, rows: usize| -> Result<Option<stretto::engine::TruthLabels>, BoxError> {
+                use stretto::engine::TruthLabels;
+                let Some(column) = &label_column else { return Ok(None) };
+                Ok(Some(match (&labels, &dataset) {
+                    (Some(file), _) => {
+                        let batch = read_input(file)?;
+                        TruthLabels::from_batch(&batch, column, table, rows, &file.display().to_string())?
+                    }
+                    (None, Some(d)) => {
+                        TruthLabels::bundled(&stretto::core::datasets::Dataset::load(d)?, table, column, rows)?
+                    }
+                    (None, None) => {
+                        return Err(
+                            "--label-column over --input needs --labels FILE (the input has no bundled labels)".into()
+                        )
+                    }
+                }))
+            };
+            let one_table = |tasks: &[stretto::core::op::SemanticTask]| -> Result<Option<String>, BoxError> {
+                if label_column.is_none() {
+                    return Ok(None);
+                }
+                let mut tables = std::collections::BTreeSet::new();
+                for t in tasks {
+                    for r in t.references()? {
+                        tables.insert(r.split_once('.').map_or(r.clone(), |(t, _)| t.to_string()));
+                    }
+                }
+                match tables.len() {
+                    1 => Ok(tables.into_iter().next()),
+                    _ => Err("--label-column needs a query over one table (labels score its tuples)".into()),
+                }
+            };
             let r = match &input {
-                None => run_query(&registry, &o)?,
+                None => {
+                    stretto::Targets::new(o.precision, o.recall, o.credible)?;
+                    stretto::optim::strategy::strategy(&o.method)?;
+                    let tasks = parse_query(&o.query)?;
+                    let table = one_table(&tasks)?;
+                    let (input, pulled) = stretto::engine::input_of(&o.dataset, &tasks, o.limit)?;
+                    if let Some(t) = table {
+                        o.labels = labels_for(&t, input.num_rows())?;
+                    }
+                    run_pipeline(&registry, &pulled, &input, &o)?
+                }
                 Some(path) => {
                     stretto::Targets::new(o.precision, o.recall, o.credible)?;
                     stretto::optim::strategy::strategy(&o.method)?;
@@ -643,6 +696,10 @@ fn run(cli: Cli) -> Result<(), BoxError> {
                         None => path.file_stem().and_then(|s| s.to_str()).unwrap_or("input").to_string(),
                     };
                     let batch = read_input(path)?;
+                    if one_table(&tasks)?.is_some() {
+                        let rows = o.limit.map_or(batch.num_rows(), |l| l.min(batch.num_rows()));
+                        o.labels = labels_for(&name, rows)?;
+                    }
                     let (input, pulled) = input_from(
                         |t| {
                             if t == name {

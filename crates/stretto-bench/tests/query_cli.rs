@@ -174,3 +174,66 @@ fn a_users_onnx_export_joins_the_query_by_model_name_equals_folder() {
     let candidates = r["candidates"]["f1"].as_array().unwrap();
     assert!(candidates.iter().any(|c| c == &serde_json::json!(format!("embed:{name}"))), "{candidates:?}");
 }
+
+#[test]
+fn a_query_is_scored_against_the_true_labels_beside_gold() {
+    let dir = tempfile::tempdir().unwrap();
+    let args = [
+        "query",
+        "--dataset",
+        "movie",
+        "--query",
+        "{reviews.reviewtext} is clearly positive",
+        "--limit",
+        "40",
+        "--check",
+        "--label-column",
+        "is_positive",
+        "--json",
+    ];
+    let (ok, out, err) = stretto(&args, dir.path());
+    assert!(ok, "{err}");
+    let r: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    let t = &r["truth"];
+    assert_eq!(t["column"], "is_positive");
+    assert_eq!(t["labelled"], 40);
+    // Recomputed here from the bundled labels, matched by review id: the engine's alignment must agree.
+    let ds = stretto_core::datasets::Dataset::load("movie").unwrap();
+    let labels = ds.table("labels").unwrap();
+    let id = labels.column_by_name("reviewid").unwrap();
+    let pos = labels.column_by_name("is_positive").unwrap();
+    let positive: std::collections::HashMap<String, bool> = (0..labels.num_rows())
+        .map(|i| (stretto_core::op::cell_text(id.as_ref(), i), stretto_core::op::cell_text(pos.as_ref(), i) == "1"))
+        .collect();
+    let rows = r["rows"].as_array().unwrap();
+    let tp = rows.iter().filter(|row| positive[row["reviews.reviewid"].as_str().unwrap()]).count();
+    assert_eq!(t["plan"]["true_positives"], tp);
+    assert_eq!(t["plan"]["false_positives"], rows.len() - tp);
+    let all_pos = (0..40).filter(|&i| stretto_core::op::cell_text(pos.as_ref(), i) == "1").count();
+    assert_eq!(t["positives"], all_pos);
+    assert_eq!(t["plan"]["false_negatives"], all_pos - tp);
+    assert!(t["gold"]["f1"].is_number(), "with --check, gold is scored too: {t}");
+}
+
+#[test]
+fn bad_labels_fail_before_any_model_work_naming_the_culprit() {
+    let dir = tempfile::tempdir().unwrap();
+    let base = |extra: &[&str]| {
+        let mut a = vec!["query", "--dataset", "movie", "--query", "{reviews.reviewtext} is clearly positive"];
+        a.extend_from_slice(extra);
+        stretto(&a, dir.path())
+    };
+    let (ok, _, err) = base(&["--label-column", "is_happy"]);
+    assert!(!ok && err.contains("is_happy") && err.contains("is_positive"), "{err}");
+    let odd = dir.path().join("odd.csv");
+    std::fs::write(&odd, "is_good\n1\n0\nmaybe\n1\n").unwrap();
+    let (ok, _, err) = base(&["--limit", "4", "--labels", odd.to_str().unwrap(), "--label-column", "is_good"]);
+    assert!(!ok && err.contains("not binary") && err.contains("maybe") && err.contains("row 3"), "{err}");
+    let (ok, _, err) = base(&["--limit", "10", "--labels", odd.to_str().unwrap(), "--label-column", "is_good"]);
+    assert!(!ok && err.contains("odd.csv") && err.contains("4 rows for 10"), "{err}");
+    let (ok, _, err) = base(&["--labels", odd.to_str().unwrap()]);
+    assert!(!ok && err.contains("--label-column"), "{err}");
+    let (ok, _, err) = base(&["--limit", "4", "--labels", odd.to_str().unwrap(), "--label-column", "nope"]);
+    assert!(!ok && err.contains("odd.csv") && err.contains("nope") && err.contains("is_good"), "{err}");
+    assert!(!dir.path().join("kv").exists() && !dir.path().join("stretto-run").exists(), "no model work was done");
+}

@@ -11,7 +11,7 @@ use stretto_core::plan::{LogicalPlan, PlanBuilder, PulledUpPlan};
 use stretto_optim::profile::Profile;
 use stretto_optim::strategy::{Global, Strategy, Targets};
 
-use crate::engine::{self, Profiled, QueryOptions, QueryReport};
+use crate::engine::{self, Profiled, QueryOptions, QueryReport, TruthLabels};
 use crate::error::{Error, Result};
 use crate::io::{self, FileFormat};
 use crate::state::SessionState;
@@ -23,6 +23,7 @@ pub struct DataFrame {
     plan: PlanBuilder,
     limit: Option<usize>,
     source: String,
+    labels: Option<TruthLabels>,
 }
 
 impl std::fmt::Debug for DataFrame {
@@ -38,7 +39,13 @@ impl DataFrame {
         batch: &RecordBatch,
         source: &str,
     ) -> Result<Self> {
-        Ok(Self { session, plan: PlanBuilder::scan(table, batch)?, limit: None, source: source.to_string() })
+        Ok(Self {
+            session,
+            plan: PlanBuilder::scan(table, batch)?,
+            limit: None,
+            source: source.to_string(),
+            labels: None,
+        })
     }
 
     fn with(self, plan: PlanBuilder) -> Self {
@@ -107,6 +114,13 @@ impl DataFrame {
         Ok(self.with(plan))
     }
 
+    /// Scores results against true labels: one per tuple the semantic operators see (the frame's rows after its
+    /// relational operations), in order. [`QueryResult::truth`] then holds precision, recall and F1 against them.
+    /// A count that does not match is an error at collect time.
+    pub fn with_labels(self, labels: TruthLabels) -> Self {
+        Self { labels: Some(labels), ..self }
+    }
+
     /// The logical plan as composed.
     pub fn logical_plan(&self) -> LogicalPlan {
         self.plan.clone().build()
@@ -123,6 +137,7 @@ impl DataFrame {
         o.models = c.models.clone();
         o.run_dir = c.run_dir.clone();
         o.progress = c.progress;
+        o.labels = self.labels.clone();
         o
     }
 
@@ -289,6 +304,12 @@ impl QueryResult {
     /// cost).
     pub fn cost_seconds(&self) -> f64 {
         self.report.stages.iter().map(|s| s.cost_seconds).sum()
+    }
+
+    /// Precision, recall and F1 against the true labels given with [`DataFrame::with_labels`] (`plan`, and
+    /// `gold` when the gold plan was run), with the counts behind them.
+    pub fn truth(&self) -> Option<&serde_json::Value> {
+        self.report.truth.as_ref()
     }
 
     /// The full report, as the CLI prints it.

@@ -53,6 +53,8 @@ pub struct QueryOptions {
     pub models: Vec<String>,
     /// Also run the gold plan on everything and measure precision and recall.
     pub check: bool,
+    /// True labels of the input tuples: the result (and, with `check`, gold's) is then also scored against them.
+    pub labels: Option<TruthLabels>,
     /// Where the profile and the plan are written (nowhere when `None`).
     pub run_dir: Option<PathBuf>,
     /// Progress bars.
@@ -75,6 +77,7 @@ impl QueryOptions {
             limit: None,
             models: vec!["smollm2-135m".into(), "minilm".into(), "efficientnet-lite0".into()],
             check: false,
+            labels: None,
             run_dir: None,
             progress: false,
         }
@@ -149,6 +152,9 @@ pub struct QueryReport {
     /// With `check`: precision and recall against the gold plan on every input tuple.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub achieved: Option<serde_json::Value>,
+    /// With labels: precision, recall and F1 of the result (and, with `check`, of gold's) against the true labels.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub truth: Option<serde_json::Value>,
     /// Seconds per phase.
     pub timings: BTreeMap<String, f64>,
     /// Per-stage counts and seconds.
@@ -599,6 +605,24 @@ pub fn execute(
     let result = pulled.finish(out.batch.clone())?;
     timings.insert("execution".into(), t0.elapsed().as_secs_f64());
 
+    if let Some(l) = &o.labels {
+        if l.values.len() != n {
+            return Err(Error::Query(format!(
+                "labels `{}` hold {} values for {n} input tuples; they must align with the query's input",
+                l.column,
+                l.values.len()
+            )));
+        }
+    }
+    let mut truth = o.labels.as_ref().map(|l| {
+        serde_json::json!({
+            "column": l.column,
+            "labelled": l.values.iter().flatten().count(),
+            "positives": l.values.iter().flatten().filter(|v| **v).count(),
+            "plan": l.score(&out.rows),
+        })
+    });
+
     // 6. Optionally, the gold plan on everything.
     let achieved = if o.check {
         let t0 = Instant::now();
@@ -617,6 +641,9 @@ pub fn execute(
             }
             k
         };
+        if let (Some(t), Some(l)) = (truth.as_mut(), &o.labels) {
+            t["gold"] = l.score(&gout.rows);
+        }
         let got: BTreeSet<String> = out.rows.iter().enumerate().map(|(i, &r)| key(&out.batch, i, r)).collect();
         let truth: BTreeSet<String> = gout.rows.iter().enumerate().map(|(i, &r)| key(&gout.batch, i, r)).collect();
         let tp = got.intersection(&truth).count() as f64;
@@ -651,6 +678,7 @@ pub fn execute(
         }),
         plan,
         achieved,
+        truth,
         timings,
         stages: out.stats,
         columns: {
@@ -675,6 +703,111 @@ pub fn execute(
         files: [profile_path, plan_path].into_iter().flatten().map(|p| p.display().to_string()).collect(),
         result,
     })
+}
+
+/// True labels of a query's input tuples, in input order: `Some(true)` where the tuple belongs in the answer,
+/// `Some(false)` where it does not, `None` where it is unlabelled (left out of the figures).
+#[derive(Debug, Clone, PartialEq)]
+pub struct TruthLabels {
+    /// The label column.
+    pub column: String,
+    /// One label per input tuple.
+    pub values: Vec<Option<bool>>,
+}
+
+impl TruthLabels {
+    /// Labels for the tuples of a one-table query over `table` (its first `rows` rows, as a `limit` reads them)
+    /// from column `column` of `labels`: matched by its `_index_<table>` column (the bundled label tables' row
+    /// index) when it has one, else row by row. Values must be 0/1 or true/false; a missing column, other values,
+    /// or too few rows are errors naming the culprit.
+    pub fn from_batch(labels: &RecordBatch, column: &str, table: &str, rows: usize, source: &str) -> Result<Self> {
+        let available = || labels.schema().fields().iter().map(|f| f.name().clone()).collect::<Vec<_>>().join(", ");
+        let col = labels.column_by_name(column).ok_or_else(|| {
+            Error::Query(format!("{source} has no label column `{column}` (columns: {})", available()))
+        })?;
+        let value = |i: usize| -> Result<Option<bool>> {
+            if col.is_null(i) {
+                return Ok(None);
+            }
+            match stretto_core::op::cell_text(col.as_ref(), i).trim().to_ascii_lowercase().as_str() {
+                "1" | "1.0" | "true" => Ok(Some(true)),
+                "0" | "0.0" | "false" => Ok(Some(false)),
+                "" => Ok(None),
+                other => Err(Error::Query(format!(
+                    "label column `{column}` of {source} is not binary: `{other}` at row {} (0/1 or true/false \
+                     expected)",
+                    i + 1
+                ))),
+            }
+        };
+        let mut values = vec![None; rows];
+        let index = format!("_index_{table}");
+        if let Some(ix) = labels.column_by_name(&index) {
+            for i in 0..labels.num_rows() {
+                let at = stretto_core::op::cell_text(ix.as_ref(), i)
+                    .parse::<usize>()
+                    .map_err(|_| Error::Query(format!("{source}: `{index}` at row {} is not a row number", i + 1)))?;
+                if at < rows {
+                    values[at] = value(i)?;
+                }
+            }
+        } else {
+            if labels.num_rows() < rows {
+                return Err(Error::Query(format!(
+                    "{source} has {} rows for {rows} input tuples; give one label per row, or a `{index}` column",
+                    labels.num_rows()
+                )));
+            }
+            for (i, v) in values.iter_mut().enumerate() {
+                *v = value(i)?;
+            }
+        }
+        Ok(Self { column: column.into(), values })
+    }
+
+    /// The bundled label column `column` for table `table` of dataset `dataset` (a side table with
+    /// `_index_<table>` and that column), for its first `rows` rows.
+    pub fn bundled(dataset: &Dataset, table: &str, column: &str, rows: usize) -> Result<Self> {
+        let index = format!("_index_{table}");
+        let mut columns = Vec::new();
+        for name in dataset.table_names() {
+            let t = dataset.table(name)?;
+            if t.column_by_name(&index).is_some() {
+                if t.column_by_name(column).is_some() {
+                    return Self::from_batch(t, column, table, rows, &format!("table `{name}` of {}", dataset.name));
+                }
+                columns.extend(t.schema().fields().iter().map(|f| f.name().clone()).filter(|c| !c.starts_with('_')));
+            }
+        }
+        Err(Error::Query(format!(
+            "dataset {} has no label column `{column}` for table `{table}` (label columns: {})",
+            dataset.name,
+            if columns.is_empty() { "none".to_string() } else { columns.join(", ") }
+        )))
+    }
+
+    /// Precision, recall and F1 of the answer `rows` (input tuple positions) over the labelled tuples.
+    pub fn score(&self, rows: &[usize]) -> serde_json::Value {
+        let chosen: BTreeSet<usize> = rows.iter().copied().collect();
+        let (mut tp, mut fp, mut fn_) = (0usize, 0usize, 0usize);
+        for (i, v) in self.values.iter().enumerate() {
+            match (v, chosen.contains(&i)) {
+                (Some(true), true) => tp += 1,
+                (Some(false), true) => fp += 1,
+                (Some(true), false) => fn_ += 1,
+                _ => {}
+            }
+        }
+        let ratio = |a: usize, b: usize| if b == 0 { None } else { Some(a as f64 / b as f64) };
+        let (p, r) = (ratio(tp, tp + fp), ratio(tp, tp + fn_));
+        let f1 = match (p, r) {
+            (Some(p), Some(r)) if p + r > 0.0 => Some(2.0 * p * r / (p + r)),
+            (Some(_), Some(_)) => Some(0.0),
+            _ => None,
+        };
+        serde_json::json!({"precision": p, "recall": r, "f1": f1, "true_positives": tp, "false_positives": fp,
+                           "false_negatives": fn_})
+    }
 }
 
 /// Rows of a batch as JSON objects (text shortened to 200 characters).
@@ -763,6 +896,22 @@ pub fn render(r: &QueryReport, show: usize) -> String {
             "{:<62} {:>6} {:>7} {:>7} {:>7} {:>9.2}",
             st.physical, st.tuples_in, st.accepted, st.rejected, st.unsure, st.seconds
         ));
+    }
+    if let Some(t) = &r.truth {
+        let fig = |k: &str| {
+            let v = |m: &str| t[k][m].as_f64().map_or("-".to_string(), |x| format!("{x:.3}"));
+            format!("precision {}, recall {}, F1 {}", v("precision"), v("recall"), v("f1"))
+        };
+        line(format!(
+            "against the true labels `{}` ({} labelled, {} positive): result {}",
+            t["column"].as_str().unwrap_or_default(),
+            t["labelled"],
+            t["positives"],
+            fig("plan")
+        ));
+        if t.get("gold").is_some() {
+            line(format!("  gold plan against the same labels: {}", fig("gold")));
+        }
     }
     let t = |k: &str| r.timings.get(k).copied().unwrap_or(0.0);
     line(format!(

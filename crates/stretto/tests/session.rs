@@ -216,3 +216,28 @@ fn a_saved_profile_is_re_optimized_offline_under_other_targets_and_strategies() 
     let e = other.with_profile(&saved).unwrap_err().to_string();
     assert!(e.contains("profile.json") && e.contains("filter_2"), "{e}");
 }
+
+#[test]
+fn results_are_scored_against_true_labels_given_with_the_frame() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = session(dir.path());
+    let ds = Dataset::load("movie").unwrap();
+    let reviews = ds.table("reviews").unwrap().slice(0, 40);
+    s.register_batch("reviews", reviews).unwrap();
+    let labels = stretto::engine::TruthLabels::bundled(&ds, "reviews", "is_positive", 40).unwrap();
+    let positives = labels.values.iter().flatten().filter(|v| **v).count();
+    let frame = s.table("reviews").unwrap().sem_filter("{reviews.reviewtext} is clearly positive").unwrap();
+    let r = frame.clone().with_labels(labels.clone()).collect(Targets::new(0.8, 0.8, 0.95).unwrap()).unwrap();
+    let t = r.truth().expect("labels given, truth reported");
+    let rows = r.batch().num_rows();
+    assert_eq!(
+        t["plan"]["true_positives"].as_u64().unwrap() + t["plan"]["false_positives"].as_u64().unwrap(),
+        rows as u64
+    );
+    assert_eq!(t["positives"], positives);
+    assert!(frame.clone().collect(Targets::new(0.8, 0.8, 0.95).unwrap()).unwrap().truth().is_none());
+    // Labels that do not align with the frame's tuples are an error, not a silently wrong figure.
+    let short = stretto::engine::TruthLabels { column: "is_positive".into(), values: labels.values[..10].to_vec() };
+    let e = frame.with_labels(short).collect(Targets::new(0.8, 0.8, 0.95).unwrap()).unwrap_err().to_string();
+    assert!(e.contains("10 values for 40 input tuples"), "{e}");
+}
