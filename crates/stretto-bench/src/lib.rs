@@ -14,6 +14,7 @@
 #![warn(missing_docs)]
 
 pub mod commands;
+pub mod demo;
 pub mod experiments;
 pub mod kv;
 pub mod plots;

@@ -237,3 +237,21 @@ fn bad_labels_fail_before_any_model_work_naming_the_culprit() {
     assert!(!ok && err.contains("odd.csv") && err.contains("nope") && err.contains("is_good"), "{err}");
     assert!(!dir.path().join("kv").exists() && !dir.path().join("stretto-run").exists(), "no model work was done");
 }
+
+#[test]
+fn the_demo_checks_its_titles_against_the_data() {
+    let dir = tempfile::tempdir().unwrap();
+    let (ok, out, err) = stretto(&["demo", "--rows", "40", "--json"], dir.path());
+    assert!(ok, "{err}");
+    let r: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    let rows = r["rows"].as_array().unwrap();
+    let right = rows
+        .iter()
+        .filter(|row| {
+            stretto_bench::demo::title_matches(row["title"].as_str().unwrap(), row["reviews.id"].as_str().unwrap())
+        })
+        .count();
+    assert_eq!(r["title_accuracy"]["rows"], rows.len());
+    assert_eq!(r["title_accuracy"]["right"], right);
+    assert!(!rows.is_empty());
+}
