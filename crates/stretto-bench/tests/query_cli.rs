@@ -3,8 +3,11 @@
 mod common;
 use common::stretto;
 
+/// Data and targets where a certified plan cheaper than gold exists on real operators (SmolLM2-135M's compressed
+/// rungs and the keyword filter): 200 reviews, half profiled, targets 0.7/0.7. Measured: bounds 0.741/0.741, achieved
+/// against gold 0.910/0.877.
 #[test]
-fn a_two_operator_query_meets_its_certified_targets_or_says_why() {
+fn a_two_operator_query_gets_a_certified_plan_cheaper_than_gold_that_meets_its_targets() {
     let dir = tempfile::tempdir().unwrap();
     let query = "{reviews.reviewtext} is clearly positive -- {reviews.reviewtext} praises the acting or the cast";
     let (ok, out, err) = stretto(
@@ -19,7 +22,7 @@ fn a_two_operator_query_meets_its_certified_targets_or_says_why() {
             "--recall",
             "0.7",
             "--limit",
-            "60",
+            "200",
             "--sample",
             "0.5",
             "--check",
@@ -32,16 +35,16 @@ fn a_two_operator_query_meets_its_certified_targets_or_says_why() {
     for key in ["plan", "targets", "bounds", "achieved", "timings", "rows"] {
         assert!(r.get(key).is_some(), "missing `{key}` in {out}");
     }
-    let achieved = &r["achieved"];
-    let fell_back = r["bounds"]["fell_back_to_gold"] == true;
-    if fell_back {
-        assert!(!r["plan"]["warnings"].as_array().unwrap().is_empty(), "a gold fallback must say why");
+    assert_eq!(r["bounds"]["fell_back_to_gold"], false, "a certified non-gold plan exists here: {}", r["plan"]);
+    for k in ["precision", "recall"] {
+        assert!(r["bounds"][k].as_f64().unwrap() >= 0.7, "certified {k} bound below target: {}", r["bounds"]);
     }
-    assert!(
-        achieved["met"] == true || fell_back,
-        "the plan missed its targets on the slice without falling back: {achieved}"
-    );
-    assert_eq!(r["input_rows"], 60);
+    let stages: Vec<&str> =
+        r["plan"]["stages"].as_array().unwrap().iter().map(|s| s["physical"].as_str().unwrap()).collect();
+    let gold = "llm:smollm2-135m@expected-attention-0.00";
+    assert!(stages.iter().any(|s| !s.ends_with(gold)), "every stage is the gold operator: {stages:?}");
+    assert_eq!(r["achieved"]["met"], true, "the certified plan missed its targets against gold: {}", r["achieved"]);
+    assert_eq!(r["input_rows"], 200);
     // SmolLM2 derives an opposite of "clearly positive" but not of "praises the acting or the cast": its contrast
     // filter is a candidate of the first filter and drops out of the second's instead of failing the query.
     let names = |task: &str| -> Vec<String> {
