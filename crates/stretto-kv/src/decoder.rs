@@ -190,10 +190,7 @@ impl Decoder {
         options: impl Into<RuntimeOptions>,
     ) -> Result<Self> {
         let _span = tracing::info_span!("load_decoder", model = name).entered();
-        let mut builder = crate::runtime::session_builder(home, options)?;
-        let session = builder
-            .commit_from_file(&files.model)
-            .map_err(|e| KvError::Runtime(format!("cannot load {}: {e}", files.model.display())))?;
+        let session = crate::runtime::load_session(home, options, &files.model)?;
         let tokenizer = Tokenizer::from_file(&files.tokenizer)
             .map_err(|e| KvError::Format { file: files.tokenizer.display().to_string(), message: e.to_string() })?;
         let graph = Self::graph_shape(&session, &files.config, &files.model)?;

@@ -67,10 +67,7 @@ impl Embedder {
         options: impl Into<RuntimeOptions>,
     ) -> Result<Self> {
         let _span = tracing::info_span!("load_encoder", model = name).entered();
-        let mut builder = crate::runtime::session_builder(home, options)?;
-        let session = builder
-            .commit_from_file(&files.model)
-            .map_err(|e| KvError::Runtime(format!("cannot load {}: {e}", files.model.display())))?;
+        let session = crate::runtime::load_session(home, options, &files.model)?;
         let mut tokenizer = Tokenizer::from_file(&files.tokenizer).map_err(|e| bad(&files.tokenizer, e.to_string()))?;
         if let Some(max_length) = files.truncate {
             // An export's tokenizer may pad to a fixed length or not truncate: batches are padded here, and texts

@@ -85,6 +85,13 @@ pub fn environment(home: &Path) -> Result<&'static Environment> {
     Ok(ENVIRONMENT.get_or_init(|| env))
 }
 
+/// A session of the ONNX model at `path` under `options`; an error names the file.
+pub fn load_session(home: &Path, options: impl Into<RuntimeOptions>, path: &Path) -> Result<ort::session::Session> {
+    session_builder(home, options)?
+        .commit_from_file(path)
+        .map_err(|e| KvError::Runtime(format!("cannot load {}: {e}", path.display())))
+}
+
 /// A session builder on the process's environment, with the options' threads (0 lets ONNX Runtime choose) and
 /// execution providers.
 pub fn session_builder(home: &Path, options: impl Into<RuntimeOptions>) -> Result<SessionBuilder> {

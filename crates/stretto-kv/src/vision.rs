@@ -76,11 +76,7 @@ impl Classifier {
         let text = fs::read_to_string(&npath).map_err(|e| KvError::io(&npath, e))?;
         let classes: Vec<String> = serde_json::from_str(&text).map_err(|e| bad(&npath, e.to_string()))?;
         let _span = tracing::info_span!("load_classifier").entered();
-        let mut builder = crate::runtime::session_builder(home, options)?;
-        let model = dir.join("classifier.onnx");
-        let session = builder
-            .commit_from_file(&model)
-            .map_err(|e| KvError::Runtime(format!("cannot load {}: {e}", model.display())))?;
+        let session = crate::runtime::load_session(home, options, &dir.join("classifier.onnx"))?;
         Ok(Self { session: Mutex::new(session), classes })
     }
 
