@@ -146,7 +146,7 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
     let dir = path.parent().ok_or_else(|| KvError::Usage(format!("{} has no parent folder", path.display())))?;
     fs::create_dir_all(dir).map_err(|e| KvError::io(dir, e))?;
     let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("record");
-    let tmp = dir.join(format!(".{name}.tmp{}", std::process::id()));
+    let tmp = stretto_models::fsutil::unique_tmp(dir, name);
     let result = (|| {
         let mut f = fs::File::create(&tmp).map_err(|e| KvError::io(&tmp, e))?;
         f.write_all(bytes).map_err(|e| KvError::io(&tmp, e))?;

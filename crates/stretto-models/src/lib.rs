@@ -8,6 +8,8 @@
 //! - [`prepare`]: a runnable model on demand (fetch, then convert once, atomically), and a user's own model
 //!   registered by path: a GGUF decoder (converted), or a Hugging Face ONNX export folder ([`export`]: a decoder
 //!   with KV-past I/O or a sentence encoder, used in place);
+//! - [`fsutil`]: unique temporary names and advisory locks, so threads and processes sharing a home prepare a
+//!   model once and never write into each other's files;
 //! - readers: [`gguf`] (weights and metadata), [`tokenizer`] (a GGUF vocabulary as a `tokenizers` tokenizer),
 //!   [`torch`] (legacy PyTorch pickles, without Python);
 //! - converters, written with [`onnx`]: [`convert`] (llama/qwen2 decoders with KV-past I/O), [`bert`] (sentence
@@ -36,6 +38,7 @@ pub mod convert;
 pub mod efficientnet;
 pub mod error;
 pub mod export;
+pub mod fsutil;
 pub mod gguf;
 pub mod models;
 pub mod onnx;

