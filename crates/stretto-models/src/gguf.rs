@@ -271,7 +271,7 @@ impl Gguf {
 
     fn bytes_of(&self, name: &str, t: &TensorInfo) -> Result<&[u8]> {
         let (per, bytes) = t.ty.block();
-        if t.len() % per != 0 {
+        if !t.len().is_multiple_of(per) {
             return Err(self.bad(format!("tensor {name}: {} elements is not a whole number of blocks", t.len())));
         }
         let size = t.len() / per * bytes;

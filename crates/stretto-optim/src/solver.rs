@@ -203,7 +203,7 @@ fn initial_point(n_params: usize, restart: usize, rng: &mut StdRng) -> Vec<f64> 
     let logit = |p: f64| (p / (1.0 - p)).ln();
     (0..n_params)
         .map(|i| {
-            if restart % 8 == 0 {
+            if restart.is_multiple_of(8) {
                 match i % PARAMS_PER_IMPL {
                     0 => 0.0,
                     1 => logit(0.2),

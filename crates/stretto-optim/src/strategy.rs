@@ -1219,7 +1219,7 @@ mod tests {
 
     #[test]
     fn split_is_disjoint_and_seeded() {
-        let class = |r: usize| r % 5 == 0;
+        let class = |r: usize| r.is_multiple_of(5);
         let (a, b) = split(101, 0.5, 3, class);
         assert_eq!(a.len() + b.len(), 101);
         assert!(a.iter().all(|x| !b.contains(x)));

@@ -231,6 +231,15 @@ impl FileFormat {
     }
 }
 
+/// Reads a CSV, Parquet or NDJSON file, by its extension, with default options.
+pub fn read_path(path: &Path) -> Result<RecordBatch> {
+    match FileFormat::of(path)? {
+        FileFormat::Csv => read_csv(path, &CsvOptions::default()),
+        FileFormat::Parquet => read_parquet(path, &ReadOptions::default()),
+        FileFormat::Json => read_json(path, &ReadOptions::default()),
+    }
+}
+
 /// Writes `batch` to `path` in `format`, atomically: the data goes to a temporary file in the same folder, which
 /// replaces `path` only once complete; on any error nothing is left behind.
 pub fn write(batch: &RecordBatch, path: &Path, format: FileFormat) -> Result<()> {

@@ -42,6 +42,13 @@ impl SessionBuilder {
         }
     }
 
+    /// Every operator setting at once (model home, KV directory, memo, threads, execution provider, ladder,
+    /// encoders): what a binary read from its environment with [`OpContext::from_env`].
+    pub fn operators(mut self, operators: OpContext) -> Self {
+        self.config.operators = operators;
+        self
+    }
+
     /// Where item KV caches live.
     pub fn kv_dir(mut self, dir: impl Into<PathBuf>) -> Self {
         self.config.operators.kv_dir = dir.into();
@@ -232,6 +239,12 @@ impl Session {
         self.register_batch(name, io::read_parquet(path.as_ref(), options)?)
     }
 
+    /// The registered tables, by name.
+    pub fn tables(&self) -> Vec<(String, RecordBatch)> {
+        let tables = self.inner.tables.read().unwrap_or_else(|p| p.into_inner());
+        tables.iter().map(|(n, b)| (n.clone(), b.clone())).collect()
+    }
+
     /// A registered table as a frame.
     pub fn table(&self, name: &str) -> Result<DataFrame> {
         let tables = self.inner.tables.read().unwrap_or_else(|p| p.into_inner());
@@ -269,11 +282,7 @@ impl Session {
     /// file stem).
     pub fn read_file(&self, path: impl AsRef<Path>, table: Option<&str>) -> Result<DataFrame> {
         let path = path.as_ref();
-        let batch = match io::FileFormat::of(path)? {
-            io::FileFormat::Csv => io::read_csv(path, &CsvOptions::default())?,
-            io::FileFormat::Parquet => io::read_parquet(path, &ReadOptions::default())?,
-            io::FileFormat::Json => io::read_json(path, &ReadOptions::default())?,
-        };
+        let batch = io::read_path(path)?;
         let name = match table {
             Some(t) => t.to_string(),
             None => table_name(path)?,

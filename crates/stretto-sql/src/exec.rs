@@ -1,0 +1,491 @@
+//! The physical side: [`SemanticPipelineExec`], the DataFusion `ExecutionPlan` that profiles, optimizes and runs
+//! one query's certified cascade, and the planners that put it in DataFusion's physical plans.
+//!
+//! On its first poll the node reads its whole input (profiling samples from all of it), profiles every candidate
+//! operator on the session's seeded sample, optimizes under the query's targets and binds the certified cascade.
+//! Then it executes the cascade `stretto.batch_rows` tuples at a time, yielding a record batch each time: a LIMIT
+//! above it stops pulling once it has its rows, and the tuples never pulled are never run ([`PipelineRun`] counts
+//! them).
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::sync::{Arc, Mutex};
+
+use arrow::array::{ArrayRef, RecordBatch};
+use arrow::compute::{cast, concat_batches};
+use arrow::datatypes::{DataType, Schema, SchemaRef};
+use async_trait::async_trait;
+use datafusion::common::tree_node::TreeNodeRecursion;
+use datafusion::common::{internal_err, DataFusionError, Result};
+use datafusion::execution::context::QueryPlanner;
+use datafusion::execution::TaskContext;
+use datafusion::logical_expr::physical_planning_context::PhysicalPlanningContext;
+use datafusion::logical_expr::{LogicalPlan, UserDefinedLogicalNode};
+use datafusion::physical_expr::{EquivalenceProperties, PhysicalExpr};
+use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
+use datafusion::physical_plan::metrics::{ExecutionPlanMetricsSet, MetricBuilder, MetricsSet};
+use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
+use datafusion::physical_plan::{
+    DisplayAs, DisplayFormatType, Distribution, ExecutionPlan, Partitioning, PlanProperties, SendableRecordBatchStream,
+};
+use datafusion::physical_planner::{DefaultPhysicalPlanner, ExtensionPlanner, PhysicalPlanner};
+use futures::stream::{self, BoxStream, StreamExt, TryStreamExt};
+use stretto::core::exec::{CascadeExecutor, CascadePlan, StageStats};
+use stretto::core::plan::PlanBuilder;
+use stretto::engine::{self, QueryOptions};
+
+use crate::node::{stretto_names, PipelineSpec, SemanticPipelineNode};
+
+/// What one pipeline did in a query: its plan and certified bounds, and how much of its input it ran.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct PipelineRun {
+    /// The pipeline in Stretto's query syntax.
+    pub pipeline: String,
+    /// Tuples the relational part gave the pipeline.
+    pub input_rows: usize,
+    /// Tuples profiled.
+    pub sample_rows: usize,
+    /// Tuples the certified cascade ran on.
+    pub executed_rows: usize,
+    /// Rows it produced.
+    pub output_rows: usize,
+    /// The certified plan (`stretto.plan/v1`), once optimized.
+    pub plan: Option<stretto::core::format::PlanFile>,
+    /// Certified lower bounds on precision and recall, and whether the optimizer fell back to gold.
+    pub bounds: Option<serde_json::Value>,
+    /// Per-stage counts and time over the executed tuples.
+    pub stages: Vec<StageStats>,
+    /// Seconds per phase (`kv_caches`, `profiling`, `optimization`, `execution`).
+    pub timings: BTreeMap<String, f64>,
+    /// Whether every input tuple was executed (false when a LIMIT above stopped it early).
+    pub finished: bool,
+}
+
+impl PipelineRun {
+    /// Input tuples the cascade never ran because nothing above asked for more rows.
+    pub fn skipped_rows(&self) -> usize {
+        self.input_rows.saturating_sub(self.executed_rows)
+    }
+
+    /// One line for a plan display.
+    pub fn summary(&self) -> String {
+        let stages =
+            self.plan.as_ref().map(|p| p.stages.iter().map(|s| s.physical.clone()).collect::<Vec<_>>().join(" → "));
+        let bounds = self.bounds.as_ref().map(|b| {
+            format!(
+                "certified precision >= {:.3}, recall >= {:.3}{}",
+                b["precision"].as_f64().unwrap_or(f64::NAN),
+                b["recall"].as_f64().unwrap_or(f64::NAN),
+                if b["fell_back_to_gold"].as_bool() == Some(true) { " (gold fallback)" } else { "" }
+            )
+        });
+        let mut s = format!(
+            "{}: {} input tuples, {} profiled, {} executed",
+            self.pipeline, self.input_rows, self.sample_rows, self.executed_rows
+        );
+        if self.skipped_rows() > 0 {
+            s.push_str(&format!(", {} skipped (LIMIT reached before they were needed)", self.skipped_rows()));
+        }
+        s.push_str(&format!(", {} rows out", self.output_rows));
+        if let Some(st) = stages {
+            s.push_str(&format!("; plan {st}"));
+        }
+        if let Some(b) = bounds {
+            s.push_str(&format!("; {b}"));
+        }
+        s
+    }
+}
+
+/// A pipeline profiled, optimized and bound: ready to run on slices of its input.
+struct Prepared {
+    input: RecordBatch,
+    cascade: CascadePlan,
+    input_names: Vec<String>,
+    map_columns: Vec<String>,
+    output: SchemaRef,
+}
+
+impl Prepared {
+    fn rows(&self) -> usize {
+        self.input.num_rows()
+    }
+
+    fn execute(&self, start: usize, end: usize) -> stretto::Result<(RecordBatch, Vec<StageStats>, f64)> {
+        let t0 = std::time::Instant::now();
+        let chunk = self.input.slice(start, end - start);
+        let out = CascadeExecutor::default().execute(&self.cascade, &chunk)?;
+        let mut columns: Vec<ArrayRef> = Vec::with_capacity(self.output.fields().len());
+        for (name, field) in self.input_names.iter().chain(&self.map_columns).zip(self.output.fields()) {
+            let col = out
+                .batch
+                .column_by_name(name)
+                .ok_or_else(|| stretto::Error::Query(format!("the cascade's output lacks column `{name}`")))?;
+            columns.push(if col.data_type() == field.data_type() {
+                col.clone()
+            } else {
+                cast(col, field.data_type()).map_err(stretto::Error::Arrow)?
+            });
+        }
+        let batch = RecordBatch::try_new(self.output.clone(), columns).map_err(stretto::Error::Arrow)?;
+        Ok((batch, out.stats, t0.elapsed().as_secs_f64()))
+    }
+}
+
+fn external(e: stretto::Error) -> DataFusionError {
+    DataFusionError::External(Box::new(e))
+}
+
+/// Profiles, optimizes and binds the pipeline over all of its input (`None` when the input is empty).
+fn prepare(
+    session: &stretto::Session,
+    spec: &PipelineSpec,
+    input_schema: &SchemaRef,
+    input_names: &[String],
+    output: SchemaRef,
+    batches: Vec<RecordBatch>,
+    run: &Mutex<PipelineRun>,
+) -> stretto::Result<Option<Prepared>> {
+    let arrow_err = |what: &str, e| stretto::Error::Core(stretto::core::CoreError::arrow(what.to_string(), e));
+    let batch = concat_batches(input_schema, &batches).map_err(|e| arrow_err("reading the pipeline input", e))?;
+    // Stretto's names (`table.column`), column kinds kept; text in any Arrow string layout is read as Utf8.
+    let mut fields = Vec::with_capacity(input_names.len());
+    let mut columns = Vec::with_capacity(input_names.len());
+    for ((f, name), col) in input_schema.fields().iter().zip(input_names).zip(batch.columns()) {
+        let (ty, col) = match f.data_type() {
+            DataType::Utf8View | DataType::LargeUtf8 => {
+                (DataType::Utf8, cast(col, &DataType::Utf8).map_err(|e| arrow_err("reading text", e))?)
+            }
+            t => (t.clone(), col.clone()),
+        };
+        fields.push(f.as_ref().clone().with_name(name.as_str()).with_data_type(ty));
+        columns.push(col);
+    }
+    let input = RecordBatch::try_new(Arc::new(Schema::new(fields)), columns)
+        .map_err(|e| arrow_err("naming the pipeline input", e))?;
+    {
+        let mut r = run.lock().unwrap_or_else(|p| p.into_inner());
+        r.input_rows = input.num_rows();
+    }
+    if input.num_rows() == 0 {
+        return Ok(None);
+    }
+    let mut b =
+        PlanBuilder::from_plan(stretto::core::plan::LogicalPlan::Scan { table: "sql".into(), batch: input.clone() });
+    for t in spec.tasks() {
+        b = match &t.output {
+            None => b.sem_filter_named(&t.name, &t.prompt)?,
+            Some((column, ty)) => b.sem_map(column, &t.prompt, *ty)?,
+        };
+    }
+    let pulled = b.build().pull_up()?;
+    let c = session.config();
+    let o = spec.options.clone();
+    let mut q = QueryOptions::new("sql", &spec.describe());
+    (q.precision, q.recall, q.credible, q.method) = (o.precision, o.recall, o.credible, o.method.clone());
+    (q.seed, q.sample_fraction, q.min_sample) = (c.seed, c.sample_fraction, c.min_sample);
+    (q.models, q.run_dir, q.progress) = (c.models.clone(), c.run_dir.clone(), c.progress);
+    let strategy = stretto::optim::strategy::strategy(&q.method)?;
+    let registry = session.registry();
+    let profiled = engine::profile_pipeline(&registry, &pulled, &input, &q)?;
+    let planned = engine::optimize(&profiled, &q, strategy.as_ref())?;
+    let cascade = CascadePlan::bind(&planned.plan, profiled.tasks.clone(), |n| registry.get(n))?;
+    {
+        let mut r = run.lock().unwrap_or_else(|p| p.into_inner());
+        r.sample_rows = profiled.sample_rows;
+        r.timings = profiled.timings.clone();
+        r.timings.remove("prepare_total");
+        r.timings.insert("optimization".into(), planned.seconds);
+        r.bounds = Some(serde_json::json!({
+            "precision": planned.optimized.precision_lower_bound,
+            "recall": planned.optimized.recall_lower_bound,
+            "fell_back_to_gold": planned.optimized.fell_back_to_gold,
+        }));
+        r.plan = Some(planned.plan.clone());
+    }
+    Ok(Some(Prepared {
+        input,
+        cascade,
+        input_names: input_names.to_vec(),
+        map_columns: spec.maps.iter().map(|m| m.column.clone()).collect(),
+        output,
+    }))
+}
+
+/// Runs one query's semantic pipeline: see the module doc.
+pub struct SemanticPipelineExec {
+    input: Arc<dyn ExecutionPlan>,
+    spec: Arc<PipelineSpec>,
+    input_names: Vec<String>,
+    session: stretto::Session,
+    properties: Arc<PlanProperties>,
+    run: Arc<Mutex<PipelineRun>>,
+    metrics: ExecutionPlanMetricsSet,
+}
+
+impl SemanticPipelineExec {
+    fn new(
+        input: Arc<dyn ExecutionPlan>,
+        spec: Arc<PipelineSpec>,
+        input_names: Vec<String>,
+        schema: SchemaRef,
+        session: stretto::Session,
+        run: Arc<Mutex<PipelineRun>>,
+    ) -> Self {
+        let properties = Arc::new(PlanProperties::new(
+            EquivalenceProperties::new(schema),
+            Partitioning::UnknownPartitioning(1),
+            EmissionType::Incremental,
+            Boundedness::Bounded,
+        ));
+        Self { input, spec, input_names, session, properties, run, metrics: ExecutionPlanMetricsSet::new() }
+    }
+
+    /// What the pipeline did so far (complete once the query's stream is drained or dropped).
+    pub fn run(&self) -> PipelineRun {
+        self.run.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// The pipeline's filters, maps and settings.
+    pub fn spec(&self) -> &PipelineSpec {
+        &self.spec
+    }
+}
+
+impl fmt::Debug for SemanticPipelineExec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "SemanticPipelineExec: {}", self.spec.describe())
+    }
+}
+
+impl DisplayAs for SemanticPipelineExec {
+    fn fmt_as(&self, t: DisplayFormatType, f: &mut fmt::Formatter) -> fmt::Result {
+        let o = &self.spec.options;
+        match t {
+            DisplayFormatType::Default | DisplayFormatType::Verbose => write!(
+                f,
+                "SemanticPipelineExec: {}, targets precision >= {} and recall >= {} at {}%, method {}, {} tuples per batch",
+                self.spec.describe(),
+                o.precision,
+                o.recall,
+                o.credible * 100.0,
+                o.method,
+                o.batch_rows
+            ),
+            DisplayFormatType::TreeRender => write!(f, "{}", self.spec.describe()),
+        }
+    }
+}
+
+impl ExecutionPlan for SemanticPipelineExec {
+    fn name(&self) -> &str {
+        "SemanticPipelineExec"
+    }
+
+    fn properties(&self) -> &Arc<PlanProperties> {
+        &self.properties
+    }
+
+    fn required_input_distribution(&self) -> Vec<Distribution> {
+        // Profiling samples the whole input, so one partition reads all of it.
+        vec![Distribution::SinglePartition]
+    }
+
+    fn maintains_input_order(&self) -> Vec<bool> {
+        vec![true]
+    }
+
+    fn benefits_from_input_partitioning(&self) -> Vec<bool> {
+        vec![false]
+    }
+
+    fn children(&self) -> Vec<&Arc<dyn ExecutionPlan>> {
+        vec![&self.input]
+    }
+
+    fn apply_expressions(
+        &self,
+        _f: &mut dyn FnMut(&Arc<dyn PhysicalExpr>) -> Result<TreeNodeRecursion>,
+    ) -> Result<TreeNodeRecursion> {
+        Ok(TreeNodeRecursion::Continue)
+    }
+
+    fn with_new_children(self: Arc<Self>, mut children: Vec<Arc<dyn ExecutionPlan>>) -> Result<Arc<dyn ExecutionPlan>> {
+        if children.len() != 1 {
+            return internal_err!("SemanticPipelineExec takes one input, got {}", children.len());
+        }
+        Ok(Arc::new(Self::new(
+            children.swap_remove(0),
+            self.spec.clone(),
+            self.input_names.clone(),
+            self.schema(),
+            self.session.clone(),
+            self.run.clone(),
+        )))
+    }
+
+    fn metrics(&self) -> Option<MetricsSet> {
+        Some(self.metrics.clone_inner())
+    }
+
+    fn execute(&self, partition: usize, context: Arc<TaskContext>) -> Result<SendableRecordBatchStream> {
+        if partition != 0 {
+            return internal_err!("SemanticPipelineExec has one partition, asked for {partition}");
+        }
+        let input = self.input.execute(0, context)?;
+        let input_schema = self.input.schema();
+        let (session, spec, names, run) =
+            (self.session.clone(), self.spec.clone(), self.input_names.clone(), self.run.clone());
+        let output = self.schema();
+        let executed = MetricBuilder::new(&self.metrics).counter("tuples_executed", partition);
+        let out_rows = MetricBuilder::new(&self.metrics).output_rows(partition);
+        let batch_rows = spec.options.batch_rows.max(1);
+        {
+            let mut r = run.lock().unwrap_or_else(|p| p.into_inner());
+            *r = PipelineRun { pipeline: spec.describe(), ..Default::default() };
+        }
+        let schema = output.clone();
+        let prepared = async move {
+            let batches: Vec<RecordBatch> = input.try_collect().await?;
+            let run2 = run.clone();
+            let p = tokio::task::spawn_blocking(move || {
+                let _span = tracing::info_span!("sql_pipeline_prepare", pipeline = %spec.describe()).entered();
+                prepare(&session, &spec, &input_schema, &names, output, batches, &run2)
+            })
+            .await
+            .map_err(|e| DataFusionError::External(Box::new(e)))?
+            .map_err(external)?;
+            Ok::<_, DataFusionError>((p, run))
+        };
+        let stream = stream::once(prepared)
+            .map_ok(move |(p, run)| -> BoxStream<'static, Result<RecordBatch>> {
+                let Some(p) = p else {
+                    run.lock().unwrap_or_else(|p| p.into_inner()).finished = true;
+                    return stream::empty().boxed();
+                };
+                let p = Arc::new(p);
+                let (executed, out_rows) = (executed.clone(), out_rows.clone());
+                stream::try_unfold(0usize, move |start| {
+                    let (p, run, executed, out_rows) = (p.clone(), run.clone(), executed.clone(), out_rows.clone());
+                    async move {
+                        if start >= p.rows() {
+                            run.lock().unwrap_or_else(|p| p.into_inner()).finished = true;
+                            return Ok(None);
+                        }
+                        let end = (start + batch_rows).min(p.rows());
+                        let p2 = p.clone();
+                        let (batch, stats, secs) = tokio::task::spawn_blocking(move || {
+                            let _span = tracing::info_span!("sql_pipeline_execute", start, end).entered();
+                            p2.execute(start, end)
+                        })
+                        .await
+                        .map_err(|e| DataFusionError::External(Box::new(e)))?
+                        .map_err(external)?;
+                        executed.add(end - start);
+                        out_rows.add(batch.num_rows());
+                        let mut r = run.lock().unwrap_or_else(|p| p.into_inner());
+                        r.executed_rows = end;
+                        r.output_rows += batch.num_rows();
+                        *r.timings.entry("execution".into()).or_default() += secs;
+                        if r.stages.is_empty() {
+                            r.stages = stats;
+                        } else {
+                            for (acc, s) in r.stages.iter_mut().zip(stats) {
+                                acc.tuples_in += s.tuples_in;
+                                acc.accepted += s.accepted;
+                                acc.rejected += s.rejected;
+                                acc.unsure += s.unsure;
+                                acc.seconds += s.seconds;
+                                acc.cost_seconds += s.cost_seconds;
+                            }
+                        }
+                        drop(r);
+                        Ok(Some((batch, end)))
+                    }
+                })
+                .boxed()
+            })
+            .try_flatten();
+        Ok(Box::pin(RecordBatchStreamAdapter::new(schema, stream)))
+    }
+}
+
+/// Plans [`SemanticPipelineNode`]s as [`SemanticPipelineExec`]s running on `session`.
+#[derive(Debug)]
+pub struct SemanticPlanner {
+    session: stretto::Session,
+}
+
+impl SemanticPlanner {
+    /// A planner whose pipelines run with `session`'s operators and settings.
+    pub fn new(session: stretto::Session) -> Self {
+        Self { session }
+    }
+}
+
+#[async_trait]
+impl ExtensionPlanner for SemanticPlanner {
+    async fn plan_extension(
+        &self,
+        _planner: &dyn PhysicalPlanner,
+        node: &dyn UserDefinedLogicalNode,
+        _logical_inputs: &[&LogicalPlan],
+        physical_inputs: &[Arc<dyn ExecutionPlan>],
+        _state: &dyn datafusion::catalog::Session,
+        _planning: &PhysicalPlanningContext,
+    ) -> Result<Option<Arc<dyn ExecutionPlan>>> {
+        let Some(n) = node.as_any().downcast_ref::<SemanticPipelineNode>() else { return Ok(None) };
+        let [input] = physical_inputs else {
+            return internal_err!("SemanticPipeline has one input, got {}", physical_inputs.len());
+        };
+        let names = stretto_names(n.input.schema())?;
+        let schema: SchemaRef = Arc::new(n.schema().as_arrow().clone());
+        Ok(Some(Arc::new(SemanticPipelineExec::new(
+            input.clone(),
+            n.spec.clone(),
+            names,
+            schema,
+            self.session.clone(),
+            Arc::new(Mutex::new(PipelineRun::default())),
+        ))))
+    }
+}
+
+/// DataFusion's default physical planner, taught [`SemanticPlanner`].
+#[derive(Debug)]
+pub struct StrettoQueryPlanner {
+    session: stretto::Session,
+}
+
+impl StrettoQueryPlanner {
+    /// A query planner whose semantic pipelines run with `session`.
+    pub fn new(session: stretto::Session) -> Self {
+        Self { session }
+    }
+}
+
+#[async_trait]
+impl QueryPlanner for StrettoQueryPlanner {
+    async fn create_physical_plan(
+        &self,
+        logical_plan: &LogicalPlan,
+        state: &dyn datafusion::catalog::Session,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        DefaultPhysicalPlanner::with_extension_planners(vec![Arc::new(SemanticPlanner::new(self.session.clone()))])
+            .create_physical_plan(logical_plan, state)
+            .await
+    }
+}
+
+/// Every pipeline run in a physical plan, in plan order.
+pub fn pipeline_runs(plan: &Arc<dyn ExecutionPlan>) -> Vec<PipelineRun> {
+    let mut runs = Vec::new();
+    let any: &dyn std::any::Any = plan.as_ref();
+    if let Some(p) = any.downcast_ref::<SemanticPipelineExec>() {
+        runs.push(p.run());
+    }
+    for c in plan.children() {
+        runs.extend(pipeline_runs(c));
+    }
+    runs
+}

@@ -1,0 +1,289 @@
+//! # stretto-sql
+//!
+//! SQL over a Stretto [`Session`](stretto::Session), on Apache DataFusion. Semantic functions sit in ordinary SQL:
+//!
+//! - `sem_filter('<predicate naming {table.column}s>')` in WHERE (AND-ed with other conditions) or in the ON clause
+//!   of an inner join (a semantic join);
+//! - `sem_map('<instruction naming {table.column}s>' [, 'text' | 'integer' | 'float' | 'boolean'])` in the SELECT
+//!   list, GROUP BY, HAVING, ORDER BY or a WHERE comparison.
+//!
+//! Every semantic call of a query becomes **one** Stretto pipeline (an extension node of DataFusion's plan, placed
+//! by [`SemanticPipelineRule`]): relational filters and joins run below it, aggregates, ordering and LIMIT above. The
+//! pipeline is profiled on the session's seeded sample, optimized under the query's precision/recall targets
+//! (`SET stretto.precision = 0.8`, `stretto.recall`, `stretto.credible`, `stretto.method`) and executed as the
+//! certified cascade by [`SemanticPipelineExec`], a batch at a time, so a LIMIT stops it early.
+//!
+//! ```no_run
+//! use stretto::Session;
+//! use stretto_sql::SqlContext;
+//!
+//! let session = Session::builder("/var/cache/stretto").build()?;
+//! session.register_csv("reviews", "reviews.csv", &Default::default())?;
+//! let ctx = SqlContext::new(&session)?;
+//! ctx.sql("SET stretto.recall = 0.8")?;
+//! let result = ctx
+//!     .sql(
+//!         "SELECT reviewtext, sem_map('The movie title named in {reviews.reviewtext}') AS title
+//!          FROM reviews
+//!          WHERE istopcritic AND sem_filter('{reviews.reviewtext} is clearly positive')
+//!          LIMIT 5",
+//!     )?
+//!     .collect()?;
+//! println!("{}", result.to_pretty()?);
+//! for run in result.pipelines() {
+//!     println!("{}", run.summary());
+//! }
+//! # Ok::<(), stretto_sql::SqlError>(())
+//! ```
+//!
+//! The API is synchronous like Stretto's `DataFrame` (it owns a small Tokio runtime); async code can use the
+//! DataFusion context itself ([`SqlContext::datafusion`]).
+
+#![warn(missing_docs)]
+
+pub mod exec;
+pub mod functions;
+pub mod node;
+pub mod options;
+pub mod rewrite;
+mod schema;
+
+use std::sync::Arc;
+
+use arrow::array::RecordBatch;
+use arrow::datatypes::SchemaRef;
+use datafusion::error::DataFusionError;
+use datafusion::execution::session_state::SessionStateBuilder;
+use datafusion::physical_plan::ExecutionPlan;
+use datafusion::prelude::{SessionConfig, SessionContext};
+
+pub use exec::{PipelineRun, SemanticPipelineExec, SemanticPlanner, StrettoQueryPlanner};
+pub use node::SemanticPipelineNode;
+pub use options::StrettoOptions;
+pub use rewrite::SemanticPipelineRule;
+
+/// What can go wrong running SQL.
+#[derive(Debug, thiserror::Error)]
+pub enum SqlError {
+    /// Parsing, planning or executing the query (a bad query names its offending part).
+    #[error(transparent)]
+    DataFusion(#[from] DataFusionError),
+    /// Stretto's own work: models, operators, the optimizer, reading files.
+    #[error(transparent)]
+    Stretto(#[from] stretto::Error),
+    /// The runtime that drives DataFusion could not start.
+    #[error("cannot start the query runtime: {0}")]
+    Runtime(#[source] std::io::Error),
+}
+
+/// A result of this crate.
+pub type Result<T, E = SqlError> = std::result::Result<T, E>;
+
+/// Stretto's errors come back out of DataFusion as themselves, so callers can match on them.
+fn unwrap_df(e: DataFusionError) -> SqlError {
+    match e {
+        DataFusionError::External(b) => match b.downcast::<stretto::Error>() {
+            Ok(s) => SqlError::Stretto(*s),
+            Err(b) => SqlError::DataFusion(DataFusionError::External(b)),
+        },
+        DataFusionError::Context(c, inner) => match unwrap_df(*inner) {
+            SqlError::DataFusion(d) => SqlError::DataFusion(DataFusionError::Context(c, Box::new(d))),
+            other => other,
+        },
+        other => SqlError::DataFusion(other),
+    }
+}
+
+/// SQL over a Stretto session: DataFusion with the semantic functions, the pipeline rule and planner, the
+/// session's registered tables (schema `public`) and every bundled dataset as a schema (`movie.reviews`).
+pub struct SqlContext {
+    session: stretto::Session,
+    ctx: SessionContext,
+    runtime: Arc<tokio::runtime::Runtime>,
+}
+
+impl std::fmt::Debug for SqlContext {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SqlContext").field("session", &self.session).finish_non_exhaustive()
+    }
+}
+
+impl SqlContext {
+    /// A SQL context over `session`: its tables as registered now (later ones: [`Self::register_batch`]).
+    ///
+    /// DataFusion runs with one target partition, so results keep their input order and a LIMIT can stop the
+    /// semantic pipeline early (`SET datafusion.execution.target_partitions` changes it).
+    pub fn new(session: &stretto::Session) -> Result<Self> {
+        let mut config = SessionConfig::new().with_target_partitions(1).with_information_schema(true);
+        config.options_mut().extensions.insert(StrettoOptions::default());
+        let state = SessionStateBuilder::new()
+            .with_config(config)
+            .with_default_features()
+            .with_query_planner(Arc::new(StrettoQueryPlanner::new(session.clone())))
+            .build();
+        let ctx = SessionContext::new_with_state(state);
+        ctx.add_analyzer_rule(Arc::new(SemanticPipelineRule));
+        for udf in functions::udfs() {
+            ctx.register_udf(udf);
+        }
+        for (name, batch) in session.tables() {
+            ctx.register_batch(&name, batch)?;
+        }
+        schema::register_bundled(&ctx)?;
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .thread_name("stretto-sql")
+            .enable_all()
+            .build()
+            .map_err(SqlError::Runtime)?;
+        Ok(Self { session: session.clone(), ctx, runtime: Arc::new(runtime) })
+    }
+
+    /// The Stretto session.
+    pub fn session(&self) -> &stretto::Session {
+        &self.session
+    }
+
+    /// The DataFusion context (for async use, more tables, other functions).
+    pub fn datafusion(&self) -> &SessionContext {
+        &self.ctx
+    }
+
+    /// The `stretto.*` settings as they stand (after any `SET`).
+    pub fn options(&self) -> StrettoOptions {
+        self.ctx.state().config().options().extensions.get::<StrettoOptions>().cloned().unwrap_or_default()
+    }
+
+    /// Registers `batch` as table `name`, in the Stretto session too.
+    pub fn register_batch(&self, name: &str, batch: RecordBatch) -> Result<()> {
+        self.session.register_batch(name, batch.clone())?;
+        self.ctx.deregister_table(name)?;
+        self.ctx.register_batch(name, batch)?;
+        Ok(())
+    }
+
+    /// Reads a CSV, Parquet or NDJSON file (by extension) with Stretto's readers and registers it as `name`.
+    pub fn register_file(&self, name: &str, path: impl AsRef<std::path::Path>) -> Result<()> {
+        let batch = stretto::io::read_path(path.as_ref())?;
+        self.register_batch(name, batch)
+    }
+
+    /// Plans `sql` (one statement, or several separated by `;`: each runs in turn, and the last one's result is
+    /// returned). `SET` and DDL statements take effect at once; a query is checked (semantic functions included)
+    /// but runs only when collected.
+    pub fn sql(&self, sql: &str) -> Result<SqlFrame> {
+        let state = self.ctx.state();
+        let options = state.config().options();
+        let name = options.sql_parser.dialect;
+        let dialect = datafusion::sql::sqlparser::dialect::dialect_from_str(name)
+            .ok_or_else(|| SqlError::DataFusion(DataFusionError::Plan(format!("unsupported SQL dialect {name}"))))?;
+        let statements = datafusion::sql::parser::DFParserBuilder::new(sql)
+            .with_dialect(dialect.as_ref())
+            .with_recursion_limit(options.sql_parser.recursion_limit.get())
+            .build()
+            .and_then(|mut p| p.parse_statements())
+            .map_err(SqlError::DataFusion)?;
+        if statements.is_empty() {
+            return Err(SqlError::DataFusion(DataFusionError::Plan("the SQL text holds no statement".into())));
+        }
+        let mut last = None;
+        for statement in statements {
+            let frame = self.runtime.block_on(async {
+                let plan = self.ctx.state().statement_to_plan(statement).await?;
+                self.ctx.execute_logical_plan(plan).await
+            });
+            last = Some(frame.map_err(unwrap_df)?);
+        }
+        let df = last.expect("at least one statement");
+        // Analysis now, so a misplaced semantic function is reported before anything runs.
+        self.ctx.state().optimize(df.logical_plan()).map_err(unwrap_df)?;
+        Ok(SqlFrame { df, runtime: self.runtime.clone() })
+    }
+}
+
+/// A planned statement; [`collect`](Self::collect) runs it.
+pub struct SqlFrame {
+    df: datafusion::dataframe::DataFrame,
+    runtime: Arc<tokio::runtime::Runtime>,
+}
+
+impl std::fmt::Debug for SqlFrame {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SqlFrame").field("plan", self.df.logical_plan()).finish_non_exhaustive()
+    }
+}
+
+impl SqlFrame {
+    /// The output schema.
+    pub fn schema(&self) -> SchemaRef {
+        Arc::new(self.df.schema().as_arrow().clone())
+    }
+
+    /// The optimized logical plan and the physical plan, as EXPLAIN shows them.
+    pub fn explain(&self) -> Result<String> {
+        let state = self.df.clone().into_parts().0;
+        let logical = state.optimize(self.df.logical_plan()).map_err(unwrap_df)?;
+        let physical = self.runtime.block_on(self.df.clone().create_physical_plan()).map_err(unwrap_df)?;
+        Ok(format!(
+            "{}\n\n{}",
+            logical.display_indent(),
+            datafusion::physical_plan::displayable(physical.as_ref()).indent(true)
+        ))
+    }
+
+    /// Runs the statement: the relational part, the certified semantic pipeline, and what is above it.
+    pub fn collect(self) -> Result<SqlResult> {
+        let schema = self.schema();
+        let task = Arc::new(self.df.task_ctx());
+        let physical: Arc<dyn ExecutionPlan> =
+            self.runtime.block_on(self.df.create_physical_plan()).map_err(unwrap_df)?;
+        let batches =
+            self.runtime.block_on(datafusion::physical_plan::collect(physical.clone(), task)).map_err(unwrap_df)?;
+        Ok(SqlResult { schema, batches, pipelines: exec::pipeline_runs(&physical) })
+    }
+}
+
+/// A statement's result and what its semantic pipeline did.
+#[derive(Debug, Clone)]
+pub struct SqlResult {
+    schema: SchemaRef,
+    batches: Vec<RecordBatch>,
+    pipelines: Vec<PipelineRun>,
+}
+
+impl SqlResult {
+    /// The rows, as DataFusion produced them.
+    pub fn batches(&self) -> &[RecordBatch] {
+        &self.batches
+    }
+
+    /// The rows in one batch.
+    pub fn batch(&self) -> Result<RecordBatch> {
+        arrow::compute::concat_batches(&self.schema, &self.batches)
+            .map_err(|e| SqlError::DataFusion(DataFusionError::ArrowError(Box::new(e), None)))
+    }
+
+    /// Rows in the result.
+    pub fn num_rows(&self) -> usize {
+        self.batches.iter().map(|b| b.num_rows()).sum()
+    }
+
+    /// The semantic pipeline's run (none for a query without semantic functions).
+    pub fn pipelines(&self) -> &[PipelineRun] {
+        &self.pipelines
+    }
+
+    /// The rows as a text table.
+    pub fn to_pretty(&self) -> Result<String> {
+        arrow::util::pretty::pretty_format_batches(&self.batches)
+            .map(|t| t.to_string())
+            .map_err(|e| SqlError::DataFusion(DataFusionError::ArrowError(Box::new(e), None)))
+    }
+
+    /// Writes the rows to a CSV or Parquet file (by extension), atomically.
+    pub fn write(&self, path: impl AsRef<std::path::Path>) -> Result<()> {
+        let path = path.as_ref();
+        let format = stretto::FileFormat::of(path)?;
+        Ok(stretto::io::write(&self.batch()?, path, format)?)
+    }
+}

@@ -1,0 +1,288 @@
+//! SQL as a user writes it: semantic functions lifted into one pipeline, relational work below it and above it, a
+//! LIMIT that stops it early, a semantic join, and errors that name the offending part of the query.
+
+use std::path::Path;
+
+use arrow::array::{Array, AsArray, RecordBatch};
+use arrow::datatypes::{DataType, Int64Type};
+use stretto::{Session, Targets, ValueType};
+use stretto_sql::{SqlContext, SqlError};
+
+/// A session whose caches and answers live in `dir`, SmolLM2-135M as the only LLM rung (CI-sized).
+fn session(dir: &Path) -> Session {
+    Session::builder(stretto::core::context::default_home())
+        .kv_dir(dir.join("kv"))
+        .memo_dir(dir.join("memo"))
+        .ladder(["smollm2-135m"])
+        .build()
+        .expect("session builds")
+}
+
+fn ints(batch: &RecordBatch, column: &str) -> Vec<i64> {
+    let c = batch.column_by_name(column).unwrap_or_else(|| panic!("no column {column} in {:?}", batch.schema()));
+    let c = arrow::compute::cast(c, &DataType::Int64).unwrap();
+    c.as_primitive::<Int64Type>().iter().map(|v| v.expect("no nulls")).collect()
+}
+
+fn texts(batch: &RecordBatch, column: &str) -> Vec<Option<String>> {
+    let c = batch.column_by_name(column).unwrap_or_else(|| panic!("no column {column} in {:?}", batch.schema()));
+    let c = arrow::compute::cast(c, &DataType::Utf8).unwrap();
+    c.as_string::<i32>().iter().map(|v| v.map(str::to_string)).collect()
+}
+
+/// The optimized logical plan's node names, top down along first inputs.
+fn spine(ctx: &SqlContext, sql: &str) -> Vec<String> {
+    let frame = ctx.sql(sql).unwrap();
+    let text = frame.explain().unwrap();
+    let logical = text.split("\n\n").next().unwrap();
+    logical.lines().map(|l| l.trim().split(':').next().unwrap().to_string()).collect()
+}
+
+fn plan_error(ctx: &SqlContext, sql: &str) -> String {
+    match ctx.sql(sql) {
+        Ok(f) => panic!("expected an error for {sql}, got a plan:\n{}", f.explain().unwrap()),
+        Err(e) => e.to_string(),
+    }
+}
+
+const FIRST_40: &str = "(SELECT * FROM movie.reviews LIMIT 40) AS reviews";
+
+#[test]
+fn semantic_calls_become_one_pipeline_between_the_relational_part_and_the_rest() {
+    let dir = tempfile::tempdir().unwrap();
+    let ctx = SqlContext::new(&session(dir.path())).unwrap();
+    let spine = spine(
+        &ctx,
+        &format!(
+            "SELECT reviewid, sem_map('The movie title named in {{reviews.reviewtext}}') AS title \
+             FROM {FIRST_40} \
+             WHERE istopcritic AND sem_filter('{{reviews.reviewtext}} is clearly positive') \
+             ORDER BY reviewid LIMIT 3"
+        ),
+    );
+    let at = |name: &str| spine.iter().position(|n| n == name).unwrap_or_else(|| panic!("{name} in {spine:?}"));
+    // LIMIT and ORDER BY above the pipeline; the relational WHERE (istopcritic) below it.
+    assert!(at("Sort") < at("SemanticPipeline") && at("Projection") < at("SemanticPipeline"), "{spine:?}");
+    assert!(at("SemanticPipeline") < at("Filter"), "{spine:?}");
+    assert_eq!(spine.iter().filter(|n| *n == "SemanticPipeline").count(), 1, "{spine:?}");
+
+    // The node holds both operators, the settings of the moment and the map under its SQL alias.
+    ctx.sql("SET stretto.recall = 0.7").unwrap();
+    let frame = ctx
+        .sql(&format!(
+            "SELECT sem_map('The movie title named in {{reviews.reviewtext}}') AS title FROM {FIRST_40} \
+             WHERE sem_filter('{{reviews.reviewtext}} is clearly positive')"
+        ))
+        .unwrap();
+    let text = frame.explain().unwrap();
+    assert!(text.contains("filter_1: '{reviews.reviewtext} is clearly positive'"), "{text}");
+    assert!(text.contains("title := 'The movie title named in {reviews.reviewtext}' (text)"), "{text}");
+    assert!(text.contains("recall >= 0.7"), "{text}");
+    assert!(text.contains("SemanticPipelineExec"), "{text}");
+    assert_eq!(frame.schema().field(0).name(), "title");
+}
+
+#[test]
+fn misplaced_or_malformed_semantic_functions_are_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let ctx = SqlContext::new(&session(dir.path())).unwrap();
+    let cases = [
+        (
+            format!("SELECT * FROM {FIRST_40} WHERE sem_filter('{{reviews.reviewtext}} is positive') OR istopcritic"),
+            "must be a condition of its own",
+        ),
+        (format!("SELECT sem_filter('{{reviews.reviewtext}} is positive') FROM {FIRST_40}"), "sem_map('...', 'boolean')"),
+        (
+            "SELECT * FROM (SELECT * FROM movie.reviews WHERE sem_filter('{reviews.reviewtext} is positive')) r"
+                .to_string(),
+            "outermost SELECT block",
+        ),
+        (format!("SELECT * FROM {FIRST_40} WHERE sem_filter('{{reviews.nope}} is positive')"), "nope"),
+        (format!("SELECT * FROM {FIRST_40} WHERE sem_filter('is positive')"), "references no column"),
+        (format!("SELECT * FROM {FIRST_40} WHERE sem_filter(reviewtext)"), "must be a string literal"),
+        (format!("SELECT sem_map('{{reviews.reviewtext}}', 'date') FROM {FIRST_40}"), "'date'"),
+        (
+            "SELECT * FROM movie.reviews r LEFT JOIN movie.reviews s ON sem_filter('{r.reviewtext} matches {s.reviewtext}')"
+                .to_string(),
+            "only inner joins",
+        ),
+        ("SELECT * FROM movie.nope".to_string(), "nope"),
+        (format!("SELECT * FROM {FIRST_40} WHERE sem_filter('{{reviews.reviewtext}}' AND"), "SQL"),
+    ];
+    for (sql, needle) in &cases {
+        let e = plan_error(&ctx, sql);
+        assert!(e.contains(needle) && !e.contains("panicked"), "{sql}\n  -> {e}");
+    }
+    // Settings are checked when set or when planned, naming the setting.
+    let e = ctx.sql("SET stretto.recall = 1.5").and_then(|_| {
+        ctx.sql(&format!("SELECT * FROM {FIRST_40} WHERE sem_filter('{{reviews.reviewtext}} is positive')"))
+    });
+    let e = e.unwrap_err().to_string();
+    assert!(e.contains("stretto.recall") || e.contains("recall"), "{e}");
+    ctx.sql("SET stretto.recall = 0.9").unwrap();
+    let e = ctx.sql("SET stretto.method = 'fastest'").and_then(|_| {
+        ctx.sql(&format!("SELECT * FROM {FIRST_40} WHERE sem_filter('{{reviews.reviewtext}} is positive')"))
+    });
+    assert!(e.unwrap_err().to_string().contains("stretto.method"));
+}
+
+#[test]
+fn a_query_without_semantic_functions_is_plain_datafusion() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = session(dir.path());
+    let ctx = SqlContext::new(&s).unwrap();
+    let r = ctx.sql("SELECT count(*) AS n, sum(CAST(istopcritic AS INT)) AS top FROM movie.reviews").unwrap();
+    let r = r.collect().unwrap();
+    assert!(r.pipelines().is_empty());
+    let b = r.batch().unwrap();
+    let reviews = stretto::core::datasets::Dataset::load("movie").unwrap().table("reviews").unwrap().clone();
+    assert_eq!(ints(&b, "n"), vec![reviews.num_rows() as i64]);
+    let top = reviews.column_by_name("istopcritic").unwrap().as_boolean().iter().filter(|v| *v == Some(true)).count();
+    assert_eq!(ints(&b, "top"), vec![top as i64]);
+}
+
+/// The same pipeline through SQL and through the DataFrame API gives the same rows, and a LIMIT above it stops
+/// execution early with the first rows of the full result.
+#[test]
+fn sql_runs_the_dataframe_pipeline_and_a_limit_stops_it_early() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = session(dir.path());
+    let ctx = SqlContext::new(&s).unwrap();
+    ctx.sql("SET stretto.precision = 0.8; SET stretto.recall = 0.8").unwrap();
+    let query = |limit: &str| {
+        format!(
+            "SELECT reviewid, sem_map('Extract the movie title mentioned in {{reviews.reviewtext}}') AS title \
+             FROM {FIRST_40} WHERE sem_filter('{{reviews.reviewtext}} is clearly positive') {limit}"
+        )
+    };
+    let full = ctx.sql(&query("")).unwrap().collect().unwrap();
+    let [run] = full.pipelines() else { panic!("one pipeline: {:?}", full.pipelines()) };
+    assert_eq!((run.input_rows, run.executed_rows, run.skipped_rows()), (40, 40, 0), "{}", run.summary());
+    assert!(run.finished && run.plan.is_some() && run.bounds.is_some(), "{run:?}");
+    let b = full.batch().unwrap();
+    assert_eq!(b.schema().field(1).name(), "title");
+    assert!(b.num_rows() > 0, "some reviews are clearly positive");
+
+    let frame = s
+        .dataset("movie")
+        .unwrap()
+        .table("reviews")
+        .unwrap()
+        .limit(40)
+        .unwrap()
+        .sem_filter("{reviews.reviewtext} is clearly positive")
+        .unwrap()
+        .sem_map("title", "Extract the movie title mentioned in {reviews.reviewtext}", ValueType::String)
+        .unwrap()
+        .collect(Targets::new(0.8, 0.8, 0.95).unwrap())
+        .unwrap();
+    let d = frame.batch();
+    assert_eq!(ints(&b, "reviewid"), ints(d, "reviews.reviewid"));
+    assert_eq!(texts(&b, "title"), texts(d, "title"));
+    assert_eq!(
+        run.plan.as_ref().unwrap().stages.iter().map(|s| &s.physical).collect::<Vec<_>>(),
+        frame.plan().stages.iter().map(|s| &s.physical).collect::<Vec<_>>()
+    );
+
+    // Four tuples at a time: LIMIT 1 needs only the first batch with a result.
+    ctx.sql("SET stretto.batch_rows = 4").unwrap();
+    let first = ctx.sql(&query("LIMIT 1")).unwrap().collect().unwrap();
+    let [run] = first.pipelines() else { panic!() };
+    assert!(run.executed_rows < 40 && run.skipped_rows() > 0 && !run.finished, "{}", run.summary());
+    assert!(run.summary().contains("skipped"), "{}", run.summary());
+    let one = first.batch().unwrap();
+    assert_eq!(ints(&one, "reviewid"), ints(&b, "reviewid")[..1].to_vec());
+}
+
+#[test]
+fn aggregates_and_ordering_run_above_the_pipeline() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = session(dir.path());
+    let ctx = SqlContext::new(&s).unwrap();
+    ctx.sql("SET stretto.method = 'gold'").unwrap();
+    let map = "sem_map('Is {reviews.reviewtext} clearly positive?', 'boolean')";
+    let rows = ctx.sql(&format!("SELECT reviewid, {map} AS positive FROM {FIRST_40}")).unwrap().collect().unwrap();
+    let rows = rows.batch().unwrap();
+    let values = rows.column_by_name("positive").unwrap().as_boolean().clone();
+    let expect_true = values.iter().filter(|v| *v == Some(true)).count() as i64;
+    let grouped = ctx
+        .sql(&format!(
+            "SELECT {map} AS positive, count(*) AS n FROM {FIRST_40} GROUP BY positive ORDER BY n DESC, positive"
+        ))
+        .unwrap()
+        .collect()
+        .unwrap();
+    let g = grouped.batch().unwrap();
+    let counts = ints(&g, "n");
+    assert_eq!(counts.iter().sum::<i64>(), 40, "every review in one group");
+    assert!(counts.windows(2).all(|w| w[0] >= w[1]), "ordered by count: {counts:?}");
+    let keys = g.column_by_name("positive").unwrap().as_boolean().clone();
+    let got_true: i64 = (0..g.num_rows()).filter(|&i| keys.is_valid(i) && keys.value(i)).map(|i| counts[i]).sum();
+    assert_eq!(got_true, expect_true);
+    // A comparison on a map's value in WHERE is a filter above the pipeline; the same call in SELECT and WHERE is
+    // one map (its alias is the label the model reads, so the answers are the ones above).
+    let kept = ctx.sql(&format!("SELECT reviewid, {map} AS positive FROM {FIRST_40} WHERE {map} = true")).unwrap();
+    assert!(kept.explain().unwrap().matches(":= 'Is {reviews.reviewtext} clearly positive?'").count() == 1);
+    let kept = kept.collect().unwrap();
+    assert_eq!(kept.num_rows() as i64, expect_true);
+    assert!(kept.pipelines()[0].pipeline.starts_with("positive := "), "{:?}", kept.pipelines());
+}
+
+#[test]
+fn a_semantic_join_in_on_pairs_rows_of_two_tables() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = session(dir.path());
+    let ctx = SqlContext::new(&s).unwrap();
+    // Three short product descriptions and two categories: the join keeps the matching pairs.
+    ctx.sql(
+        "CREATE TABLE items(id INT, text VARCHAR) AS VALUES \
+           (1, 'A cotton t-shirt with a round neck'), (2, 'Leather running shoes with laces'), \
+           (3, 'A wool sweater for winter'); \
+         CREATE TABLE kinds(kind VARCHAR) AS VALUES ('clothing worn on the upper body'), ('footwear')",
+    )
+    .unwrap();
+    ctx.sql("SET stretto.method = 'gold'").unwrap();
+    let r = ctx
+        .sql(
+            "SELECT items.id, kinds.kind FROM items JOIN kinds \
+             ON sem_filter('{items.text} is an item of {kinds.kind}') ORDER BY items.id, kinds.kind",
+        )
+        .unwrap()
+        .collect()
+        .unwrap();
+    let [run] = r.pipelines() else { panic!() };
+    assert_eq!(run.input_rows, 6, "the cross product of 3 items and 2 kinds: {}", run.summary());
+    let b = r.batch().unwrap();
+    let pairs: Vec<(i64, String)> =
+        ints(&b, "id").into_iter().zip(texts(&b, "kind").into_iter().map(Option::unwrap)).collect();
+    assert!(pairs.len() < 6, "the join keeps only some pairs: {pairs:?}");
+    assert!(pairs.contains(&(2, "footwear".to_string())), "shoes are footwear: {pairs:?}");
+}
+
+#[test]
+fn stretto_errors_come_back_typed() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = Session::builder(dir.path().join("empty-home"))
+        .kv_dir(dir.path().join("kv"))
+        .memo_off()
+        .models(["nonexistent-model"])
+        .ladder(["smollm2-135m"])
+        .build();
+    // A session with an unknown model fails to build; the typed error names it.
+    let e = s.unwrap_err().to_string();
+    assert!(e.contains("nonexistent-model"), "{e}");
+    let e: SqlError = stretto::Error::Query("x".into()).into();
+    assert!(matches!(e, SqlError::Stretto(_)));
+    // A pipeline's error surfaces as Stretto's, not as a string: a table with no rows to query is an empty
+    // result, not an error.
+    let ctx = SqlContext::new(&session(dir.path())).unwrap();
+    let r = ctx
+        .sql("SELECT * FROM movie.reviews WHERE reviewid < 0 AND sem_filter('{reviews.reviewtext} is positive')")
+        .unwrap()
+        .collect()
+        .unwrap();
+    assert_eq!(r.num_rows(), 0);
+    let [run] = r.pipelines() else { panic!() };
+    assert_eq!(run.input_rows, 0);
+    assert!(run.finished);
+}
