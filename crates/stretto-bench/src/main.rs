@@ -186,6 +186,56 @@ enum Command {
         #[arg(long, default_value_t = 10)]
         show: usize,
     },
+    /// Run SQL on Apache DataFusion with semantic functions: `sem_filter('<predicate naming {table.column}s>')` in
+    /// WHERE or JOIN ... ON, `sem_map('<instruction>' [, 'text'|'integer'|'float'|'boolean'])` in SELECT, GROUP BY,
+    /// ORDER BY. All of a query's semantic functions form one certified pipeline. Tables: bundled datasets as
+    /// schemas (`movie.reviews`) and --input files.
+    Sql {
+        /// The SQL: one statement, or several separated by `;` (e.g. `SET stretto.recall = 0.8; SELECT ...`); the
+        /// last one's result is printed.
+        query: String,
+        /// A CSV, Parquet or NDJSON file to query (repeatable): `PATH` (the table is named after the file stem) or
+        /// `NAME=PATH`.
+        #[arg(long = "input", value_name = "[NAME=]PATH")]
+        inputs: Vec<String>,
+        /// Precision target in (0, 1] (SQL: SET stretto.precision).
+        #[arg(long)]
+        precision: Option<f64>,
+        /// Recall target in (0, 1] (SQL: SET stretto.recall).
+        #[arg(long)]
+        recall: Option<f64>,
+        /// Credible level of the guarantee (SQL: SET stretto.credible).
+        #[arg(long)]
+        credible: Option<f64>,
+        /// Strategy: global, local, independent, lotus, abacus or gold (SQL: SET stretto.method).
+        #[arg(long)]
+        method: Option<String>,
+        /// Write the full result here (CSV or Parquet by extension), atomically.
+        #[arg(long)]
+        output: Option<PathBuf>,
+        /// Print one JSON object (columns, rows, the pipeline's plan and bounds) instead of a table.
+        #[arg(long)]
+        json: bool,
+        /// Print the optimized logical plan and the physical plan instead of running the query.
+        #[arg(long)]
+        explain: bool,
+        /// Models operators may use (comma-separated).
+        #[arg(long, value_delimiter = ',', default_value = "smollm2-135m,minilm,efficientnet-lite0")]
+        models: Vec<String>,
+        /// Decoder models of the LLM ladder, smallest first (default: STRETTO_LADDER, else
+        /// smollm2-135m,qwen2.5-coder-0.5b).
+        #[arg(long, value_delimiter = ',')]
+        ladder: Option<Vec<String>>,
+        /// Fraction of the pipeline's input profiled.
+        #[arg(long, default_value_t = 0.15)]
+        sample: f64,
+        /// Seed of the sample and the optimizer.
+        #[arg(long, default_value_t = 42)]
+        seed: u64,
+        /// Result rows to print.
+        #[arg(long, default_value_t = 20)]
+        show: usize,
+    },
     /// The README's main job: a real two-filter + one-map query on a bounded slice of the bundled movie reviews,
     /// with SmolLM2-135M and MiniLM, checked against the gold plan.
     Demo {
@@ -724,6 +774,98 @@ fn run(cli: Cli) -> Result<(), BoxError> {
                 println!("{}", serde_json::to_string(&r)?);
             } else {
                 print!("{}", stretto_bench::query::render(&r, show));
+            }
+        }
+        Command::Sql {
+            query,
+            inputs,
+            precision,
+            recall,
+            credible,
+            method,
+            output,
+            json,
+            explain,
+            models,
+            ladder,
+            sample,
+            seed,
+            show,
+        } => {
+            let out_format = match &output {
+                Some(p) => Some(check_output(p)?),
+                None => None,
+            };
+            let mut ctx = context();
+            if let Some(l) = ladder {
+                ctx.ladder = l;
+            }
+            let session = stretto::Session::builder(ctx.model_home.clone())
+                .operators(ctx)
+                .models(models)
+                .sample(sample, 40)
+                .seed(seed)
+                .progress(!json && std::io::stderr().is_terminal())
+                .build()?;
+            let sql = stretto_sql::SqlContext::new(&session)?;
+            for spec in &inputs {
+                let (name, path) = match spec.split_once('=') {
+                    Some((n, p)) => (n.to_string(), PathBuf::from(p)),
+                    None => {
+                        let p = PathBuf::from(spec);
+                        let stem = p.file_stem().and_then(|s| s.to_str()).unwrap_or("input");
+                        (stem.chars().map(|c| if c.is_alphanumeric() || c == '_' { c } else { '_' }).collect(), p)
+                    }
+                };
+                sql.register_file(&name, &path)?;
+            }
+            let settings = [("precision", precision.map(|v| v.to_string())), ("recall", recall.map(|v| v.to_string()))]
+                .into_iter()
+                .chain([("credible", credible.map(|v| v.to_string())), ("method", method.map(|m| format!("'{m}'")))]);
+            for (key, value) in settings {
+                if let Some(v) = value {
+                    sql.sql(&format!("SET stretto.{key} = {v}"))?;
+                }
+            }
+            // Settings are checked before the query, whether or not it has a semantic function.
+            sql.options().validate()?;
+            let frame = sql.sql(&query)?;
+            if explain {
+                println!("{}", frame.explain()?);
+                return Ok(());
+            }
+            let result = frame.collect()?;
+            if let (Some(p), Some(_)) = (&output, out_format) {
+                result.write(p)?;
+            }
+            if json {
+                let batch = result.batch()?;
+                let mut w = arrow::json::ArrayWriter::new(Vec::new());
+                w.write(&batch)?;
+                w.finish()?;
+                let bytes = w.into_inner();
+                let rows: serde_json::Value =
+                    if bytes.is_empty() { serde_json::json!([]) } else { serde_json::from_slice(&bytes)? };
+                let columns: Vec<&str> = batch.schema_ref().fields().iter().map(|f| f.name().as_str()).collect();
+                let v = serde_json::json!({
+                    "columns": columns,
+                    "rows": rows,
+                    "row_count": batch.num_rows(),
+                    "pipelines": result.pipelines(),
+                });
+                println!("{v}");
+            } else {
+                let batch = result.batch()?;
+                let shown = batch.slice(0, show.min(batch.num_rows()));
+                println!("{}", pretty_format_batches(&[shown])?);
+                println!(
+                    "{} rows{}",
+                    batch.num_rows(),
+                    if batch.num_rows() > show { format!(" ({show} shown)") } else { String::new() }
+                );
+                for run in result.pipelines() {
+                    println!("semantic pipeline: {}", run.summary());
+                }
             }
         }
         Command::Demo { rows, json } => {

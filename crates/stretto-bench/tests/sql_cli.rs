@@ -1,0 +1,112 @@
+//! `stretto sql`: SQL with semantic functions over a user's file and the bundled datasets, from the command line.
+
+mod common;
+use common::stretto;
+
+fn write_reviews(dir: &std::path::Path, n: usize) -> std::path::PathBuf {
+    let ds = stretto_core::datasets::Dataset::load("movie").unwrap();
+    let reviews = ds.table("reviews").unwrap().slice(0, n);
+    let schema = reviews.schema();
+    let keep = ["reviewid", "istopcritic", "reviewtext"].map(|c| schema.index_of(c).unwrap());
+    let batch = reviews.project(&keep).unwrap();
+    let csv = dir.join("critics.csv");
+    arrow::csv::WriterBuilder::new()
+        .with_header(true)
+        .build(std::fs::File::create(&csv).unwrap())
+        .write(&batch)
+        .unwrap();
+    csv
+}
+
+#[test]
+fn sql_over_a_users_csv_writes_the_result_and_reports_the_pipeline() {
+    let dir = tempfile::tempdir().unwrap();
+    let csv = write_reviews(dir.path(), 40);
+    let input = format!("reviews={}", csv.display());
+    let query = "SELECT reviewid, sem_map('Extract the movie title mentioned in {reviews.reviewtext}') AS title \
+                 FROM reviews WHERE sem_filter('{reviews.reviewtext} is clearly positive') ORDER BY reviewid";
+    let args = |output: &str| {
+        vec![
+            "sql",
+            query,
+            "--input",
+            &input,
+            "--precision",
+            "0.8",
+            "--recall",
+            "0.8",
+            "--ladder",
+            "smollm2-135m",
+            "--json",
+            "--output",
+            output,
+        ]
+        .into_iter()
+        .map(String::from)
+        .collect::<Vec<_>>()
+    };
+    let run = |a: Vec<String>| stretto(&a.iter().map(String::as_str).collect::<Vec<_>>(), dir.path());
+
+    // An output folder that does not exist fails before any work, naming it.
+    let (ok, _, err) = run(args("missing/out.parquet"));
+    assert!(!ok && err.contains("missing") && err.contains("does not exist"), "{err}");
+
+    let (ok, out, err) = run(args("result.parquet"));
+    assert!(ok, "{err}");
+    let r: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(r["columns"], serde_json::json!(["reviewid", "title"]));
+    let p = &r["pipelines"][0];
+    assert_eq!(p["input_rows"], 40);
+    assert_eq!(p["executed_rows"], 40);
+    assert_eq!(p["plan"]["format"], "stretto.plan/v1");
+    assert!(p["bounds"]["precision"].as_f64().unwrap() >= 0.0, "{p}");
+    let rows = r["rows"].as_array().unwrap();
+    assert_eq!(r["row_count"].as_u64().unwrap() as usize, rows.len());
+    assert!(!rows.is_empty() && rows.len() < 40, "{} rows", rows.len());
+    let ids: Vec<i64> = rows.iter().map(|r| r["reviewid"].as_i64().unwrap()).collect();
+    assert!(ids.windows(2).all(|w| w[0] <= w[1]), "ORDER BY reviewid: {ids:?}");
+    let written = stretto::io::read_parquet(&dir.path().join("result.parquet"), &Default::default()).unwrap();
+    assert_eq!(written.num_rows(), rows.len());
+
+    // The same query as a table, with the pipeline's one-line summary.
+    let mut a = args("result.csv");
+    a.retain(|x| x != "--json");
+    let (ok, out, err) = run(a);
+    assert!(ok, "{err}");
+    assert!(out.contains("| title") && out.contains(&format!("{} rows", rows.len())), "{out}");
+    assert!(out.contains("semantic pipeline:") && out.contains("40 input tuples"), "{out}");
+}
+
+#[test]
+fn explain_and_bad_sql_are_answered_before_any_model_work() {
+    let dir = tempfile::tempdir().unwrap();
+    let (ok, out, err) = stretto(
+        &[
+            "sql",
+            "SELECT reviewid FROM movie.reviews WHERE istopcritic AND sem_filter('{reviews.reviewtext} is clearly \
+             positive') LIMIT 5",
+            "--explain",
+            "--recall",
+            "0.7",
+        ],
+        dir.path(),
+    );
+    assert!(ok, "{err}");
+    assert!(out.contains("SemanticPipeline:") && out.contains("recall >= 0.7"), "{out}");
+    assert!(out.contains("SemanticPipelineExec"), "{out}");
+    for (sql, needle) in [
+        ("SELECT * FROM movie.reviews WHERE sem_filter(reviewtext)", "must be a string literal"),
+        ("SELECT * FROM movie.reviews WHERE sem_filter('{reviews.nope} is good')", "nope"),
+        ("SELEC * FROM movie.reviews", "SELEC"),
+        ("SELECT * FROM nowhere WHERE sem_filter('{nowhere.x} is good')", "nowhere"),
+    ] {
+        let (ok, _, err) = stretto(&["sql", sql], dir.path());
+        assert!(!ok && err.contains(needle) && !err.contains("panicked"), "{sql}: {err}");
+    }
+    let (ok, _, err) = stretto(&["sql", "SELECT 1", "--recall", "1.5"], dir.path());
+    assert!(!ok && err.contains("recall"), "{err}");
+    let (ok, _, err) = stretto(&["sql", "SELECT * FROM t", "--input", "absent.csv"], dir.path());
+    assert!(!ok && err.contains("absent.csv"), "{err}");
+    // Nothing was prepared or cached for any of them.
+    assert!(!dir.path().join("kv").exists() && !dir.path().join("memo").exists());
+}
