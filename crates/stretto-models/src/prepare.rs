@@ -99,7 +99,7 @@ fn convert_atomically(
 ) -> Result<()> {
     let model_dir = ensure(spec(name)?, home, default_source().as_ref())?;
     let dir = decoder_dir(home, name);
-    let _lock = crate::fsutil::lock_exclusive(&model_dir.join(".onnx.lock"))?;
+    let _lock = crate::fsutil::lock_exclusive(&crate::fsutil::model_lock(home, name, "convert"))?;
     if done(&dir) {
         return Ok(());
     }
@@ -282,7 +282,7 @@ pub fn register_export(home: &Path, name: &str, dir: &Path) -> Result<UserKind> 
     }
     let _span = tracing::info_span!("register_export", model = name, dir = %dir.display()).entered();
     fs::create_dir_all(&model_dir).map_err(|e| ModelError::io(&model_dir, e))?;
-    let _lock = crate::fsutil::lock_exclusive(&model_dir.join(".onnx.lock"))?;
+    let _lock = crate::fsutil::lock_exclusive(&crate::fsutil::model_lock(home, name, "convert"))?;
     let marker = model_dir.join(USER_SOURCE);
     let _ = fs::remove_file(&marker);
     let tmp = crate::fsutil::unique_tmp(&model_dir, "onnx");
@@ -344,7 +344,7 @@ pub fn register_gguf(home: &Path, name: &str, gguf: &Path) -> Result<DecoderFile
     let _span = tracing::info_span!("register_gguf", model = name, gguf = %gguf.display()).entered();
     fs::create_dir_all(&model_dir).map_err(|e| ModelError::io(&model_dir, e))?;
     // One registration at a time; one that waited finds the work done.
-    let _lock = crate::fsutil::lock_exclusive(&model_dir.join(".onnx.lock"))?;
+    let _lock = crate::fsutil::lock_exclusive(&crate::fsutil::model_lock(home, name, "convert"))?;
     if read_source(home, name).as_ref() == Some(&source)
         && DecoderFiles::open(&dir).is_ok()
         && crate::export::ExportLink::read(&dir).ok().flatten().is_none()
