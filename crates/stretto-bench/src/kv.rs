@@ -64,13 +64,13 @@ pub fn build(
     for m in models {
         stretto::kv::models::spec(m)?;
     }
-    let store = KvStore::open(kv_dir, dataset);
+    let store = KvStore::open(kv_dir, dataset)?;
     Ok(store.build(&stretto::core::context::default_home(), &spec, &items, 0)?)
 }
 
 /// `stretto kv repair`: removes corrupt records and rebuilds every missing record of items built before.
 pub fn repair(kv_dir: &Path, dataset: &str) -> Result<(Vec<String>, BuildReport), Error> {
-    let store = KvStore::open(kv_dir, dataset);
+    let store = KvStore::open(kv_dir, dataset)?;
     let removed = store.remove_corrupt()?;
     let mut total = BuildReport::default();
     for spec in store.manifest()? {
@@ -124,7 +124,7 @@ pub const PROBE: &str = "Is the text above positive in tone? Answer 1 for yes or
 
 /// `stretto kv stats`, optionally honouring a disk budget by dropping dominated profiles.
 pub fn stats(kv_dir: &Path, dataset: &str, budget: Option<u64>, sample: usize) -> Result<Vec<BudgetRow>, Error> {
-    let store = KvStore::open(kv_dir, dataset);
+    let store = KvStore::open(kv_dir, dataset)?;
     let stats = store.stats()?;
     let mut rows: Vec<BudgetRow> =
         stats.into_iter().map(|s| BudgetRow { stats: s, agreement: None, dropped: false }).collect();

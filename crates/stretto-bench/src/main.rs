@@ -918,7 +918,7 @@ fn run_kv(action: KvAction) -> Result<(), BoxError> {
             );
         }
         KvAction::Verify { dataset, kv_dir } => {
-            let r = KvStore::open(&dir(kv_dir), &dataset).verify()?;
+            let r = KvStore::open(&dir(kv_dir), &dataset)?.verify()?;
             for (_, why) in &r.corrupt {
                 println!("{why}");
             }

@@ -156,3 +156,18 @@ fn stats_report_every_profile_and_bad_arguments_are_clear() {
         stretto(dir.path(), &["kv", "build", "--dataset", "movie", "--column", "reviewtext", "--press", "magic"]);
     assert!(!ok && err.contains("unknown press"), "{err}");
 }
+
+#[test]
+fn store_names_cannot_leave_the_kv_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    let kv = dir.path().join("kv");
+    for name in ["../../../tmp", "..", "/etc", "movie/../..", "a/b", ""] {
+        for cmd in [&["kv", "verify", "--dataset", name][..], &["kv", "stats", "--dataset", name][..]] {
+            let (ok, _, err) = stretto(&kv, cmd);
+            assert!(!ok && err.contains("not a dataset name") && !err.contains("panicked"), "{cmd:?}: {err}");
+        }
+    }
+    // A plain name is a repository, empty here.
+    let (ok, out, err) = stretto(&kv, &["kv", "verify", "--dataset", "adhoc"]);
+    assert!(ok, "{out}{err}");
+}

@@ -334,9 +334,18 @@ pub struct VerifyReport {
 }
 
 impl KvStore {
-    /// The repository of `dataset` under `kv_dir` (created on first write).
-    pub fn open(kv_dir: &Path, dataset: &str) -> Self {
-        Self { root: kv_dir.join(dataset) }
+    /// The repository of `dataset` under `kv_dir` (created on first write). `dataset` is one folder name: a name
+    /// that would leave `kv_dir` (`..`, a path, an absolute name) is refused.
+    pub fn open(kv_dir: &Path, dataset: &str) -> Result<Self> {
+        let mut parts = Path::new(dataset).components();
+        match (parts.next(), parts.next()) {
+            (Some(std::path::Component::Normal(_)), None) if !dataset.contains(['/', '\\']) => {
+                Ok(Self { root: kv_dir.join(dataset) })
+            }
+            _ => Err(KvError::Usage(format!(
+                "`{dataset}` is not a dataset name: KV repositories are folders directly under the KV directory"
+            ))),
+        }
     }
 
     /// Its folder.

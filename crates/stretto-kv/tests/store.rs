@@ -31,7 +31,7 @@ const REVIEWS: [&str; 3] = [
 fn a_ratio_zero_record_reproduces_the_uncompressed_logits() {
     let dec = decoder();
     let dir = tempfile::tempdir().unwrap();
-    let store = KvStore::open(dir.path(), "movie");
+    let store = KvStore::open(dir.path(), "movie").unwrap();
     let items: Vec<(usize, String)> = REVIEWS.iter().enumerate().map(|(i, t)| (i, t.to_string())).collect();
     let spec = BuildSpec {
         column: "reviewtext".into(),
