@@ -811,11 +811,7 @@ fn run(cli: Cli) -> Result<(), BoxError> {
             for spec in &inputs {
                 let (name, path) = match spec.split_once('=') {
                     Some((n, p)) => (n.to_string(), PathBuf::from(p)),
-                    None => {
-                        let p = PathBuf::from(spec);
-                        let stem = p.file_stem().and_then(|s| s.to_str()).unwrap_or("input");
-                        (stem.chars().map(|c| if c.is_alphanumeric() || c == '_' { c } else { '_' }).collect(), p)
-                    }
+                    None => (stretto::io::table_name(std::path::Path::new(spec))?, PathBuf::from(spec)),
                 };
                 sql.register_file(&name, &path)?;
             }

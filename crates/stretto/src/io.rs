@@ -231,6 +231,15 @@ impl FileFormat {
     }
 }
 
+/// The table name of a file: its stem, with characters a table name cannot hold replaced by `_`.
+pub fn table_name(path: &Path) -> Result<String> {
+    let stem = path
+        .file_stem()
+        .and_then(|s| s.to_str())
+        .ok_or_else(|| Error::Query(format!("{} has no file name to name its table after", path.display())))?;
+    Ok(stem.chars().map(|c| if c.is_alphanumeric() || c == '_' { c } else { '_' }).collect())
+}
+
 /// Reads a CSV, Parquet or NDJSON file, by its extension, with default options.
 pub fn read_path(path: &Path) -> Result<RecordBatch> {
     match FileFormat::of(path)? {

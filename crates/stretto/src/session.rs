@@ -261,21 +261,21 @@ impl Session {
     pub fn read_csv(&self, path: impl AsRef<Path>, options: &CsvOptions) -> Result<DataFrame> {
         let path = path.as_ref();
         let batch = io::read_csv(path, options)?;
-        DataFrame::scan(self.inner.clone(), &table_name(path)?, &batch, &path.display().to_string())
+        DataFrame::scan(self.inner.clone(), &io::table_name(path)?, &batch, &path.display().to_string())
     }
 
     /// A frame over a Parquet file; the table is named after the file stem.
     pub fn read_parquet(&self, path: impl AsRef<Path>, options: &ReadOptions) -> Result<DataFrame> {
         let path = path.as_ref();
         let batch = io::read_parquet(path, options)?;
-        DataFrame::scan(self.inner.clone(), &table_name(path)?, &batch, &path.display().to_string())
+        DataFrame::scan(self.inner.clone(), &io::table_name(path)?, &batch, &path.display().to_string())
     }
 
     /// A frame over a newline-delimited JSON file; the table is named after the file stem.
     pub fn read_json(&self, path: impl AsRef<Path>, options: &ReadOptions) -> Result<DataFrame> {
         let path = path.as_ref();
         let batch = io::read_json(path, options)?;
-        DataFrame::scan(self.inner.clone(), &table_name(path)?, &batch, &path.display().to_string())
+        DataFrame::scan(self.inner.clone(), &io::table_name(path)?, &batch, &path.display().to_string())
     }
 
     /// A frame over a file whose format its extension names (CSV, Parquet, NDJSON), as table `table` (default: the
@@ -285,7 +285,7 @@ impl Session {
         let batch = io::read_path(path)?;
         let name = match table {
             Some(t) => t.to_string(),
-            None => table_name(path)?,
+            None => io::table_name(path)?,
         };
         DataFrame::scan(self.inner.clone(), &name, &batch, &path.display().to_string())
     }
@@ -314,13 +314,4 @@ impl BundledDataset {
     pub fn table_names(&self) -> &[String] {
         self.dataset.table_names()
     }
-}
-
-/// The table name of a file: its stem, with characters a table name cannot hold replaced by `_`.
-fn table_name(path: &Path) -> Result<String> {
-    let stem = path
-        .file_stem()
-        .and_then(|s| s.to_str())
-        .ok_or_else(|| Error::Query(format!("{} has no file name to name its table after", path.display())))?;
-    Ok(stem.chars().map(|c| if c.is_alphanumeric() || c == '_' { c } else { '_' }).collect())
 }
