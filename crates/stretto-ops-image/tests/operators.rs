@@ -72,10 +72,12 @@ fn every_image_operator_conforms() {
         assert!(violations.is_empty(), "{}: {violations:?}", op.name());
         checked += 1;
     }
-    // CI does not prepare the 0.5B coder (too large for its time budget); any other unchecked operator fails.
-    // No model may be missing: every image operator's model is prepared above.
+    // No model may be missing: every image operator's model is prepared above, so any unchecked operator fails.
     stretto_core::conformance::report_unchecked(&not_checked, &[]);
-    assert!(checked >= 3, "only {checked} image operators checked");
+    eprintln!("{checked} image operators conform");
+    // Measured: the label bridge and, per rung of the default ladder's uncompressed models, a caption-bridge
+    // filter and map (5 in all). A family that vanishes from the registry fails here.
+    assert!(checked >= 5, "only {checked} image operators checked");
 }
 
 #[test]
@@ -92,6 +94,7 @@ fn label_bridge_finds_t_shirts_in_product_photos() {
         labels.len(),
         labels.iter().filter(|l| **l).count()
     );
+    // Measured 0.904 on all 232 photos (48 t-shirts or tops).
     assert!(a >= 0.9, "AUC {a}");
 }
 
@@ -105,6 +108,8 @@ fn caption_bridge_filter_sees_what_the_classifier_saw() {
     let OpOutput::Scores(scores) = op.evaluate(&task, &batch).unwrap() else { panic!("not scores") };
     let a = auc(&scores, &labels);
     eprintln!("caption bridge (SmolLM2-135M) 'shows a t-shirt': AUC {a:.3} on {} photos", labels.len());
+    // Measured 0.527 on these 96 photos: SmolLM2-135M reading EfficientNet's caption barely beats chance (the
+    // label bridge reads the same classes at 0.904), so the floor only catches an inverted or constant answer.
     assert!(a > 0.5, "AUC {a}");
 }
 

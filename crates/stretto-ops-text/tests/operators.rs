@@ -1,6 +1,6 @@
 //! Every text operator in the registry passes the conformance suite; the model operators separate real labels.
 
-use arrow::array::{Array, AsArray, RecordBatch};
+use arrow::array::{AsArray, RecordBatch};
 use arrow::compute::kernels::take::take_record_batch;
 use arrow::datatypes::Int64Type;
 use stretto_core::datasets::Dataset;
@@ -72,7 +72,11 @@ fn every_text_operator_conforms() {
         checked += 1;
     }
     stretto_core::conformance::report_unchecked(&not_checked, UNPREPARED_MAY_SKIP);
-    assert!(checked >= 5, "only {checked} operators checked");
+    eprintln!("{checked} text operators conform");
+    // The default ladder (SmolLM2-135M, Qwen2.5-Coder-0.5B) registers 17 text operators (measured): six '1'/'0'
+    // filters and six maps (two models, three ratios), two contrast filters, MiniLM, the keyword filter and the
+    // codegen map. A ladder rung or family that vanishes from the registry fails here.
+    assert!(checked >= 17, "only {checked} operators checked");
 }
 
 /// Models whose operators may go unchecked (listed) because CI cannot prepare them: none today. Any other operator
@@ -85,9 +89,11 @@ fn model_filters_separate_review_sentiment() {
     let registry = Registry::discover(&context()).unwrap();
     let (batch, labels) = reviews(48);
     let task = SemanticTask::filter("positive", "{reviews.reviewtext} is clearly positive");
-    // (operator, AUC it must exceed). SmolLM2-135M cannot map sentiment onto '1'/'0' (0.57 on 240 reviews), so its
-    // '1'/'0' filter is only held above chance; its contrast filter, choosing between "clearly positive" and the
-    // opposite it derives, must separate the labels (0.80 on 240 reviews, `examples/prompt_auc.rs` in stretto-kv).
+    // (operator, AUC it must exceed), measured on these 48 reviews: '1'/'0' 0.594, contrast 0.759, MiniLM 0.611.
+    // SmolLM2-135M cannot map sentiment onto '1'/'0' (0.57 on 240 reviews), so its '1'/'0' filter is only held
+    // above chance; its contrast filter, choosing between "clearly positive" and the opposite it derives, must
+    // separate the labels (0.80 on 240 reviews, `examples/prompt_auc.rs` in stretto-kv). MiniLM's cosine to the
+    // predicate is a weak sentiment signal (0.611 here), so it too is only held above chance.
     for (name, floor) in [
         ("llm:smollm2-135m@expected-attention-0.00", 0.5),
         ("llm-contrast:smollm2-135m@expected-attention-0.00", 0.7),
@@ -118,12 +124,14 @@ fn map_extracts_typed_values() {
     );
     let OpOutput::Values { values, confidences } = op.evaluate(&task, &batch).unwrap() else { panic!("not values") };
     eprintln!("{values:?} {confidences:?}");
-    assert_eq!(values.len(), 3);
+    assert_eq!((values.len(), confidences.len()), (3, 3));
+    // Typed means answered and parsed: a map that gives up on every report (no value) fails here.
+    let answered = values.iter().flatten().count();
+    assert!(answered >= 2, "only {answered} of 3 reports got a value: {values:?}");
     for v in values.iter().flatten() {
         assert!(v.parse::<i64>().is_ok(), "{v} is not an integer");
     }
     assert!(confidences.iter().all(|c| (0.0..=1.0).contains(c)));
-    let _ = reports.column(0).len();
 }
 
 #[test]

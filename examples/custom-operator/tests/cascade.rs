@@ -72,3 +72,15 @@ fn an_operator_built_at_run_time_joins_a_sessions_registry() {
     let again = Arc::new(lexicon::LexiconFilter::new(Default::default()));
     assert!(session.register(again).unwrap_err().to_string().contains("lexicon"));
 }
+
+/// The suite every operator must pass: one answer per tuple, honest costs, and answers that belong to the tuple
+/// alone (the same when asked again, in another order, or beside other tuples).
+#[test]
+fn the_plugin_passes_the_conformance_suite() {
+    lexicon::link();
+    let home = tempfile::tempdir().unwrap();
+    let session = stretto::Session::builder(home.path()).memo_off().build().unwrap();
+    let op = session.registry().get("lexicon").unwrap();
+    let task = SemanticTask::filter("positive", "{r.text} is clearly positive");
+    assert_eq!(stretto::core::conformance::check(&op, &task, &reviews()), Vec::<String>::new());
+}
