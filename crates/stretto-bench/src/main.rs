@@ -185,6 +185,10 @@ enum Command {
         /// Result rows to print.
         #[arg(long, default_value_t = 10)]
         show: usize,
+        /// Bytes the KV directory and the memo may hold together (default: STRETTO_DISK_BUDGET, else what they hold
+        /// now plus half of the free disk); least-recently-used ad-hoc caches are evicted to stay within it.
+        #[arg(long)]
+        disk_budget: Option<u64>,
     },
     /// Run SQL on Apache DataFusion with semantic functions: `sem_filter('<predicate naming {table.column}s>')` in
     /// WHERE or JOIN ... ON, `sem_map('<instruction>' [, 'text'|'integer'|'float'|'boolean'])` in SELECT, GROUP BY,
@@ -255,6 +259,16 @@ enum Command {
     Kv {
         #[command(subcommand)]
         action: KvAction,
+    },
+    /// What the model home, KV directory and memo hold, and whether every model artifact and KV record still
+    /// verifies (exit status 1 if one does not). Changes nothing.
+    Doctor {
+        /// List and size only; read nothing back.
+        #[arg(long)]
+        quick: bool,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
     },
     /// Replay a plan on a profile; prints one JSON line {"precision", "recall", "cost_per_tuple"}.
     Replay {
@@ -657,6 +671,7 @@ fn run(cli: Cli) -> Result<(), BoxError> {
             seed,
             run_dir,
             show,
+            disk_budget,
         } => {
             use stretto::engine::{input_from, parse_query, run_pipeline, QueryOptions};
             // The output's folder and format are checked before any work, and the file is written atomically.
@@ -672,6 +687,9 @@ fn run(cli: Cli) -> Result<(), BoxError> {
             let mut ctx = context();
             if let Some(l) = ladder {
                 ctx.ladder = l;
+            }
+            if let Some(b) = disk_budget {
+                ctx.disk_budget = Some(b);
             }
             for spec in &user_models {
                 let (name, path) = spec.split_once('=').ok_or_else(|| {
@@ -895,6 +913,18 @@ fn run(cli: Cli) -> Result<(), BoxError> {
         }
         Command::Replay { profile, plan } => {
             println!("{}", serde_json::to_string(&commands::replay(&profile, &plan)?)?);
+        }
+        Command::Doctor { quick, json } => {
+            let report = stretto::doctor::examine(&context(), !quick)?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&report)?);
+            } else {
+                print!("{report}");
+            }
+            let problems = report.problems();
+            if !problems.is_empty() {
+                return Err(format!("{} problems found (listed above)", problems.len()).into());
+            }
         }
     }
     Ok(())

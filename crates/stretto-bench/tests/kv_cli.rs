@@ -171,3 +171,69 @@ fn store_names_cannot_leave_the_kv_directory() {
     let (ok, out, err) = stretto(&kv, &["kv", "verify", "--dataset", "adhoc"]);
     assert!(ok, "{out}{err}");
 }
+
+#[test]
+fn doctor_sizes_the_stores_and_names_what_does_not_verify() {
+    let dir = tempfile::tempdir().unwrap();
+    let (kv, memo, home) = (dir.path().join("kv"), dir.path().join("memo"), dir.path().join("home"));
+    let (ok, _, err) = stretto(&kv, &build_args());
+    assert!(ok, "{err}");
+    // A memo with two answers and a torn append; a model home where MiniLM's weights were overwritten.
+    std::fs::create_dir_all(&memo).unwrap();
+    std::fs::write(
+        memo.join("embed_minilm.jsonl"),
+        "{\"key\":\"a\",\"score\":1.0,\"seconds\":0.1}\n{\"key\":\"b\",\"score\":-1.0,\"seconds\":0.1}\n{\"key\":\"c\",\"sc",
+    )
+    .unwrap();
+    let minilm = home.join("models/minilm");
+    std::fs::create_dir_all(&minilm).unwrap();
+    std::fs::write(minilm.join("manifest.json"), "{}").unwrap();
+    std::fs::write(minilm.join("model.safetensors"), "not the weights").unwrap();
+    let doctor = |args: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_stretto"))
+            .arg("doctor")
+            .args(args)
+            .env("STRETTO_KV_DIR", &kv)
+            .env("STRETTO_MEMO_DIR", &memo)
+            .env("STRETTO_HOME", &home)
+            .output()
+            .expect("binary runs");
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).to_string(),
+            String::from_utf8_lossy(&out.stderr).to_string(),
+        )
+    };
+
+    let (ok, out, err) = doctor(&["--json"]);
+    assert!(!ok, "a model that does not verify must fail the doctor: {out}");
+    assert!(err.contains("3 problems"), "one per artifact that does not verify: {err}");
+    let r: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let movie = r["kv"].as_array().unwrap().iter().find(|k| k["repository"] == "movie").unwrap();
+    assert_eq!(movie["records"], 3 * 12);
+    assert!(movie["bytes"].as_u64().unwrap() > 0 && movie["corrupt"].as_array().unwrap().is_empty(), "{movie}");
+    let m = &r["memo"][0];
+    assert_eq!((m["answers"].as_u64(), m["torn_lines"].as_u64()), (Some(2), Some(1)), "{m}");
+    let mini = r["models"].as_array().unwrap().iter().find(|m| m["name"] == "minilm").unwrap();
+    let bad = mini["bad_artifacts"].as_array().unwrap();
+    // The weights do not match their pin; the tokenizer and config are missing.
+    assert_eq!(bad.len(), 3, "{mini}");
+    assert!(bad[0].as_str().unwrap().starts_with("model.safetensors has SHA-256"), "{mini}");
+
+    // With the model gone, a flipped byte in one record is the one problem, named in the text report.
+    std::fs::remove_dir_all(&minilm).unwrap();
+    let victim = kv.join("movie/reviewtext/smollm2-135m@expected-attention-0.80/00000007.safetensors");
+    let mut bytes = std::fs::read(&victim).unwrap();
+    let at = bytes.len() - 64;
+    bytes[at] ^= 0x01;
+    std::fs::write(&victim, &bytes).unwrap();
+    let (ok, out, _) = doctor(&[]);
+    assert!(!ok && out.contains("1 problems") && out.contains("00000007.safetensors"), "{out}");
+    // --quick reads nothing back, so it sees nothing wrong; after a repair the full check is clean.
+    let (ok, out, _) = doctor(&["--quick"]);
+    assert!(ok && out.contains("not verified"), "{out}");
+    let (ok, _, err) = stretto(&kv, &["kv", "repair", "--dataset", "movie"]);
+    assert!(ok, "{err}");
+    let (ok, out, err) = doctor(&[]);
+    assert!(ok && out.contains("everything verifies"), "{out}{err}");
+}

@@ -26,6 +26,8 @@ pub const MEMO_DIR_ENV: &str = "STRETTO_MEMO_DIR";
 pub const LADDER_ENV: &str = "STRETTO_LADDER";
 /// Environment variable: intra-op threads of every model session (0 or unset: ONNX Runtime's choice).
 pub const THREADS_ENV: &str = "STRETTO_THREADS";
+/// Environment variable: the disk budget in bytes of the KV directory and the memo together.
+pub const DISK_BUDGET_ENV: &str = "STRETTO_DISK_BUDGET";
 
 /// The decoders of the LLM ladder when nothing else is said.
 pub const DEFAULT_LADDER: &[&str] = &["smollm2-135m", "qwen2.5-coder-0.5b"];
@@ -71,6 +73,9 @@ pub struct OpContext {
     pub encoders: Vec<String>,
     /// Where this registry's models run.
     pub provider: ExecutionProvider,
+    /// Bytes the KV directory and the memo may hold together; queries evict least-recently-used ad-hoc caches to
+    /// stay within it. `None`: what they hold now plus half of the free space of the KV directory's file system.
+    pub disk_budget: Option<u64>,
 }
 
 impl OpContext {
@@ -85,11 +90,12 @@ impl OpContext {
             ladder: DEFAULT_LADDER.iter().map(|s| s.to_string()).collect(),
             encoders: DEFAULT_ENCODERS.iter().map(|s| s.to_string()).collect(),
             provider: ExecutionProvider::Cpu,
+            disk_budget: None,
         }
     }
 
     /// The context the environment describes (`STRETTO_HOME`, `STRETTO_KV_DIR`, `STRETTO_MEMO_DIR`,
-    /// `STRETTO_LADDER`, `STRETTO_THREADS`), for binaries and tests; libraries take a context instead.
+    /// `STRETTO_LADDER`, `STRETTO_THREADS`, `STRETTO_DISK_BUDGET`), for binaries and tests; libraries take a context instead.
     pub fn from_env() -> Self {
         let mut ctx = Self::new(default_home());
         if let Some(d) = std::env::var_os(KV_DIR_ENV) {
@@ -108,6 +114,9 @@ impl OpContext {
         }
         if let Some(t) = std::env::var(THREADS_ENV).ok().and_then(|v| v.parse().ok()) {
             ctx.threads = t;
+        }
+        if let Some(b) = std::env::var(DISK_BUDGET_ENV).ok().and_then(|v| v.trim().parse().ok()) {
+            ctx.disk_budget = Some(b);
         }
         ctx
     }
@@ -132,6 +141,12 @@ impl OpContext {
     /// With `threads` intra-op threads per model session.
     pub fn with_threads(mut self, threads: usize) -> Self {
         self.threads = threads;
+        self
+    }
+
+    /// With a disk budget of `bytes` for the KV directory and the memo together.
+    pub fn with_disk_budget(mut self, bytes: u64) -> Self {
+        self.disk_budget = Some(bytes);
         self
     }
 

@@ -4,13 +4,17 @@
 //! Operators see tuples, not row ids (a tuple may come out of a join or a relational filter), so records are found
 //! by the SHA-256 of the cached text, which every record carries. The index scans record headers once per
 //! process and profile. A miss is prefilled and compressed at the standard ladder ratios at once (sibling
-//! operators of the same model then hit), and written under `adhoc/` of the cache directory.
+//! operators of the same model then hit), and written under `adhoc/` of the cache directory, within the
+//! directory's [`DiskBudget`] when the source has one: a record the budget cannot hold is used from memory and
+//! not kept. A record that has gone (evicted by another process, deleted by hand) or fails its checks is
+//! recomputed, never an error.
 
 use std::collections::HashMap;
 use std::fs;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
+use crate::budget::{touch, DiskBudget};
 use crate::decoder::{Decoder, KvPast, Step, Want};
 use crate::error::{KvError, Result};
 use crate::press::compress_ladder;
@@ -25,6 +29,7 @@ pub struct PastSource {
     profile: Profile,
     kv_dir: PathBuf,
     index: Mutex<Option<HashMap<String, PathBuf>>>,
+    budget: Option<Arc<DiskBudget>>,
 }
 
 fn adhoc_path(kv_dir: &Path, profile: &Profile, source: &str) -> PathBuf {
@@ -34,7 +39,13 @@ fn adhoc_path(kv_dir: &Path, profile: &Profile, source: &str) -> PathBuf {
 impl PastSource {
     /// A source for `profile` over the cache directory `kv_dir`.
     pub fn new(profile: Profile, kv_dir: PathBuf) -> Self {
-        Self { profile, kv_dir, index: Mutex::new(None) }
+        Self { profile, kv_dir, index: Mutex::new(None), budget: None }
+    }
+
+    /// Keeps ad-hoc records within `budget` (evicting the least recently used ones, or not keeping a new one).
+    pub fn with_budget(mut self, budget: Arc<DiskBudget>) -> Self {
+        self.budget = Some(budget);
+        self
     }
 
     /// The profile.
@@ -76,11 +87,15 @@ impl PastSource {
             bar.inc(1);
             let prompt = dec.item_prefix(item);
             let source = sha256_text(&prompt);
-            if index.contains_key(&source) || adhoc_path(&self.kv_dir, &self.profile, &source).is_file() {
+            let path = index.get(&source).cloned().unwrap_or_else(|| adhoc_path(&self.kv_dir, &self.profile, &source));
+            if path.is_file() {
+                touch(&path);
                 continue;
             }
-            self.compute(dec, &prompt, &source)?;
-            index.insert(source.clone(), adhoc_path(&self.kv_dir, &self.profile, &source));
+            let (_, kept) = self.compute(dec, &prompt, &source)?;
+            if kept {
+                index.insert(source.clone(), adhoc_path(&self.kv_dir, &self.profile, &source));
+            }
             computed += 1;
         }
         bar.finish_and_clear();
@@ -101,26 +116,33 @@ impl PastSource {
                 p.is_file().then_some(p)
             });
             if let Some(path) = found {
-                let bytes = fs::read(&path).map_err(|e| KvError::io(&path, e))?;
-                match decode_record(&path, &bytes) {
+                match fs::read(&path).map_err(|e| KvError::io(&path, e)).and_then(|b| decode_record(&path, &b)) {
                     Ok(rec) if rec.meta.source_sha256 == source => {
+                        touch(&path);
                         out.push(rec.past);
                         computed.push(false);
                         continue;
                     }
-                    // A corrupt record is never used: recompute (and overwrite the ad-hoc copy).
-                    Ok(_) | Err(_) => tracing::warn!(path = %path.display(), "unusable KV record; recomputing"),
+                    // A record that has gone (evicted) or is corrupt is never used: recompute (and overwrite the
+                    // ad-hoc copy).
+                    Ok(_) | Err(_) => tracing::warn!(path = %path.display(), "KV record gone or unusable; recomputing"),
                 }
             }
-            let past = self.compute(dec, &prompt, &source)?;
-            index.insert(source.clone(), adhoc_path(&self.kv_dir, &self.profile, &source));
+            let (past, kept) = self.compute(dec, &prompt, &source)?;
+            if kept {
+                index.insert(source.clone(), adhoc_path(&self.kv_dir, &self.profile, &source));
+            } else {
+                index.remove(&source);
+            }
             out.push(past);
             computed.push(true);
         }
         Ok((out, computed))
     }
 
-    fn compute(&self, dec: &Decoder, prompt: &str, source: &str) -> Result<KvPast> {
+    /// Prefills and compresses one item at every ladder ratio; keeps each record the budget holds. Returns this
+    /// profile's past and whether its record was kept.
+    fn compute(&self, dec: &Decoder, prompt: &str, source: &str) -> Result<(KvPast, bool)> {
         let tokens = dec.encode(prompt)?;
         let query_stats = self.profile.press == crate::press::Press::ExpectedAttention;
         let rows = dec.run(&[Step { past: None, tokens: &tokens }], Want { present: true, query_stats })?;
@@ -144,10 +166,18 @@ impl PastSource {
             let meta = RecordMeta::of(&profile, dec.config().layers, tokens.len(), &c, source);
             let path = adhoc_path(&self.kv_dir, &profile, source);
             let bytes = encode_record(&meta, &c)?;
-            write_atomic(&path, &bytes)?;
+            let keep = match &self.budget {
+                Some(b) => b.make_room(bytes.len() as u64)?,
+                None => true,
+            };
+            if keep {
+                write_atomic(&path, &bytes)?;
+            } else {
+                tracing::warn!(path = %path.display(), "the disk budget cannot hold this KV record; not kept");
+            }
             if *r == self.profile.ratio {
                 // What later runs will load (f16), so a miss answers exactly as a hit would.
-                mine = Some(decode_record(&path, &bytes)?.past);
+                mine = Some((decode_record(&path, &bytes)?.past, keep));
             }
         }
         mine.ok_or_else(|| KvError::Runtime("requested ratio missing from the ladder".into()))

@@ -387,15 +387,11 @@ impl KvStore {
 
     /// Removes temporary files left by interrupted writes; returns how many.
     pub fn clean_temp(&self) -> Result<usize> {
-        let mut n = 0;
-        for path in walk(&self.root)? {
-            let name = path.file_name().and_then(|n| n.to_str()).unwrap_or_default();
-            if name.starts_with('.') && name.contains(".tmp") {
-                fs::remove_file(&path).map_err(|e| KvError::io(&path, e))?;
-                n += 1;
-            }
+        let stray = temporaries(&self.root)?;
+        for path in &stray {
+            fs::remove_file(path).map_err(|e| KvError::io(path, e))?;
         }
-        Ok(n)
+        Ok(stray.len())
     }
 
     /// Builds every missing record of `spec` for `items` (`(item id, text)`): one prefill per item and model,
@@ -574,6 +570,11 @@ impl KvStore {
         }
         Ok(batches)
     }
+}
+
+/// The temporary files of interrupted writes under `root` (never read as records).
+pub fn temporaries(root: &Path) -> Result<Vec<PathBuf>> {
+    Ok(walk(root)?.into_iter().filter(|p| is_temp(p)).collect())
 }
 
 fn is_temp(p: &Path) -> bool {

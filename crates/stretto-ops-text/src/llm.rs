@@ -166,7 +166,9 @@ impl LlmOp {
         Ok(Self {
             name,
             props,
-            source: PastSource::new(profile, kv_dir),
+            source: PastSource::new(profile, kv_dir.clone()).with_budget(
+                stretto_kv::budget::shared(&kv_dir, ctx.memo_dir(), ctx.disk_budget).map_err(|e| bad(e.to_string()))?,
+            ),
             config,
             ctx: ctx.clone(),
             bridge: None,

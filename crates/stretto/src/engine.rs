@@ -229,6 +229,11 @@ fn candidates(
     Ok(ops)
 }
 
+/// The disk budget of the context's KV directory and memo, shared with its operators.
+fn disk_budget(ctx: &stretto_core::OpContext) -> Result<std::sync::Arc<stretto_kv::budget::DiskBudget>> {
+    Ok(stretto_kv::budget::shared(&ctx.kv_dir, ctx.memo_dir(), ctx.disk_budget)?)
+}
+
 /// The relational input of a query's semantic operators over a dataset (tables cross-joined when several).
 pub fn input_of(
     dataset: &str,
@@ -348,9 +353,12 @@ pub fn profile_pipeline(
         cands.push(candidates(registry, t, modality_of(t, &input)?, &o.models)?);
     }
     let ctx = registry.context();
+    // While it runs, no query (here or in another process) evicts the caches this one uses.
+    let budget = disk_budget(ctx)?;
+    let _lease = budget.lease()?;
 
     // 2. KV caches of every item for every LLM model in play, found by content (built once, reused by every
-    //    later query over the same texts).
+    //    later query over the same texts), within the disk budget.
     let t0 = Instant::now();
     {
         let _span = tracing::info_span!("kv_caches").entered();
@@ -374,7 +382,9 @@ pub fn profile_pipeline(
                     ratio: 0.0,
                     positions: Positions::Keep,
                 };
-                stretto_kv::cache::PastSource::new(profile, ctx.kv_dir.clone()).ensure(&dec, &texts)?;
+                stretto_kv::cache::PastSource::new(profile, ctx.kv_dir.clone())
+                    .with_budget(budget.clone())
+                    .ensure(&dec, &texts)?;
             }
         }
     }
@@ -589,6 +599,7 @@ pub fn execute(
     planned: &Planned,
 ) -> Result<QueryReport> {
     let total = Instant::now();
+    let _lease = disk_budget(registry.context())?.lease()?;
     let (tasks, input) = (p.tasks.clone(), &p.input);
     let n = input.num_rows();
     let mut timings = p.timings.clone();

@@ -29,6 +29,7 @@
 
 pub mod config;
 pub mod dataframe;
+pub mod doctor;
 pub mod engine;
 pub mod error;
 pub mod io;

@@ -86,6 +86,14 @@ impl SessionBuilder {
         self
     }
 
+    /// Bytes the KV directory and the memo may hold together (default: what they hold when first measured plus
+    /// half of the free space of the KV directory's file system). Queries evict least-recently-used ad-hoc caches
+    /// to stay within it, never one a running query uses; a cache the budget cannot hold is used from memory.
+    pub fn disk_budget(mut self, bytes: u64) -> Self {
+        self.config.operators.disk_budget = Some(bytes);
+        self
+    }
+
     /// Intra-op threads per model session (0: ONNX Runtime's choice).
     pub fn threads(mut self, threads: usize) -> Self {
         self.config.operators.threads = threads;
@@ -219,6 +227,12 @@ impl Session {
     pub fn register(&self, op: Arc<dyn PhysicalOp>) -> Result<()> {
         let mut r = self.inner.registry.write().unwrap_or_else(|p| p.into_inner());
         Ok(r.register(op, "session")?)
+    }
+
+    /// What the model home, KV directory and memo of this session hold, and (with `verify`) whether every model
+    /// artifact and KV record still checks out; see [`crate::doctor`].
+    pub fn doctor(&self, verify: bool) -> Result<crate::doctor::DoctorReport> {
+        crate::doctor::examine(&self.config().operators, verify)
     }
 
     /// Registers `batch` as table `name`.

@@ -1,0 +1,259 @@
+//! `stretto query` under real use (#18): two processes sharing one model home, KV directory and memo, and queries
+//! killed with SIGKILL in each phase, then rerun. Every run must give the rows of an undisturbed run, and the
+//! stores must verify afterwards.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// A filter and a map on 80 reviews, half of them profiled: KV caches, profiling and execution each take seconds
+/// with SmolLM2-135M, long enough to be interrupted.
+fn query_args() -> Vec<&'static str> {
+    vec![
+        "query",
+        "--dataset",
+        "movie",
+        "--query",
+        "{reviews.reviewtext} is clearly positive -- Extract the movie [title] mentioned in {reviews.reviewtext}",
+        "--precision",
+        "0.8",
+        "--recall",
+        "0.8",
+        "--limit",
+        "80",
+        "--sample",
+        "0.5",
+        "--ladder",
+        "smollm2-135m",
+        "--json",
+    ]
+}
+
+/// `stretto ARGS` in `cwd`, with the KV caches and the memo under `stores` (shared by every run given it).
+fn command(args: &[&str], cwd: &Path, stores: &Path) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_stretto"));
+    c.args(args).current_dir(cwd).env("STRETTO_MEMO_DIR", stores.join("memo")).env("STRETTO_KV_DIR", stores.join("kv"));
+    c
+}
+
+/// Runs to the end; returns the result rows (as JSON), failing the test with stderr on an error.
+fn rows_of(out: std::process::Output) -> serde_json::Value {
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let r: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON report");
+    assert!(!r["rows"].as_array().unwrap().is_empty(), "no rows: {r}");
+    r["rows"].clone()
+}
+
+fn run(cwd: &Path, stores: &Path) -> serde_json::Value {
+    rows_of(command(&query_args(), cwd, stores).output().expect("binary runs"))
+}
+
+fn scratch(root: &Path, name: &str) -> PathBuf {
+    let d = root.join(name);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+/// The stores are sound: every KV record verifies, and `stretto doctor` (which reads the memo too) finds nothing.
+fn assert_stores_verify(stores: &Path) {
+    let out = command(&["kv", "verify", "--dataset", "adhoc"], stores, stores).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success() && text.contains(" 0 corrupt"), "{text}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(!text.starts_with("0 records"), "the query computed no KV record: {text}");
+    let out = command(&["doctor", "--json"], stores, stores).output().unwrap();
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let adhoc = report["kv"].as_array().unwrap().iter().find(|k| k["repository"] == "adhoc").cloned();
+    assert!(adhoc.is_some_and(|a| a["corrupt"].as_array().unwrap().is_empty()), "{report}");
+    assert!(out.status.success(), "{report}{}", String::from_utf8_lossy(&out.stderr));
+}
+
+#[test]
+fn two_concurrent_queries_on_one_home_give_the_sequential_result() {
+    let root = tempfile::tempdir().unwrap();
+    let alone = run(&scratch(root.path(), "a"), &scratch(root.path(), "alone"));
+
+    // Two processes at once on fresh shared stores: both compute the same caches and answers side by side.
+    let shared = scratch(root.path(), "shared");
+    let spawn = |name: &str| {
+        command(&query_args(), &scratch(root.path(), name), &shared)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("binary runs")
+    };
+    let (first, second) = (spawn("p1"), spawn("p2"));
+    let (first, second) = (first.wait_with_output().unwrap(), second.wait_with_output().unwrap());
+    assert_eq!(rows_of(first), alone, "the first concurrent run differs from the run alone");
+    assert_eq!(rows_of(second), alone, "the second concurrent run differs from the run alone");
+    assert_stores_verify(&shared);
+    // And a third run on what they left reuses it and agrees too.
+    assert_eq!(run(&scratch(root.path(), "p3"), &shared), alone);
+}
+
+/// Waits until `reached` holds (then kills the child with SIGKILL and returns true), or the child ends by itself
+/// (returns false).
+fn kill_when(mut child: Child, reached: impl Fn() -> bool) -> bool {
+    let deadline = Instant::now() + Duration::from_secs(600);
+    while Instant::now() < deadline {
+        if child.try_wait().unwrap().is_some() {
+            return false;
+        }
+        if reached() {
+            let _ = child.kill();
+            let _ = child.wait();
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    let _ = child.kill();
+    panic!("the query neither reached its kill point nor ended in 10 minutes");
+}
+
+fn has_file_under(dir: &Path, ext: &str) -> bool {
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(&d) else { continue };
+        for e in entries.flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                stack.push(p);
+            } else if p.extension().is_some_and(|x| x == ext) && !e.file_name().to_string_lossy().starts_with('.') {
+                return true;
+            }
+        }
+    }
+    false
+}
+
+/// A phase's name and the sign that a run has reached it.
+type KillPoint<'a> = (&'static str, Box<dyn Fn() -> bool + 'a>);
+
+#[test]
+fn a_query_killed_in_each_phase_resumes_to_the_uninterrupted_result() {
+    let root = tempfile::tempdir().unwrap();
+    let want = run(&scratch(root.path(), "a"), &scratch(root.path(), "clean"));
+
+    let stores = scratch(root.path(), "killed");
+    let cwd = scratch(root.path(), "k");
+    let spawn = || command(&query_args(), &cwd, &stores).stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap();
+    // Kill points, in the order a run reaches them: its first KV record written (cache building), its first memo
+    // file (profiling), its plan written (execution). Each rerun starts from what the killed ones left.
+    let kv = stores.join("kv");
+    let memo = stores.join("memo");
+    let plan = cwd.join("stretto-run/plan.json");
+    let points: [KillPoint; 3] = [
+        ("building KV caches", Box::new(|| has_file_under(&kv, "safetensors"))),
+        ("profiling", Box::new(|| has_file_under(&memo, "jsonl"))),
+        ("executing", Box::new(|| plan.is_file())),
+    ];
+    for (phase, reached) in points {
+        let killed = kill_when(spawn(), reached);
+        eprintln!("{phase}: {}", if killed { "killed" } else { "finished before the kill point" });
+        assert!(killed, "the run finished before it was killed while {phase}");
+    }
+    assert_eq!(run(&cwd, &stores), want, "the resumed query differs from the uninterrupted one");
+    assert_stores_verify(&stores);
+}
+
+/// Bytes of every file under `dir`.
+fn bytes_under(dir: &Path) -> u64 {
+    let mut total = 0;
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(&d) else { continue };
+        for e in entries.flatten() {
+            let md = e.metadata().unwrap();
+            if md.is_dir() {
+                stack.push(e.path());
+            } else {
+                total += md.len();
+            }
+        }
+    }
+    total
+}
+
+/// The bundled reviews `rows` as `dir/reviews.csv` (a user's file; its table is `reviews`).
+fn reviews_csv(dir: &Path, rows: std::ops::Range<usize>) -> PathBuf {
+    let ds = stretto_core::datasets::Dataset::load("movie").unwrap();
+    let reviews = ds.table("reviews").unwrap().slice(rows.start, rows.len());
+    let path = dir.join("reviews.csv");
+    arrow::csv::Writer::new(std::fs::File::create(&path).unwrap()).write(&reviews).unwrap();
+    path
+}
+
+#[test]
+fn a_disk_budget_smaller_than_the_caches_evicts_and_still_answers_right() {
+    let root = tempfile::tempdir().unwrap();
+    let (first, second) =
+        (reviews_csv(&scratch(root.path(), "first"), 0..30), reviews_csv(&scratch(root.path(), "second"), 30..60));
+    let args = |input: &Path, budget: Option<u64>| -> Vec<String> {
+        let mut a: Vec<String> = [
+            "query",
+            "--input",
+            input.to_str().unwrap(),
+            "--query",
+            "{reviews.reviewtext} is clearly positive",
+            "--precision",
+            "0.8",
+            "--recall",
+            "0.8",
+            "--ladder",
+            "smollm2-135m",
+            "--json",
+        ]
+        .map(String::from)
+        .to_vec();
+        if let Some(b) = budget {
+            a.extend(["--disk-budget".to_string(), b.to_string()]);
+        }
+        a
+    };
+    let go = |a: Vec<String>, cwd: &Path, stores: &Path| {
+        let a: Vec<&str> = a.iter().map(String::as_str).collect();
+        rows_of(command(&a, cwd, stores).output().unwrap())
+    };
+    let want = go(args(&second, None), &scratch(root.path(), "c1"), &scratch(root.path(), "roomy"));
+
+    // The first query leaves its caches; the second gets a budget of exactly what is on disk then, so every
+    // record it keeps must push out one of the first query's (least recently used, no longer in use).
+    let stores = scratch(root.path(), "tight");
+    go(args(&first, None), &scratch(root.path(), "c2"), &stores);
+    let kv = stores.join("kv");
+    let before = records(&kv.join("adhoc"));
+    let budget = bytes_under(&kv) + bytes_under(&stores.join("memo"));
+    let got = go(args(&second, Some(budget)), &scratch(root.path(), "c3"), &stores);
+    assert_eq!(got, want, "the budgeted query answered differently");
+    let (after, kv_after) = (records(&kv.join("adhoc")), bytes_under(&kv));
+    let evicted = before.difference(&after).count();
+    let kept = after.difference(&before).count();
+    eprintln!(
+        "budget {budget} B: the first query left {} records; the second evicted {evicted} and kept {kept} of its \
+         own; {kv_after} B of KV after",
+        before.len()
+    );
+    assert!(kv_after <= budget, "the KV directory holds {kv_after} B over a budget of {budget} B");
+    assert!(evicted > 0 && kept > 0, "the second query's caches did not replace the first's");
+    let out = command(&["kv", "verify", "--dataset", "adhoc"], &stores, &stores).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stdout));
+}
+
+/// The finished record files under `dir`.
+fn records(dir: &Path) -> std::collections::BTreeSet<PathBuf> {
+    let mut out = std::collections::BTreeSet::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(&d) else { continue };
+        for e in entries.flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                stack.push(p);
+            } else if p.extension().is_some_and(|x| x == "safetensors")
+                && !e.file_name().to_string_lossy().starts_with('.')
+            {
+                out.insert(p);
+            }
+        }
+    }
+    out
+}
