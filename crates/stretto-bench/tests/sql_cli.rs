@@ -59,7 +59,17 @@ fn sql_over_a_users_csv_writes_the_result_and_reports_the_pipeline() {
     assert_eq!(p["input_rows"], 40);
     assert_eq!(p["executed_rows"], 40);
     assert_eq!(p["plan"]["format"], "stretto.plan/v1");
-    assert!(p["bounds"]["precision"].as_f64().unwrap() >= 0.0, "{p}");
+    // 40 tuples, all profiled: measured, no plan cheaper than gold can pass the test on the 20 held-out tuples, so
+    // the answer is gold's plan; otherwise its certified bounds meet the 0.8 targets.
+    let (bp, br) = (p["bounds"]["precision"].as_f64().unwrap(), p["bounds"]["recall"].as_f64().unwrap());
+    if p["bounds"]["fell_back_to_gold"] == true {
+        // Gold: one stage per logical operator, each deciding every tuple (no unsure band).
+        let stages = p["plan"]["stages"].as_array().unwrap();
+        assert_eq!(stages.len(), p["plan"]["logical"].as_array().unwrap().len(), "a fallback that is not gold: {p}");
+        assert!(stages.iter().all(|s| s["lower"] == s["upper"]), "a fallback that is not gold: {p}");
+    } else {
+        assert!(bp >= 0.8 && br >= 0.8, "certified bounds {bp}, {br} under targets 0.8: {p}");
+    }
     let rows = r["rows"].as_array().unwrap();
     assert_eq!(r["row_count"].as_u64().unwrap() as usize, rows.len());
     assert!(!rows.is_empty() && rows.len() < 40, "{} rows", rows.len());

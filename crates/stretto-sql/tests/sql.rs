@@ -118,7 +118,7 @@ fn misplaced_or_malformed_semantic_functions_are_named() {
         ctx.sql(&format!("SELECT * FROM {FIRST_40} WHERE sem_filter('{{reviews.reviewtext}} is positive')"))
     });
     let e = e.unwrap_err().to_string();
-    assert!(e.contains("stretto.recall") || e.contains("recall"), "{e}");
+    assert!(e.contains("stretto.recall"), "{e}");
     ctx.sql("SET stretto.recall = 0.9").unwrap();
     let e = ctx.sql("SET stretto.method = 'fastest'").and_then(|_| {
         ctx.sql(&format!("SELECT * FROM {FIRST_40} WHERE sem_filter('{{reviews.reviewtext}} is positive')"))
@@ -255,6 +255,11 @@ fn a_semantic_join_in_on_pairs_rows_of_two_tables() {
     let b = r.batch().unwrap();
     let pairs: Vec<(i64, String)> =
         ints(&b, "id").into_iter().zip(texts(&b, "kind").into_iter().map(Option::unwrap)).collect();
+    eprintln!("semantic join pairs: {pairs:?}");
+    // The right answer is (1, upper body), (2, footwear), (3, upper body). Measured: SmolLM2-135M's gold pairs
+    // every item with "footwear" (1 of 3 right) and Qwen2.5-Coder-0.5B's keeps all 6 pairs, so with CI's models
+    // only the join's mechanics are asserted (the cross product formed, pairs dropped, the shoes kept as
+    // footwear); the join's accuracy waits on a stronger gold (#17).
     assert!(pairs.len() < 6, "the join keeps only some pairs: {pairs:?}");
     assert!(pairs.contains(&(2, "footwear".to_string())), "shoes are footwear: {pairs:?}");
 }
@@ -271,10 +276,18 @@ fn stretto_errors_come_back_typed() {
     // A session with an unknown model fails to build; the typed error names it.
     let e = s.unwrap_err().to_string();
     assert!(e.contains("nonexistent-model"), "{e}");
-    let e: SqlError = stretto::Error::Query("x".into()).into();
-    assert!(matches!(e, SqlError::Stretto(_)));
-    // A pipeline's error surfaces as Stretto's, not as a string: a table with no rows to query is an empty
-    // result, not an error.
+    // A pipeline's error surfaces as Stretto's, not as a string: an operator that fails while the pipeline is
+    // profiled inside DataFusion's execution comes back as the operator's own error, its message intact.
+    let broken = session(dir.path());
+    broken.register(std::sync::Arc::new(Broken(broken_properties()))).unwrap();
+    let e = SqlContext::new(&broken)
+        .unwrap()
+        .sql(&format!("SELECT reviewid FROM {FIRST_40} WHERE sem_filter('{{reviews.reviewtext}} is positive')"))
+        .and_then(|frame| frame.collect())
+        .unwrap_err();
+    assert!(matches!(e, SqlError::Stretto(stretto::Error::Core(_))), "{e:?}");
+    assert!(e.to_string().contains("the model server is down"), "{e}");
+    // A table with no rows to query is an empty result, not an error.
     let ctx = SqlContext::new(&session(dir.path())).unwrap();
     let r = ctx
         .sql("SELECT * FROM movie.reviews WHERE reviewid < 0 AND sem_filter('{reviews.reviewtext} is positive')")
@@ -285,4 +298,39 @@ fn stretto_errors_come_back_typed() {
     let [run] = r.pipelines() else { panic!() };
     assert_eq!(run.input_rows, 0);
     assert!(run.finished);
+}
+
+/// A filter whose every evaluation fails, as an operator whose model server is down does.
+#[derive(Debug)]
+struct Broken(stretto::core::op::OpProperties);
+
+fn broken_properties() -> stretto::core::op::OpProperties {
+    use stretto::core::op::{LogicalKind, Modality, OpProperties};
+    OpProperties {
+        kind: LogicalKind::Filter,
+        family: "broken".into(),
+        modality: Modality::Text,
+        model: None,
+        compression: None,
+        tunable: true,
+        gold: false,
+        cost_hint: 1e-6,
+        score_range: (-10.0, 10.0),
+    }
+}
+
+impl stretto::core::op::PhysicalOp for Broken {
+    fn name(&self) -> &str {
+        "broken"
+    }
+    fn properties(&self) -> &stretto::core::op::OpProperties {
+        &self.0
+    }
+    fn evaluate_items(
+        &self,
+        _: &stretto::core::op::SemanticTask,
+        _: &[String],
+    ) -> stretto::core::Result<(stretto::core::op::OpOutput, Vec<f64>)> {
+        Err(stretto::core::CoreError::operator("broken", "the model server is down"))
+    }
 }

@@ -79,13 +79,17 @@ fn the_example_pipeline_runs_on_a_csv_and_a_parquet_file_and_meets_its_targets()
     assert_eq!(ids(&written), ids(result.batch()));
 
     // --check: against the gold plan on every tuple, the result meets its targets, or the optimizer said it fell
-    // back to gold (and then equals it).
+    // back to gold, and then it is gold's result exactly (a fallback is not a licence to answer anything).
     let frame = top_critics_positive_titles(s.read_csv(&csv, &Default::default()).unwrap());
     let gold = frame.collect_with(Targets::new(0.8, 0.8, 0.95).unwrap(), &Gold).unwrap();
     let (got, truth) = (ids(result.batch()), ids(gold.batch()));
     let tp = got.iter().filter(|i| truth.contains(i)).count() as f64;
     let (p, r) = (tp / got.len().max(1) as f64, tp / truth.len().max(1) as f64);
-    assert!(p >= 0.8 && r >= 0.8 || result.fell_back_to_gold(), "precision {p}, recall {r} against gold");
+    if result.fell_back_to_gold() {
+        assert_eq!(got, truth, "a gold fallback that is not gold's result");
+    } else {
+        assert!(p >= 0.8 && r >= 0.8, "precision {p}, recall {r} against gold");
+    }
 
     // The same data as Parquet gives the same rows (the table is named after the file stem again).
     let pq = dir.path().join("reviews.parquet");
@@ -288,7 +292,8 @@ fn a_semantic_join_pairs_reviews_with_the_movie_they_review() {
         (0..b.num_rows()).filter(|&i| wanted.iter().any(|(id, t)| rid.value(i) == *id && title.value(i) == *t)).count();
     eprintln!("semantic join: {} pairs of {} candidates, {right} of them right", b.num_rows(), 8 * 3);
     // SmolLM2-135M's gold join, measured: 18 of the 24 pairs kept, 6 of the 8 true pairs among them (recall 0.75,
-    // precision 0.33). The floors catch a join that keeps nothing, everything, or pairs at random.
+    // precision 0.33): no better than keeping 18 pairs at random (8 * 18 / 24 = 6 expected), so these floors only
+    // catch a join that keeps nothing or everything; the join's quality waits on a stronger gold (#17).
     assert!(right >= 4, "only {right} of 8 true pairs found");
     assert!(b.num_rows() < 24, "every pair was kept");
 }
