@@ -216,6 +216,10 @@ fn a_query_is_scored_against_the_true_labels_beside_gold() {
     assert_eq!(t["positives"], all_pos);
     assert_eq!(t["plan"]["false_negatives"], all_pos - tp);
     assert!(t["gold"]["f1"].is_number(), "with --check, gold is scored too: {t}");
+    eprintln!("F1 against is_positive on 40 reviews: plan {}, gold {}", t["plan"]["f1"], t["gold"]["f1"]);
+    // Measured 0.533 for plan and gold alike with the CI ladder's SmolLM2-135M gold (0.548 on 150 reviews with
+    // the default models, #17): the floor catches an answer that is no better than keeping nothing.
+    assert!(t["plan"]["f1"].as_f64().unwrap() >= 0.4, "{t}");
 }
 
 #[test]
@@ -256,5 +260,8 @@ fn the_demo_checks_its_titles_against_the_data() {
         .count();
     assert_eq!(r["title_accuracy"]["rows"], rows.len());
     assert_eq!(r["title_accuracy"]["right"], right);
+    eprintln!("demo titles against the data: {right} of {} right", rows.len());
     assert!(!rows.is_empty());
+    // Measured 4 of 16 on the first 40 reviews (SmolLM2-135M's titles, 20% on 200): at least one must be right.
+    assert!(right >= 1, "no extracted title names the reviewed movie");
 }

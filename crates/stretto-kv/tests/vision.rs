@@ -33,8 +33,9 @@ fn classifies_product_photos() {
     let f_scores: Vec<f32> = probs.iter().map(|p| shoes.iter().map(|&s| p[s]).sum()).collect();
     let (a_t, a_f) = (auc(&t_scores, &is_t), auc(&f_scores, &is_f));
     eprintln!("AUC on {} photos: T-shirt {a_t:.3}, footwear {a_f:.3}", rows.len());
-    assert!(a_t >= 0.85, "T-shirt AUC {a_t}");
-    assert!(a_f >= 0.85, "footwear AUC {a_f}");
+    // Measured on these 48 photos: T-shirt 0.963, footwear 0.998 (EfficientNet-Lite0's ImageNet classes).
+    assert!(a_t >= 0.9, "T-shirt AUC {a_t}");
+    assert!(a_f >= 0.95, "footwear AUC {a_f}");
     for p in &probs {
         let s: f32 = p.iter().sum();
         assert!((s - 1.0).abs() < 1e-3);
