@@ -155,7 +155,7 @@ fn a_users_onnx_export_joins_the_query_by_model_name_equals_folder() {
             "--query",
             "{reviews.reviewtext} is clearly positive",
             "--limit",
-            "30",
+            "100",
             "--json",
             "--model",
             spec.as_str(),
@@ -264,4 +264,36 @@ fn the_demo_checks_its_titles_against_the_data() {
     assert!(!rows.is_empty());
     // Measured 4 of 16 on the first 40 reviews (SmolLM2-135M's titles, 20% on 200): at least one must be right.
     assert!(right >= 1, "no extracted title names the reviewed movie");
+}
+
+/// Profiling that cannot pay for itself is not done (#21): with `--method gold`, or on an input no larger than the
+/// profiling sample, only the gold operator is profiled (its answers are memoised and reused by execution) and the
+/// plan says why.
+#[test]
+fn gold_and_inputs_too_small_for_profiling_to_pay_run_gold_without_profiling_the_rest() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = |extra: &[&str]| {
+        let mut a = vec!["query", "--dataset", "movie", "--query", "{reviews.reviewtext} is clearly positive"];
+        a.extend_from_slice(&["--ladder", "smollm2-135m", "--json"]);
+        a.extend_from_slice(extra);
+        let (ok, out, err) = stretto(&a, dir.path());
+        assert!(ok, "{err}");
+        serde_json::from_str::<serde_json::Value>(out.trim()).unwrap()
+    };
+    let gold = serde_json::json!(["llm:smollm2-135m@expected-attention-0.00"]);
+
+    // Gold asked for, on 200 reviews (a sample of 40 would profile every rung): only gold is profiled.
+    let r = run(&["--limit", "200", "--method", "gold"]);
+    assert_eq!(r["candidates"]["f1"], gold, "{}", r["candidates"]);
+    assert_eq!(r["bounds"]["fell_back_to_gold"], false);
+    // The same query with the optimizer profiles every candidate.
+    let r = run(&["--limit", "200"]);
+    assert!(r["candidates"]["f1"].as_array().unwrap().len() > 3, "{}", r["candidates"]);
+
+    // 30 reviews: the sample (at least 40) would be the whole input, so gold runs directly, and says why.
+    let r = run(&["--limit", "30"]);
+    assert_eq!(r["candidates"]["f1"], gold, "{}", r["candidates"]);
+    assert_eq!(r["bounds"]["fell_back_to_gold"], true);
+    let warnings = r["plan"]["warnings"].to_string();
+    assert!(warnings.contains("gold ran directly") && warnings.contains("30 tuples"), "{}", r["plan"]);
 }

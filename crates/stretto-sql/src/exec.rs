@@ -187,7 +187,7 @@ fn prepare(
     (q.models, q.run_dir, q.progress) = (c.models.clone(), c.run_dir.clone(), c.progress);
     let strategy = stretto::optim::strategy::strategy(&q.method)?;
     let registry = session.registry();
-    let profiled = engine::profile_pipeline(&registry, &pulled, &input, &q)?;
+    let profiled = engine::profile_to_run(&registry, &pulled, &input, &q)?;
     let planned = engine::optimize(&profiled, &q, strategy.as_ref())?;
     let cascade = CascadePlan::bind(&planned.plan, profiled.tasks.clone(), |n| registry.get(n))?;
     {

@@ -178,9 +178,17 @@ impl DataFrame {
         self.collect_with(targets, &Global::default())
     }
 
-    /// Profiles, optimizes with `strategy` under `targets`, and executes.
+    /// Profiles, optimizes with `strategy` under `targets`, and executes. Only the gold operators are profiled
+    /// when nothing else can pay for its profiling (the gold strategy; an input no larger than the sample), and
+    /// the result's plan then says so.
     pub fn collect_with(&self, targets: Targets, strategy: &dyn Strategy) -> Result<QueryResult> {
-        self.profile()?.collect_with(targets, strategy)
+        let (pulled, input) = self.pulled()?;
+        let o = self.options(&targets, strategy.name());
+        let profiled = {
+            let _span = tracing::info_span!("profile", source = %self.source).entered();
+            engine::profile_to_run(&self.session.registry(), &pulled, &input, &o)?
+        };
+        ProfiledFrame { frame: self.clone(), pulled, profiled }.collect_with(targets, strategy)
     }
 }
 

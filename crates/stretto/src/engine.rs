@@ -304,8 +304,44 @@ pub fn run_pipeline(
     input: &RecordBatch,
     o: &QueryOptions,
 ) -> Result<QueryReport> {
-    let profiled = profile_pipeline(registry, pulled, input, o)?;
+    let profiled = profile_to_run(registry, pulled, input, o)?;
     finish_pipeline(registry, pulled, &profiled, o)
+}
+
+/// Why a query about to run with `o` on `n` input tuples should profile only its gold operators, if it should:
+/// the method is gold (nothing else will run), or the sample would cover the whole input, so that profiling every
+/// implementation would cost at least running gold on every tuple and no plan can win it back.
+pub fn gold_only_reason(o: &QueryOptions, n: usize) -> Option<String> {
+    if o.method == "gold" {
+        return Some("the gold plan was asked for: only the gold operators were profiled".into());
+    }
+    let sample = sample_size(o, n);
+    (sample >= n).then(|| {
+        format!(
+            "the input has {n} tuples and the profiling sample ({sample}) would cover all of them: profiling every \
+             implementation costs more than running gold on everything, so gold ran directly (a larger input, or \
+             a smaller minimum sample, lets the optimizer look for a cheaper plan)"
+        )
+    })
+}
+
+fn sample_size(o: &QueryOptions, n: usize) -> usize {
+    ((n as f64 * o.sample_fraction).ceil() as usize).max(o.min_sample).min(n)
+}
+
+/// Steps 1–3 of [`run_pipeline`] for a query about to run: [`profile_pipeline`], or only the gold operators when
+/// [`gold_only_reason`] says nothing else can pay for its profiling. Their sample answers are memoised, so
+/// execution reuses them.
+pub fn profile_to_run(
+    registry: &Registry,
+    pulled: &stretto_core::plan::PulledUpPlan,
+    input: &RecordBatch,
+    o: &QueryOptions,
+) -> Result<Profiled> {
+    match gold_only_reason(o, input.num_rows()) {
+        Some(why) => profile_candidates(registry, pulled, input, o, Some(why)),
+        None => profile_pipeline(registry, pulled, input, o),
+    }
 }
 
 /// A pipeline prepared and profiled: what every plan for it (any method, any targets) starts from.
@@ -325,14 +361,29 @@ pub struct Profiled {
     pub candidates: BTreeMap<String, Vec<String>>,
     /// Seconds of the phases so far.
     pub timings: BTreeMap<String, f64>,
+    /// Why only the gold operators were profiled (`None`: every candidate was): then every strategy answers with
+    /// the gold plan, and the plan's warnings say why.
+    pub gold_only: Option<String>,
 }
 
-/// Steps 1–3 of [`run_pipeline`]: validation, KV caches, profiling.
+/// Validation, KV caches and profiling of every candidate operator: the profile any strategy can be optimized
+/// on (a query about to run uses [`profile_to_run`], which may profile less).
 pub fn profile_pipeline(
     registry: &Registry,
     pulled: &stretto_core::plan::PulledUpPlan,
     input: &RecordBatch,
     o: &QueryOptions,
+) -> Result<Profiled> {
+    profile_candidates(registry, pulled, input, o, None)
+}
+
+/// [`profile_pipeline`], of every candidate or (with `gold_only`, its reason) of the gold operators alone.
+fn profile_candidates(
+    registry: &Registry,
+    pulled: &stretto_core::plan::PulledUpPlan,
+    input: &RecordBatch,
+    o: &QueryOptions,
+    gold_only: Option<String>,
 ) -> Result<Profiled> {
     let total = Instant::now();
     let mut timings = BTreeMap::new();
@@ -350,7 +401,11 @@ pub fn profile_pipeline(
     }
     let mut cands = Vec::new();
     for t in &tasks {
-        cands.push(candidates(registry, t, modality_of(t, &input)?, &o.models)?);
+        let mut ops = candidates(registry, t, modality_of(t, &input)?, &o.models)?;
+        if gold_only.is_some() {
+            ops.truncate(1);
+        }
+        cands.push(ops);
     }
     let ctx = registry.context();
     // While it runs, no query (here or in another process) evicts the caches this one uses.
@@ -395,7 +450,7 @@ pub fn profile_pipeline(
     let n = input.num_rows();
     let mut order: Vec<usize> = (0..n).collect();
     order.shuffle(&mut rand::rngs::StdRng::seed_from_u64(o.seed));
-    let want = ((n as f64 * o.sample_fraction).ceil() as usize).max(o.min_sample).min(n);
+    let want = sample_size(o, n);
     let mut sample: Vec<usize> = order[..want].to_vec();
     sample.sort_unstable();
     let sample_batch = take_record_batch(&input, &UInt32Array::from_iter_values(sample.iter().map(|&r| r as u32)))?;
@@ -481,6 +536,7 @@ pub fn profile_pipeline(
         profile_path,
         sample_rows: sample.len(),
         timings,
+        gold_only,
     })
 }
 
@@ -527,6 +583,7 @@ pub fn reuse_profile(
         profile_path: Some(path),
         candidates,
         timings: BTreeMap::new(),
+        gold_only: None,
     })
 }
 
@@ -574,7 +631,16 @@ pub fn optimize(p: &Profiled, o: &QueryOptions, strat: &dyn Strategy) -> Result<
     let problem = Problem::from_profile(&p.profile)?;
     let optimized = {
         let _span = tracing::info_span!("optimize", method = strat.name()).entered();
-        strat.optimize(&problem, &targets, o.seed)?
+        match &p.gold_only {
+            // Only gold was profiled: gold is the answer, a fallback unless gold was asked for.
+            Some(why) if strat.name() != "gold" => {
+                let mut gold = stretto_optim::strategy::Gold.optimize(&problem, &targets, o.seed)?;
+                gold.fell_back_to_gold = true;
+                gold.warnings.push(why.clone());
+                gold
+            }
+            _ => strat.optimize(&problem, &targets, o.seed)?,
+        }
     };
     let mut plan = optimized.to_plan_file(&problem);
     plan.query = Some(o.query.clone());
