@@ -7,6 +7,9 @@ use std::time::Duration;
 
 use sha2::{Digest, Sha256};
 
+mod common;
+use common::records_under;
+
 const ITEMS: &str = "12";
 
 fn stretto(kv_dir: &Path, args: &[&str]) -> (bool, String, String) {
@@ -40,26 +43,6 @@ fn digest_tree(root: &Path) -> BTreeMap<String, String> {
     out
 }
 
-/// Finished records under `root`, counted while a build may be writing (files come and go: no reads).
-fn count_records(root: &Path) -> usize {
-    let mut n = 0;
-    let mut stack = vec![root.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        let Ok(entries) = std::fs::read_dir(&d) else { continue };
-        for e in entries.flatten() {
-            let p = e.path();
-            if p.is_dir() {
-                stack.push(p);
-            } else if p.extension().is_some_and(|x| x == "safetensors")
-                && !e.file_name().to_string_lossy().starts_with('.')
-            {
-                n += 1;
-            }
-        }
-    }
-    n
-}
-
 #[test]
 fn killed_builds_resume_to_exactly_the_uninterrupted_records() {
     let clean = tempfile::tempdir().unwrap();
@@ -72,7 +55,7 @@ fn killed_builds_resume_to_exactly_the_uninterrupted_records() {
     let crashed = tempfile::tempdir().unwrap();
     // Each run is killed a pseudo-random 0-120 ms after it wrote its first new record, so kills land inside
     // prefills, presses and writes (a fixed LCG keeps the points reproducible).
-    let count = |p: &Path| count_records(p);
+    let count = |p: &Path| records_under(p).len();
     let mut seed: u64 = 0x5eed;
     let mut kills = 0;
     for _ in 0..4 {

@@ -6,6 +6,13 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+mod common;
+use common::{files_under, records_under as records};
+
+fn bytes_under(dir: &Path) -> u64 {
+    files_under(dir).iter().map(|f| f.1).sum()
+}
+
 /// A filter and a map on 80 reviews, half of them profiled: KV caches, profiling and execution each take seconds
 /// with SmolLM2-135M, long enough to be interrupted.
 fn query_args() -> Vec<&'static str> {
@@ -109,22 +116,6 @@ fn kill_when(mut child: Child, reached: impl Fn() -> bool) -> bool {
     panic!("the query neither reached its kill point nor ended in 10 minutes");
 }
 
-fn has_file_under(dir: &Path, ext: &str) -> bool {
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        let Ok(entries) = std::fs::read_dir(&d) else { continue };
-        for e in entries.flatten() {
-            let p = e.path();
-            if p.is_dir() {
-                stack.push(p);
-            } else if p.extension().is_some_and(|x| x == ext) && !e.file_name().to_string_lossy().starts_with('.') {
-                return true;
-            }
-        }
-    }
-    false
-}
-
 /// A phase's name and the sign that a run has reached it.
 type KillPoint<'a> = (&'static str, Box<dyn Fn() -> bool + 'a>);
 
@@ -142,8 +133,8 @@ fn a_query_killed_in_each_phase_resumes_to_the_uninterrupted_result() {
     let memo = stores.join("memo");
     let plan = cwd.join("stretto-run/plan.json");
     let points: [KillPoint; 3] = [
-        ("building KV caches", Box::new(|| has_file_under(&kv, "safetensors"))),
-        ("profiling", Box::new(|| has_file_under(&memo, "jsonl"))),
+        ("building KV caches", Box::new(|| !records(&kv).is_empty())),
+        ("profiling", Box::new(|| files_under(&memo).iter().any(|(p, _)| p.extension().is_some_and(|e| e == "jsonl")))),
         ("executing", Box::new(|| plan.is_file())),
     ];
     for (phase, reached) in points {
@@ -153,24 +144,6 @@ fn a_query_killed_in_each_phase_resumes_to_the_uninterrupted_result() {
     }
     assert_eq!(run(&cwd, &stores), want, "the resumed query differs from the uninterrupted one");
     assert_stores_verify(&stores);
-}
-
-/// Bytes of every file under `dir`.
-fn bytes_under(dir: &Path) -> u64 {
-    let mut total = 0;
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        let Ok(entries) = std::fs::read_dir(&d) else { continue };
-        for e in entries.flatten() {
-            let md = e.metadata().unwrap();
-            if md.is_dir() {
-                stack.push(e.path());
-            } else {
-                total += md.len();
-            }
-        }
-    }
-    total
 }
 
 /// The bundled reviews `rows` as `dir/reviews.csv` (a user's file; its table is `reviews`).
@@ -236,24 +209,4 @@ fn a_disk_budget_smaller_than_the_caches_evicts_and_still_answers_right() {
     assert!(evicted > 0 && kept > 0, "the second query's caches did not replace the first's");
     let out = command(&["kv", "verify", "--dataset", "adhoc"], &stores, &stores).output().unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stdout));
-}
-
-/// The finished record files under `dir`.
-fn records(dir: &Path) -> std::collections::BTreeSet<PathBuf> {
-    let mut out = std::collections::BTreeSet::new();
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        let Ok(entries) = std::fs::read_dir(&d) else { continue };
-        for e in entries.flatten() {
-            let p = e.path();
-            if p.is_dir() {
-                stack.push(p);
-            } else if p.extension().is_some_and(|x| x == "safetensors")
-                && !e.file_name().to_string_lossy().starts_with('.')
-            {
-                out.insert(p);
-            }
-        }
-    }
-    out
 }

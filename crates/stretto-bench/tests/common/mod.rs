@@ -4,6 +4,7 @@ use std::path::Path;
 use std::process::Command;
 
 /// Runs `stretto ARGS` in `dir` with `dir/memo` and `dir/kv`; returns (success, stdout, stderr).
+#[allow(dead_code)] // each test binary uses what it needs
 pub fn stretto(args: &[&str], dir: &Path) -> (bool, String, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_stretto"))
         .args(args)
@@ -13,4 +14,38 @@ pub fn stretto(args: &[&str], dir: &Path) -> (bool, String, String) {
         .output()
         .expect("binary runs");
     (out.status.success(), String::from_utf8_lossy(&out.stdout).into(), String::from_utf8_lossy(&out.stderr).into())
+}
+
+/// Every file under `root` (none when it does not exist) with its size, read while other processes may be writing
+/// there: a file that vanishes between listing and reading is left out.
+#[allow(dead_code)] // each test binary uses what it needs
+pub fn files_under(root: &Path) -> Vec<(std::path::PathBuf, u64)> {
+    let mut out = Vec::new();
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(&d) else { continue };
+        for e in entries.flatten() {
+            let Ok(md) = e.metadata() else { continue };
+            if md.is_dir() {
+                stack.push(e.path());
+            } else {
+                out.push((e.path(), md.len()));
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+/// The finished KV records under `root`: `.safetensors` files that are not a write's temporary (`.name.tmp…`).
+#[allow(dead_code)]
+pub fn records_under(root: &Path) -> std::collections::BTreeSet<std::path::PathBuf> {
+    files_under(root)
+        .into_iter()
+        .map(|(p, _)| p)
+        .filter(|p| {
+            p.extension().is_some_and(|x| x == "safetensors")
+                && !p.file_name().is_some_and(|n| n.to_string_lossy().starts_with('.'))
+        })
+        .collect()
 }
