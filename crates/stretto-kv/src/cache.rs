@@ -30,6 +30,8 @@ pub struct PastSource {
     kv_dir: PathBuf,
     index: Mutex<Option<HashMap<String, PathBuf>>>,
     budget: Option<Arc<DiskBudget>>,
+    /// Whether the user was told that the budget is full (once per source, not once per record).
+    told_full: std::sync::atomic::AtomicBool,
 }
 
 fn adhoc_path(kv_dir: &Path, profile: &Profile, source: &str) -> PathBuf {
@@ -39,7 +41,7 @@ fn adhoc_path(kv_dir: &Path, profile: &Profile, source: &str) -> PathBuf {
 impl PastSource {
     /// A source for `profile` over the cache directory `kv_dir`.
     pub fn new(profile: Profile, kv_dir: PathBuf) -> Self {
-        Self { profile, kv_dir, index: Mutex::new(None), budget: None }
+        Self { profile, kv_dir, index: Mutex::new(None), budget: None, told_full: Default::default() }
     }
 
     /// Keeps ad-hoc records within `budget` (evicting the least recently used ones, or not keeping a new one).
@@ -172,8 +174,12 @@ impl PastSource {
             };
             if keep {
                 write_atomic(&path, &bytes)?;
-            } else {
-                tracing::warn!(path = %path.display(), "the disk budget cannot hold this KV record; not kept");
+            } else if !self.told_full.swap(true, std::sync::atomic::Ordering::Relaxed) {
+                tracing::warn!(
+                    profile = %self.profile.id(),
+                    "the disk budget is full of caches in use: new KV records of this profile are used from memory \
+                     and not kept (raise --disk-budget to keep them)"
+                );
             }
             if *r == self.profile.ratio {
                 // What later runs will load (f16), so a miss answers exactly as a hit would.
