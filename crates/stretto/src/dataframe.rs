@@ -6,7 +6,7 @@ use std::path::Path;
 
 use arrow::array::RecordBatch;
 use stretto_core::expr::Expr;
-use stretto_core::op::ValueType;
+use stretto_core::op::{Registry, ValueType};
 use stretto_core::plan::{LogicalPlan, PlanBuilder, PulledUpPlan};
 use stretto_optim::profile::Profile;
 use stretto_optim::strategy::{Global, Strategy, Targets};
@@ -153,12 +153,21 @@ impl DataFrame {
     /// Profiles every candidate operator on the session's seeded sample: the profile any plan for this frame
     /// (any strategy, any targets) starts from.
     pub fn profile(&self) -> Result<ProfiledFrame> {
-        let (pulled, input) = self.pulled()?;
         // Targets do not matter to profiling; these pass validation.
         let o = self.options(&Targets::new(0.9, 0.9, 0.95)?, "global");
+        self.profiled_by(&o, engine::profile_pipeline)
+    }
+
+    /// The frame's pipeline profiled by `profile` (every candidate, or what a run needs) under `o`.
+    fn profiled_by(
+        &self,
+        o: &QueryOptions,
+        profile: fn(&Registry, &PulledUpPlan, &RecordBatch, &QueryOptions) -> Result<Profiled>,
+    ) -> Result<ProfiledFrame> {
+        let (pulled, input) = self.pulled()?;
         let profiled = {
             let _span = tracing::info_span!("profile", source = %self.source).entered();
-            engine::profile_pipeline(&self.session.registry(), &pulled, &input, &o)?
+            profile(&self.session.registry(), &pulled, &input, o)?
         };
         Ok(ProfiledFrame { frame: self.clone(), pulled, profiled })
     }
@@ -182,13 +191,8 @@ impl DataFrame {
     /// when nothing else can pay for its profiling (the gold strategy; an input no larger than the sample), and
     /// the result's plan then says so.
     pub fn collect_with(&self, targets: Targets, strategy: &dyn Strategy) -> Result<QueryResult> {
-        let (pulled, input) = self.pulled()?;
         let o = self.options(&targets, strategy.name());
-        let profiled = {
-            let _span = tracing::info_span!("profile", source = %self.source).entered();
-            engine::profile_to_run(&self.session.registry(), &pulled, &input, &o)?
-        };
-        ProfiledFrame { frame: self.clone(), pulled, profiled }.collect_with(targets, strategy)
+        self.profiled_by(&o, engine::profile_to_run)?.collect_with(targets, strategy)
     }
 }
 
