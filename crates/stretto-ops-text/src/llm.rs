@@ -1,8 +1,10 @@
 //! LLM filter and map operators over precomputed KV caches: one physical operator per (model, compression ratio).
 //!
 //! The item (the referenced columns) is the cached past; the question appends the predicate or instruction, with
-//! its column references written as "the text above". A filter scores log-odds of '1' over '0', calibrated by
-//! those of a content-free item ("N/A") so that its sign means something for small models; a map decodes
+//! its column references written as "the text above". A filter scores the log-odds of its model's answer protocol
+//! (a model setting in the catalog, chosen by measurement: '1' over '0', or " Yes" over " No"), calibrated where
+//! the protocol says by those of a content-free item ("N/A") so that its sign means something for small models
+//! ([`stretto_kv::models::FilterProtocol`]); a map decodes
 //! greedily and reports the answer's probability as its confidence, normalised to the output type.
 //!
 //! A *contrast* filter (`llm-contrast:…`, its own family) asks the same model to choose between the predicate and
@@ -22,6 +24,7 @@ use stretto_core::op::{
 use stretto_core::{CoreError, OpContext, Result};
 use stretto_kv::cache::PastSource;
 use stretto_kv::contrast::ContrastQuestion;
+use stretto_kv::models::FilterProtocol;
 use stretto_kv::press::{Positions, Press};
 use stretto_kv::store::Profile;
 
@@ -54,6 +57,10 @@ pub struct LlmConfig {
     /// Whether this rung is its family's reference (gold candidate).
     #[serde(default)]
     pub gold: bool,
+    /// A filter's answer protocol (`digits`, `digits-raw`, `yes-no`, `yes-no-raw`): default, the catalog's setting
+    /// for the model ([`stretto_kv::models::filter_protocol`]).
+    #[serde(default)]
+    pub protocol: Option<String>,
 }
 
 fn default_press() -> String {
@@ -96,8 +103,10 @@ pub struct LlmOp {
     bridge: Option<Bridge>,
     /// Calibration log-odds per question: one question pass each, not one per batch.
     baselines: Mutex<HashMap<String, f64>>,
-    /// Whether filters ask a contrastive question instead of the '1'/'0' one.
+    /// Whether filters ask a contrastive question instead of the protocol's.
     contrastive: bool,
+    /// How a (non-contrast) filter asks its question.
+    protocol: FilterProtocol,
 }
 
 /// (model, subject, statement) → contrastive question.
@@ -142,6 +151,10 @@ impl LlmOp {
             return Err(bad(format!("ratio {} is outside [0, 1)", config.ratio)));
         }
         let press = Press::parse(&config.press).map_err(|e| bad(e.to_string()))?;
+        let protocol = match &config.protocol {
+            Some(p) => FilterProtocol::parse(p).map_err(|e| bad(e.to_string()))?,
+            None => stretto_kv::models::filter_protocol(&config.model),
+        };
         let profile = Profile {
             model: config.model.clone(),
             press,
@@ -150,7 +163,13 @@ impl LlmOp {
         };
         let prefix = if kind == LogicalKind::Filter { "llm" } else { "llm-map" };
         let name = format!("{prefix}:{}", profile.id());
-        let big = config.model.contains("0.5b");
+        let per_item = if config.model.contains("1.5b") {
+            1.4
+        } else if config.model.contains("0.5b") {
+            0.45
+        } else {
+            0.05
+        };
         let props = OpProperties {
             kind,
             family: family(kind).into(),
@@ -159,7 +178,7 @@ impl LlmOp {
             compression: Some(config.ratio),
             tunable: true,
             gold: config.gold,
-            cost_hint: if big { 0.45 } else { 0.05 } * (1.0 - 0.2 * config.ratio),
+            cost_hint: per_item * (1.0 - 0.2 * config.ratio),
             score_range: if kind == LogicalKind::Filter { (-10.0, 10.0) } else { (0.0, 1.0) },
         };
         let kv_dir = config.kv_dir.clone().unwrap_or_else(|| ctx.kv_dir.clone());
@@ -174,6 +193,7 @@ impl LlmOp {
             bridge: None,
             baselines: Mutex::default(),
             contrastive: false,
+            protocol,
         })
     }
 
@@ -195,6 +215,11 @@ impl LlmOp {
         op.props.modality = bridge.modality;
         op.bridge = Some(bridge);
         Ok(op)
+    }
+
+    /// How its filter asks: the configured protocol, else the catalog's for its model.
+    pub fn protocol(&self) -> FilterProtocol {
+        self.protocol
     }
 
     /// The log-odds of the content-free item for question tokens `q` (named `key`), computed once per question.
@@ -251,18 +276,19 @@ impl LlmOp {
         todo: &[String],
     ) -> Result<(Vec<f64>, Vec<f64>)> {
         let kv = kv_err(&self.name);
-        let (key, q, answers) = match contrast {
-            Some(c) => (format!("{}\n{}", c.question, c.lead), c.tokens, (c.yes, c.no)),
+        let (key, q, answers, calibrated) = match contrast {
+            Some(c) => (format!("{}\n{}", c.question, c.lead), c.tokens, (c.yes, c.no), true),
             None => {
-                let text = stretto_kv::tasks::filter_question(statement);
-                let q = dec.encode(&dec.question_suffix(&text)).map_err(&kv)?;
-                let answers = (dec.token_id("1").map_err(&kv)?, dec.token_id("0").map_err(&kv)?);
-                (text, q, answers)
+                let p = stretto_kv::tasks::filter_prompt(dec, self.protocol, statement).map_err(&kv)?;
+                (p.text, p.tokens, p.answers, self.protocol.calibrated)
             }
         };
         let (scores, secs) =
             stretto_kv::tasks::filter_scores_after(dec, &self.source, todo, &q, answers, self.config.batch)
                 .map_err(&kv)?;
+        if !calibrated {
+            return Ok((scores, secs));
+        }
         // Contextual calibration: small models lean to one answer whatever the item; the log-odds of a content-free
         // item measure that lean, and subtracting it centres the gold rule (score > 0).
         let base = self.baseline(dec, &key, &q, answers)?;
@@ -345,6 +371,11 @@ impl PhysicalOp for LlmOp {
             let c = self.contrast_or_decline(&self.question(task))?;
             return Ok(format!("{}#{}#{}", self.name, c.question, c.lead));
         }
+        // A filter's answers depend on its protocol: answers memoised under another protocol are never read. The
+        // default protocol keeps the bare name, which answers memoised before protocols existed were stored under.
+        if task.kind == LogicalKind::Filter && self.protocol != FilterProtocol::DEFAULT {
+            return Ok(format!("{}#{}", self.name, self.protocol));
+        }
         Ok(self.name.clone())
     }
 
@@ -402,7 +433,8 @@ stretto_core::inventory::submit! {
     OperatorFactory {
         name: "llm-filter",
         plugin: crate::PLUGIN,
-        about: "LLM filter over precomputed KV caches (log-odds of '1' over '0'), one rung per model and ratio",
+        about: "LLM filter over precomputed KV caches (log-odds of the model's answer protocol: '1' over '0', or \
+                Yes over No), one rung per model and ratio",
         ladder,
         build: |c, ctx| build(LogicalKind::Filter, c, ctx),
     }
@@ -411,8 +443,9 @@ stretto_core::inventory::submit! {
 /// Family of the contrast filters.
 pub const CONTRAST_FAMILY: &str = "llm-contrast-filter";
 
-/// The contrast filter's rungs: every ladder model, uncompressed. None is a gold candidate: gold stays the '1'/'0'
-/// question the method specifies. Compressed contrast filters can be built from a configuration.
+/// The contrast filter's rungs: every ladder model, uncompressed. None is a gold candidate: gold stays the filter
+/// question of the model's protocol, as the method specifies. Compressed contrast filters can be built from a
+/// configuration.
 pub fn contrast_ladder(ctx: &OpContext) -> Vec<serde_json::Value> {
     ctx.ladder.iter().map(|m| serde_json::json!({"model": m, "ratio": 0.0})).collect()
 }

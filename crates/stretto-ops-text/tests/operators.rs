@@ -150,3 +150,76 @@ fn a_contrast_filter_without_an_opposite_declines_the_task() {
         other => panic!("expected NotApplicable, got {other:?}"),
     }
 }
+
+#[test]
+fn a_filter_asks_the_protocol_its_catalog_entry_or_config_names() {
+    use stretto_core::op::PhysicalOp;
+    use stretto_kv::decoder::{Step, Want};
+    use stretto_kv::models::FilterProtocol;
+    use stretto_ops_text::llm::{LlmConfig, LlmOp};
+    setup();
+    let ctx = context();
+    let model = "smollm2-135m";
+    let build = |protocol: Option<&str>| {
+        let config = LlmConfig {
+            model: model.into(),
+            ratio: 0.0,
+            press: "expected-attention".into(),
+            rerotate: false,
+            batch: 4,
+            max_tokens: 12,
+            kv_dir: None,
+            gold: false,
+            protocol: protocol.map(str::to_string),
+        };
+        LlmOp::new(LogicalKind::Filter, config, &ctx).unwrap()
+    };
+    // Without a setting in the config, the catalog's protocol for the model.
+    assert_eq!(build(None).protocol(), stretto_kv::models::filter_protocol(model));
+    let bad = LlmOp::new(
+        LogicalKind::Filter,
+        serde_json::from_value(serde_json::json!({"model": model, "protocol": "maybe"})).unwrap(),
+        &ctx,
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(bad.contains("unknown filter protocol `maybe`"), "{bad}");
+
+    let (batch, _) = reviews(6);
+    let task = SemanticTask::filter("positive", "{reviews.reviewtext} is clearly positive");
+    let items = task.item_texts(&batch).unwrap();
+    let scores = |op: &LlmOp| match op.evaluate_items(&task, &items).unwrap().0 {
+        OpOutput::Scores(s) => s,
+        other => panic!("not scores: {other:?}"),
+    };
+    let yes_no_raw = build(Some("yes-no-raw"));
+    let yes_no = build(Some("yes-no"));
+    let digits_raw = build(Some("digits-raw"));
+    // Answers of different protocols are memoised apart; the default protocol keeps the bare name.
+    assert!(yes_no_raw.accept(&task).unwrap().ends_with("#yes-no-raw"));
+    assert_eq!(build(Some("digits")).accept(&task).unwrap(), build(Some("digits")).name());
+
+    // The raw Yes/No scores are the decoder's log-odds of " Yes" over " No" after the protocol's question.
+    let dec = stretto_kv::Decoder::load(&ctx.model_home, model, 1).unwrap();
+    let statement = stretto_ops_text::llm::about_the_text(&task.prompt);
+    let prompt =
+        stretto_kv::tasks::filter_prompt(&dec, FilterProtocol::parse("yes-no-raw").unwrap(), &statement).unwrap();
+    let text = batch.column_by_name("reviews.reviewtext").unwrap().as_string::<i32>();
+    let expected: Vec<f64> = (0..6)
+        .map(|i| {
+            let (past, _) = dec.prefill(&dec.encode(&dec.item_prefix(text.value(i))).unwrap(), false).unwrap();
+            let o = dec.run(&[Step { past: Some(&past), tokens: &prompt.tokens }], Want::default()).unwrap();
+            (o[0].logits[prompt.answers.0 as usize] - o[0].logits[prompt.answers.1 as usize]) as f64
+        })
+        .collect();
+    let got = scores(&yes_no_raw);
+    for (g, e) in got.iter().zip(&expected) {
+        assert!((g - e).abs() < 1e-3, "yes-no-raw {got:?} vs the decoder's {expected:?}");
+    }
+    // Calibration shifts every item by the same non-zero amount (the content-free item's log-odds).
+    let shift: Vec<f64> = scores(&yes_no).iter().zip(&got).map(|(c, r)| r - c).collect();
+    assert!(shift[0].abs() > 1e-3 && shift.iter().all(|s| (s - shift[0]).abs() < 1e-3), "{shift:?}");
+    // Another protocol asks another question.
+    let digits = scores(&digits_raw);
+    assert!(digits.iter().zip(&got).any(|(d, y)| (d - y).abs() > 1e-2), "{digits:?} vs {got:?}");
+}

@@ -1,0 +1,466 @@
+//! Which answer protocol each decoder's filters use, chosen by measurement against the human labels of the bundled
+//! data (`stretto bench protocols`).
+//!
+//! Every catalog decoder has a filter protocol ([`FilterProtocol`]): the answer words ('1'/'0' or Yes/No) and
+//! whether its scores are calibrated by a content-free item. This module measures each protocol the way the filter
+//! operator asks it (the same question tokens, answer tokens and calibration: [`stretto::kv::tasks::filter_prompt`]),
+//! on labelled predicates of three datasets, and picks per model:
+//! - the answer words with the highest mean AUC on the **development slice**;
+//! - then calibrated or not, by the higher mean balanced accuracy at the operator's own decision rule (score > 0).
+//!
+//! **The split is fixed**: the development slice is the *last* `dev` rows of each table, the evaluation slice its
+//! *first* `eval` rows. The bench's small scale, the demo and the tests read the first rows of a table, so no figure
+//! reported elsewhere at those scales is computed on the rows that chose the protocol (a run over a whole table, the
+//! paper scale, does include them). The choice is written into the catalog by hand
+//! ([`stretto::models::models::FilterSetting`]), with the figures that chose it.
+
+use std::fmt::Write as _;
+use std::path::Path;
+
+use arrow::array::{Array, AsArray};
+use arrow::datatypes::Int64Type;
+use stretto::core::datasets::Dataset;
+use stretto::core::metrics::auc;
+use stretto::kv::decoder::{Step, Want};
+use stretto::kv::models::{AnswerWords, FilterProtocol};
+use stretto::kv::Decoder;
+
+/// A labelled filter predicate of a bundled dataset.
+#[derive(Debug, Clone, Copy)]
+pub struct ProbeTask {
+    /// Dataset.
+    pub dataset: &'static str,
+    /// Table of the items.
+    pub table: &'static str,
+    /// Text column of the items.
+    pub column: &'static str,
+    /// The predicate as a query writes it.
+    pub predicate: &'static str,
+    /// Column of the dataset's `labels` table (0/1, one per item row) that is the predicate's truth.
+    pub label: &'static str,
+}
+
+const fn task(
+    dataset: &'static str,
+    table: &'static str,
+    column: &'static str,
+    predicate: &'static str,
+    label: &'static str,
+) -> ProbeTask {
+    ProbeTask { dataset, table, column, predicate, label }
+}
+
+/// The labelled predicates: the derived movie sentiment, the e-commerce labels from the product description, and
+/// the Enron evaluation labels (`mentions_entity` is a literal mention of the four schemes: 76 of its 79 positives).
+pub const TASKS: &[ProbeTask] = &[
+    task("movie", "reviews", "reviewtext", "{reviews.reviewtext} is clearly positive", "is_positive"),
+    task("movie", "reviews", "reviewtext", "{reviews.reviewtext} is clearly negative", "is_negative"),
+    task(
+        "ecommerce",
+        "products",
+        "description",
+        "{products.description} describes a t-shirt or a top",
+        "is_tshirt_or_top",
+    ),
+    task("ecommerce", "products", "description", "{products.description} describes an item for men", "is_menswear"),
+    task(
+        "ecommerce",
+        "products",
+        "description",
+        "{products.description} describes an item designed to carry or hold objects",
+        "carries_objects",
+    ),
+    task("ecommerce", "products", "description", "{products.description} describes footwear", "is_footwear"),
+    task(
+        "email",
+        "emails",
+        "text",
+        "{emails.text} mentions 'Raptor', 'Deathstar', 'Chewco' or 'Fat Boy'",
+        "mentions_entity",
+    ),
+    task(
+        "email",
+        "emails",
+        "text",
+        "{emails.text} refers to a fraudulent scheme (i.e., 'Raptor', 'Deathstar', 'Chewco', and/or 'Fat Boy')",
+        "fraudulent",
+    ),
+];
+
+/// Which rows of a table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Slice {
+    /// The last rows: chooses the protocol.
+    Dev,
+    /// The first rows: reports it.
+    Eval,
+}
+
+impl Slice {
+    /// `dev` or `eval`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Slice::Dev => "dev",
+            Slice::Eval => "eval",
+        }
+    }
+
+    /// Row indices of this slice of a table of `total` rows (`n` rows; the slices never overlap).
+    pub fn rows(self, total: usize, n: usize, other: usize) -> std::ops::Range<usize> {
+        let n = n.min(total.saturating_sub(other.min(total)));
+        match self {
+            Slice::Dev => total - n..total,
+            Slice::Eval => 0..n,
+        }
+    }
+}
+
+/// One measured (model, protocol, predicate, slice).
+#[derive(Debug, Clone)]
+pub struct ProtocolRow {
+    /// Decoder.
+    pub model: String,
+    /// Protocol.
+    pub protocol: FilterProtocol,
+    /// The predicate.
+    pub task: ProbeTask,
+    /// Slice.
+    pub slice: Slice,
+    /// Items scored.
+    pub n: usize,
+    /// Of which labelled true.
+    pub positives: usize,
+    /// AUC of the scores against the labels.
+    pub auc: f64,
+    /// Share of items accepted by the operator's rule (score > 0).
+    pub accepted: f64,
+    /// Accuracy of that rule against the labels.
+    pub accuracy: f64,
+    /// Its balanced accuracy (mean of the true-positive and true-negative rates).
+    pub balanced: f64,
+}
+
+/// A model's chosen protocol and the development figures that chose it.
+#[derive(Debug, Clone)]
+pub struct Choice {
+    /// Decoder.
+    pub model: String,
+    /// Chosen protocol.
+    pub protocol: FilterProtocol,
+    /// Mean development AUC of its answer words.
+    pub dev_auc: f64,
+    /// Mean development balanced accuracy of it.
+    pub dev_balanced: f64,
+}
+
+/// What to measure.
+#[derive(Debug, Clone)]
+pub struct ProbeOptions {
+    /// Decoders.
+    pub models: Vec<String>,
+    /// Datasets (of [`TASKS`]).
+    pub datasets: Vec<String>,
+    /// Rows of each development slice.
+    pub dev: usize,
+    /// Rows of each evaluation slice.
+    pub eval: usize,
+    /// Characters of an item kept (long emails are cut here, the same for every protocol; 0 keeps all).
+    pub max_chars: usize,
+}
+
+/// Raw (uncalibrated) log-odds of every item of `items` for every (task, answer words), and of the content-free item.
+struct Scored {
+    raw: Vec<Vec<f64>>,
+    base: Vec<f64>,
+}
+
+fn score(
+    dec: &Decoder,
+    items: &[String],
+    prompts: &[stretto::kv::tasks::FilterPrompt],
+) -> Result<Scored, crate::experiments::Error> {
+    let mut raw = vec![Vec::with_capacity(items.len()); prompts.len()];
+    let one = |text: &str, out: &mut dyn FnMut(usize, f64)| -> Result<(), crate::experiments::Error> {
+        let (past, _) = dec.prefill(&dec.encode(&dec.item_prefix(text))?, false)?;
+        for (k, p) in prompts.iter().enumerate() {
+            let o = dec.run(&[Step { past: Some(&past), tokens: &p.tokens }], Want::default())?;
+            let row = o.first().ok_or("empty decoder output")?;
+            out(k, (row.logits[p.answers.0 as usize] - row.logits[p.answers.1 as usize]) as f64);
+        }
+        Ok(())
+    };
+    let mut base = vec![0.0; prompts.len()];
+    one(stretto::ops_text::llm::CONTENT_FREE, &mut |k, s| base[k] = s)?;
+    for (i, item) in items.iter().enumerate() {
+        one(item, &mut |k, s| raw[k].push(s))?;
+        if (i + 1) % 25 == 0 {
+            tracing::info!(model = dec.name(), done = i + 1, of = items.len(), "protocol probe");
+        }
+    }
+    Ok(Scored { raw, base })
+}
+
+fn rule_figures(scores: &[f64], labels: &[bool]) -> (f64, f64, f64) {
+    let n = scores.len().max(1) as f64;
+    let (mut tp, mut tn, mut pos) = (0usize, 0usize, 0usize);
+    for (&s, &y) in scores.iter().zip(labels) {
+        pos += y as usize;
+        match (s > 0.0, y) {
+            (true, true) => tp += 1,
+            (false, false) => tn += 1,
+            _ => {}
+        }
+    }
+    let neg = labels.len() - pos;
+    let accepted = scores.iter().filter(|&&s| s > 0.0).count() as f64 / n;
+    let rate = |hit: usize, of: usize| if of == 0 { 1.0 } else { hit as f64 / of as f64 };
+    (accepted, (tp + tn) as f64 / n, (rate(tp, pos) + rate(tn, neg)) / 2.0)
+}
+
+/// Measures every protocol of every model on the development and evaluation slices.
+pub fn measure(home: &Path, threads: usize, o: &ProbeOptions) -> Result<Vec<ProtocolRow>, crate::experiments::Error> {
+    let mut rows = Vec::new();
+    for model in &o.models {
+        let _span = tracing::info_span!("protocol_probe", model = %model).entered();
+        let dec = Decoder::load(home, model, stretto::kv::runtime::RuntimeOptions::new(threads, false))?;
+        for dataset in &o.datasets {
+            let tasks: Vec<ProbeTask> = TASKS.iter().filter(|t| t.dataset == dataset).copied().collect();
+            if tasks.is_empty() {
+                return Err(format!("no labelled predicates for dataset `{dataset}`").into());
+            }
+            let ds = Dataset::load(dataset)?;
+            let table = ds.table(tasks[0].table)?;
+            let labels = ds.table("labels")?;
+            let text = table.column_by_name(tasks[0].column).ok_or("no text column")?.as_string::<i32>().clone();
+            let answer_words = [AnswerWords::Digits, AnswerWords::YesNo];
+            let mut prompts = Vec::new();
+            for t in &tasks {
+                let statement = stretto::ops_text::llm::about_the_text(t.predicate);
+                for words in answer_words {
+                    let p = FilterProtocol { answers: words, calibrated: true };
+                    prompts.push(stretto::kv::tasks::filter_prompt(&dec, p, &statement)?);
+                }
+            }
+            for slice in [Slice::Dev, Slice::Eval] {
+                let (n, other) = if slice == Slice::Dev { (o.dev, o.eval) } else { (o.eval, o.dev) };
+                let range = slice.rows(text.len(), n, other);
+                let items: Vec<String> = range
+                    .clone()
+                    .map(|i| {
+                        let t = if text.is_null(i) { "" } else { text.value(i) };
+                        if o.max_chars > 0 {
+                            t.chars().take(o.max_chars).collect()
+                        } else {
+                            t.to_string()
+                        }
+                    })
+                    .collect();
+                let scored = score(&dec, &items, &prompts)?;
+                for (ti, t) in tasks.iter().enumerate() {
+                    let col = labels.column_by_name(t.label).ok_or("no label column")?.as_primitive::<Int64Type>();
+                    let truth: Vec<bool> = range.clone().map(|i| col.value(i) == 1).collect();
+                    for (wi, words) in answer_words.iter().enumerate() {
+                        let raw = &scored.raw[ti * answer_words.len() + wi];
+                        let base = scored.base[ti * answer_words.len() + wi];
+                        for calibrated in [true, false] {
+                            let s: Vec<f64> = raw.iter().map(|r| if calibrated { r - base } else { *r }).collect();
+                            let (accepted, accuracy, balanced) = rule_figures(&s, &truth);
+                            rows.push(ProtocolRow {
+                                model: model.clone(),
+                                protocol: FilterProtocol { answers: *words, calibrated },
+                                task: *t,
+                                slice,
+                                n: s.len(),
+                                positives: truth.iter().filter(|&&y| y).count(),
+                                auc: auc(&s, &truth),
+                                accepted,
+                                accuracy,
+                                balanced,
+                            });
+                        }
+                    }
+                }
+            }
+        }
+    }
+    Ok(rows)
+}
+
+fn mean(v: impl Iterator<Item = f64>) -> f64 {
+    let (s, n) = v.fold((0.0, 0usize), |(s, n), x| (s + x, n + 1));
+    if n == 0 {
+        f64::NAN
+    } else {
+        s / n as f64
+    }
+}
+
+/// The protocol each model's development figures choose: answer words by mean AUC, then calibration by mean
+/// balanced accuracy.
+pub fn choose(rows: &[ProtocolRow]) -> Vec<Choice> {
+    let mut models: Vec<&str> = rows.iter().map(|r| r.model.as_str()).collect();
+    models.dedup();
+    let dev = |m: &str, p: FilterProtocol, f: &dyn Fn(&ProtocolRow) -> f64| {
+        mean(rows.iter().filter(|r| r.model == m && r.slice == Slice::Dev && r.protocol == p).map(f))
+    };
+    models
+        .into_iter()
+        .map(|m| {
+            let best = |candidates: Vec<FilterProtocol>, f: &dyn Fn(&ProtocolRow) -> f64| {
+                candidates
+                    .into_iter()
+                    .map(|p| (p, dev(m, p, f)))
+                    .max_by(|a, b| a.1.total_cmp(&b.1))
+                    .expect("candidates")
+            };
+            let (words, dev_auc) = best(
+                vec![
+                    FilterProtocol { answers: AnswerWords::Digits, calibrated: true },
+                    FilterProtocol { answers: AnswerWords::YesNo, calibrated: true },
+                ],
+                &|r| r.auc,
+            );
+            let (protocol, dev_balanced) =
+                best(vec![words, FilterProtocol { calibrated: false, ..words }], &|r| r.balanced);
+            Choice { model: m.to_string(), protocol, dev_auc, dev_balanced }
+        })
+        .collect()
+}
+
+/// The CSV of `rows`.
+pub fn csv(rows: &[ProtocolRow]) -> String {
+    let mut s = String::from(
+        "model,protocol,dataset,predicate,label,slice,n,positives,auc,accepted,accuracy,balanced_accuracy\n",
+    );
+    for r in rows {
+        let _ = writeln!(
+            s,
+            "{},{},{},\"{}\",{},{},{},{},{:.4},{:.4},{:.4},{:.4}",
+            r.model,
+            r.protocol,
+            r.task.dataset,
+            r.task.predicate.replace('"', "\"\""),
+            r.task.label,
+            r.slice.name(),
+            r.n,
+            r.positives,
+            r.auc,
+            r.accepted,
+            r.accuracy,
+            r.balanced
+        );
+    }
+    s
+}
+
+/// The markdown report: the choice per model, then every predicate's figures under it on both slices.
+pub fn markdown(rows: &[ProtocolRow], choices: &[Choice], o: &ProbeOptions) -> String {
+    let mut s = String::from("# Filter protocols per model, against the human labels\n\n");
+    let _ = writeln!(
+        s,
+        "Written by `stretto bench protocols --models {} --datasets {} --dev {} --eval {}{}`. Development slice: \
+         the last {} rows of each table (chooses); evaluation slice: the first {} rows (reports). Answer words by \
+         mean development AUC, then calibration by mean development balanced accuracy at the operator's rule \
+         (score > 0).\n",
+        o.models.join(","),
+        o.datasets.join(","),
+        o.dev,
+        o.eval,
+        if o.max_chars > 0 { format!(" --max-chars {}", o.max_chars) } else { String::new() },
+        o.dev,
+        o.eval
+    );
+    s.push_str("| model | chosen | dev mean AUC | dev mean balanced accuracy | eval mean AUC | eval mean balanced accuracy |\n|---|---|---|---|---|---|\n");
+    for c in choices {
+        let eval = |f: &dyn Fn(&ProtocolRow) -> f64| {
+            mean(
+                rows.iter().filter(|r| r.model == c.model && r.slice == Slice::Eval && r.protocol == c.protocol).map(f),
+            )
+        };
+        let _ = writeln!(
+            s,
+            "| {} | `{}` | {:.3} | {:.3} | {:.3} | {:.3} |",
+            c.model,
+            c.protocol,
+            c.dev_auc,
+            c.dev_balanced,
+            eval(&|r| r.auc),
+            eval(&|r| r.balanced)
+        );
+    }
+    s.push_str("\n## Every protocol, every predicate\n\n| model | protocol | predicate | label | slice | n (positive) | AUC | accepted | accuracy | balanced |\n|---|---|---|---|---|---|---|---|---|---|\n");
+    for r in rows {
+        let _ = writeln!(
+            s,
+            "| {} | `{}` | {} | {} | {} | {} ({}) | {:.3} | {:.3} | {:.3} | {:.3} |",
+            r.model,
+            r.protocol,
+            r.task.predicate,
+            r.task.label,
+            r.slice.name(),
+            r.n,
+            r.positives,
+            r.auc,
+            r.accepted,
+            r.accuracy,
+            r.balanced
+        );
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slices_never_overlap() {
+        assert_eq!(Slice::Dev.rows(1000, 200, 200), 800..1000);
+        assert_eq!(Slice::Eval.rows(1000, 200, 200), 0..200);
+        // Asking for more than the table holds shrinks the slice rather than overlap the other.
+        assert_eq!(Slice::Dev.rows(100, 80, 40), 40..100);
+        assert_eq!(Slice::Eval.rows(100, 80, 40), 0..60);
+    }
+
+    #[test]
+    fn the_rule_figures_count_right() {
+        let (accepted, accuracy, balanced) = rule_figures(&[1.0, -1.0, 2.0, -3.0], &[true, true, false, false]);
+        assert_eq!(accepted, 0.5);
+        assert_eq!(accuracy, 0.5);
+        assert_eq!(balanced, 0.5);
+        let (_, accuracy, balanced) = rule_figures(&[-1.0, -1.0, -1.0, 1.0], &[false, false, false, true]);
+        assert_eq!((accuracy, balanced), (1.0, 1.0));
+    }
+
+    fn row(model: &str, protocol: FilterProtocol, slice: Slice, auc: f64, balanced: f64) -> ProtocolRow {
+        ProtocolRow {
+            model: model.into(),
+            protocol,
+            task: TASKS[0],
+            slice,
+            n: 10,
+            positives: 5,
+            auc,
+            accepted: 0.5,
+            accuracy: balanced,
+            balanced,
+        }
+    }
+
+    #[test]
+    fn choice_reads_only_the_development_slice() {
+        let p = |name: &str| FilterProtocol::parse(name).unwrap();
+        let rows = vec![
+            row("m", p("digits"), Slice::Dev, 0.7, 0.6),
+            row("m", p("digits-raw"), Slice::Dev, 0.7, 0.5),
+            row("m", p("yes-no"), Slice::Dev, 0.8, 0.55),
+            row("m", p("yes-no-raw"), Slice::Dev, 0.8, 0.65),
+            // The evaluation slice would choose otherwise: it must not be read.
+            row("m", p("digits"), Slice::Eval, 0.99, 0.99),
+        ];
+        let c = choose(&rows);
+        assert_eq!(c.len(), 1);
+        assert_eq!(c[0].protocol, p("yes-no-raw"));
+        assert!((c[0].dev_auc - 0.8).abs() < 1e-12 && (c[0].dev_balanced - 0.65).abs() < 1e-12);
+    }
+}
