@@ -239,6 +239,10 @@ enum Command {
         /// Result rows to print.
         #[arg(long, default_value_t = 20)]
         show: usize,
+        /// Bytes the KV directory and the memo may hold together (default: STRETTO_DISK_BUDGET, else what they hold
+        /// now plus half of the free disk); least-recently-used ad-hoc caches are evicted to stay within it.
+        #[arg(long)]
+        disk_budget: Option<u64>,
     },
     /// The README's main job: a real two-filter + one-map query on a bounded slice of the bundled movie reviews,
     /// with SmolLM2-135M and MiniLM, checked against the gold plan.
@@ -845,6 +849,7 @@ fn run(cli: Cli) -> Result<(), BoxError> {
             sample,
             seed,
             show,
+            disk_budget,
         } => {
             let out_format = match &output {
                 Some(p) => Some(check_output(p)?),
@@ -853,6 +858,9 @@ fn run(cli: Cli) -> Result<(), BoxError> {
             let mut ctx = context();
             if let Some(l) = ladder {
                 ctx.ladder = l;
+            }
+            if let Some(b) = disk_budget {
+                ctx.disk_budget = Some(b);
             }
             let session = stretto::Session::builder(ctx.model_home.clone())
                 .operators(ctx)

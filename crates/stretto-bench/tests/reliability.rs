@@ -209,4 +209,21 @@ fn a_disk_budget_smaller_than_the_caches_evicts_and_still_answers_right() {
     assert!(evicted > 0 && kept > 0, "the second query's caches did not replace the first's");
     let out = command(&["kv", "verify", "--dataset", "adhoc"], &stores, &stores).output().unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stdout));
+
+    // `stretto sql` honours the same flag: the first input again, whose evicted caches it must rebuild, under a
+    // budget of what is on disk now (without the flag it would keep them all, over this budget).
+    let budget = bytes_under(&kv) + bytes_under(&stores.join("memo"));
+    let input = format!("reviews={}", first.display());
+    let sql = "SELECT reviewid FROM reviews WHERE sem_filter('{reviews.reviewtext} is clearly positive')";
+    let out = command(
+        &["sql", sql, "--input", &input, "--ladder", "smollm2-135m", "--disk-budget", &budget.to_string(), "--json"],
+        &scratch(root.path(), "c4"),
+        &stores,
+    )
+    .output()
+    .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let kv_sql = bytes_under(&kv);
+    eprintln!("sql under a budget of {budget} B: {kv_sql} B of KV after");
+    assert!(kv_sql <= budget, "after `stretto sql` the KV directory holds {kv_sql} B over a budget of {budget} B");
 }
