@@ -176,6 +176,10 @@ enum Command {
         /// Fraction of tuples profiled.
         #[arg(long, default_value_t = 0.15)]
         sample: f64,
+        /// Tuples outside the sample that every candidate answers first; hopeless or dominated candidates are then
+        /// not profiled on the sample (0: profile every candidate on the whole sample).
+        #[arg(long, default_value_t = 20)]
+        screen: usize,
         /// Seed of the sample and the optimizer.
         #[arg(long, default_value_t = 42)]
         seed: u64,
@@ -233,6 +237,10 @@ enum Command {
         /// Fraction of the pipeline's input profiled.
         #[arg(long, default_value_t = 0.15)]
         sample: f64,
+        /// Tuples outside the sample that every candidate answers first; hopeless or dominated candidates are then
+        /// not profiled on the sample (0: profile every candidate on the whole sample).
+        #[arg(long, default_value_t = 20)]
+        screen: usize,
         /// Seed of the sample and the optimizer.
         #[arg(long, default_value_t = 42)]
         seed: u64,
@@ -708,6 +716,7 @@ fn run(cli: Cli) -> Result<(), BoxError> {
             user_models,
             ladder,
             sample,
+            screen,
             seed,
             run_dir,
             show,
@@ -745,7 +754,7 @@ fn run(cli: Cli) -> Result<(), BoxError> {
             }
             let mut o = QueryOptions::new(&source, &query);
             (o.precision, o.recall, o.credible, o.method, o.check) = (precision, recall, credible, method, check);
-            (o.limit, o.models, o.sample_fraction, o.seed) = (limit, models, sample, seed);
+            (o.limit, o.models, o.sample_fraction, o.seed, o.screen) = (limit, models, sample, seed, screen);
             o.run_dir = Some(run_dir);
             o.progress = !json && std::io::stderr().is_terminal();
             let registry = stretto::registry_for(&ctx)?;
@@ -847,6 +856,7 @@ fn run(cli: Cli) -> Result<(), BoxError> {
             models,
             ladder,
             sample,
+            screen,
             seed,
             show,
             disk_budget,
@@ -866,6 +876,7 @@ fn run(cli: Cli) -> Result<(), BoxError> {
                 .operators(ctx)
                 .models(models)
                 .sample(sample, 40)
+                .screen(screen)
                 .seed(seed)
                 .progress(!json && std::io::stderr().is_terminal())
                 .build()?;

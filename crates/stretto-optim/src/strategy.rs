@@ -58,6 +58,14 @@
 //! planned sequence reaches 0.738 (0.734 / 0.743 on seeds 0..199 / 200..399); the confidence-ordered one it
 //! replaced, 0.749. An exact-knowledge plan with one cheap stage per filter would cost 0.52.
 //!
+//! **Adaptive profiling does not touch this argument.** The engine may *screen* candidates before profiling
+//! (`stretto::engine::QueryOptions::screen`): every candidate answers a few tuples drawn *outside* the profiling
+//! sample, and the hopeless, the dominated and those as dear as gold are not profiled. Which candidates reach the
+//! profile then depends only on tuples that are neither in the fit part nor in the hold-out, so conditioned on
+//! the screening the profile is a seeded random sample of the other tuples, of a smaller candidate set; the three
+//! steps above run on it unchanged, and the hold-out test keeps its level. Screening can only make the plan
+//! dearer (a dropped candidate might have helped), never less certain.
+//!
 //! The cheapest certified candidate wins. If none is certified, or gold is cheaper, the plan is gold, with a
 //! warning that says why. Gold meets any target by definition: it *is* the reference. Stretto-Independent,
 //! whose per-operator posteriors do not combine into a joint one, certifies its product bounds with a union bound

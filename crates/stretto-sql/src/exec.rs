@@ -183,7 +183,7 @@ fn prepare(
     let o = spec.options.clone();
     let mut q = QueryOptions::new("sql", &spec.describe());
     (q.precision, q.recall, q.credible, q.method) = (o.precision, o.recall, o.credible, o.method.clone());
-    (q.seed, q.sample_fraction, q.min_sample) = (c.seed, c.sample_fraction, c.min_sample);
+    (q.seed, q.sample_fraction, q.min_sample, q.screen) = (c.seed, c.sample_fraction, c.min_sample, c.screen);
     (q.models, q.run_dir, q.progress) = (c.models.clone(), c.run_dir.clone(), c.progress);
     let strategy = stretto::optim::strategy::strategy(&q.method)?;
     let registry = session.registry();

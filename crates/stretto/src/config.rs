@@ -23,6 +23,9 @@ pub struct SessionConfig {
     pub sample_fraction: f64,
     /// Fewest tuples profiled (all of them when the input is smaller).
     pub min_sample: usize,
+    /// Tuples of the first, screening stage of profiling (outside the sample; 0 profiles every candidate on the
+    /// whole sample): see [`crate::engine::QueryOptions::screen`].
+    pub screen: usize,
     /// The user's own models (name, GGUF file or ONNX export folder), registered when the session is built.
     pub user_models: Vec<(String, PathBuf)>,
 }

@@ -134,6 +134,7 @@ impl DataFrame {
         o.seed = c.seed;
         o.sample_fraction = c.sample_fraction;
         o.min_sample = c.min_sample;
+        o.screen = c.screen;
         o.models = c.models.clone();
         o.run_dir = c.run_dir.clone();
         o.progress = c.progress;
@@ -208,6 +209,11 @@ impl ProfiledFrame {
     /// The profile (`stretto.profile/v1`).
     pub fn profile(&self) -> &Profile {
         &self.profiled.profile
+    }
+
+    /// The first, screening stage of profiling, if it ran: which candidates it kept out of the profile, and why.
+    pub fn screening(&self) -> Option<&crate::engine::Screening> {
+        self.profiled.screening.as_ref()
     }
 
     /// Saves the profile, so it can be re-optimized offline (`stretto optimize --profile`).

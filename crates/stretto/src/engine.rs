@@ -47,6 +47,10 @@ pub struct QueryOptions {
     pub sample_fraction: f64,
     /// Fewest tuples profiled (all of them when the input is smaller).
     pub min_sample: usize,
+    /// Tuples of the first profiling stage, drawn outside the profiling sample: every candidate answers them, and
+    /// candidates they show to be hopeless or dominated are not profiled on the sample ([`screen`]). 0 profiles
+    /// every candidate on the whole sample.
+    pub screen: usize,
     /// Rows read from each table.
     pub limit: Option<usize>,
     /// Models physical operators may use (operators without a model are always allowed).
@@ -74,6 +78,7 @@ impl QueryOptions {
             seed: 42,
             sample_fraction: 0.15,
             min_sample: 40,
+            screen: 20,
             limit: None,
             models: vec!["smollm2-135m".into(), "minilm".into(), "efficientnet-lite0".into()],
             check: false,
@@ -163,8 +168,11 @@ pub struct QueryReport {
     pub columns: Vec<String>,
     /// Result rows (column → value).
     pub rows: Vec<serde_json::Map<String, serde_json::Value>>,
-    /// Operators considered per logical operator.
+    /// Operators profiled per logical operator (gold first).
     pub candidates: BTreeMap<String, Vec<String>>,
+    /// The first profiling stage, if it ran: the candidates it dropped and why.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub screening: Option<Screening>,
     /// Files written.
     pub files: Vec<String>,
     /// The result table: the semantic pipeline's output after post-filters and projection.
@@ -364,6 +372,108 @@ pub struct Profiled {
     /// Why only the gold operators were profiled (`None`: every candidate was): then every strategy answers with
     /// the gold plan, and the plan's warnings say why.
     pub gold_only: Option<String>,
+    /// The first profiling stage: what it answered, and which candidates it dropped and why.
+    pub screening: Option<Screening>,
+}
+
+/// The first stage of adaptive profiling ([`QueryOptions::screen`]).
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct Screening {
+    /// Tuples screened (none of them in the profiling sample).
+    pub tuples: usize,
+    /// Their rows in the pipeline's input.
+    pub rows: Vec<usize>,
+    /// Operator-reported seconds of every candidate on them, gold included.
+    pub seconds: f64,
+    /// Candidates not profiled further.
+    pub dropped: Vec<Dropped>,
+}
+
+/// A candidate the screening stage dropped.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Dropped {
+    /// Logical operator.
+    pub logical: String,
+    /// Physical operator.
+    pub operator: String,
+    /// Why.
+    pub reason: String,
+}
+
+/// How a candidate did on the screening tuples, against gold's answers there.
+#[derive(Debug, Clone, Copy)]
+struct Screened {
+    /// Seconds per tuple.
+    cost: f64,
+    /// Filter: AUC of its scores against gold's decisions; map: the share of gold's values it gave. `None` where
+    /// gold's answers do not tell (a filter gold accepted all or none of).
+    quality: Option<f64>,
+}
+
+/// Below this screening quality (AUC against gold, or share of gold's map values) a candidate is hopeless.
+pub const HOPELESS_QUALITY: f64 = 0.6;
+/// A candidate costing at least this share of gold's cost per tuple is no cheaper stage in front of gold.
+pub const NEAR_GOLD_COST: f64 = 0.9;
+
+/// Which non-gold candidates (indices into `screened`, 0 is gold) are not worth profiling, and why: hopeless
+/// (quality below [`HOPELESS_QUALITY`]), as dear as gold (cost at least [`NEAR_GOLD_COST`] of it), or dominated (another
+/// non-gold candidate at most as dear with quality at least as good, and better in one of them by a margin: 5%
+/// cheaper or 0.03 better). A candidate whose quality gold's answers cannot tell is kept unless it is as dear as gold.
+fn screen_out(names: &[String], screened: &[Screened]) -> Vec<(usize, String)> {
+    let Some(gold) = screened.first() else { return Vec::new() };
+    let mut out = Vec::new();
+    for (i, c) in screened.iter().enumerate().skip(1) {
+        if c.cost >= NEAR_GOLD_COST * gold.cost {
+            out.push((i, format!("costs {:.4} s per tuple, {:.0}% of gold's", c.cost, 100.0 * c.cost / gold.cost)));
+            continue;
+        }
+        let Some(q) = c.quality else { continue };
+        if q < HOPELESS_QUALITY {
+            out.push((i, format!("hopeless: quality {q:.3} against gold on the screening tuples")));
+            continue;
+        }
+        let better = screened.iter().enumerate().skip(1).find(|(j, d)| {
+            let Some(dq) = d.quality else { return false };
+            *j != i
+                && d.cost <= c.cost
+                && dq >= q
+                && (d.cost <= 0.95 * c.cost || dq >= q + 0.03)
+                && d.cost < NEAR_GOLD_COST * gold.cost
+                && dq >= HOPELESS_QUALITY
+        });
+        if let Some((j, d)) = better {
+            out.push((
+                i,
+                format!(
+                    "dominated by {} (quality {:.3} vs {q:.3}, {:.4} vs {:.4} s per tuple)",
+                    names[j],
+                    d.quality.unwrap_or_default(),
+                    d.cost,
+                    c.cost
+                ),
+            ));
+        }
+    }
+    out
+}
+
+/// The screening figures of one candidate's output against gold's.
+fn screened(gold: &OpOutput, output: &OpOutput, secs: &[f64]) -> Screened {
+    let cost = secs.iter().sum::<f64>() / secs.len().max(1) as f64;
+    let quality = match (gold, output) {
+        (OpOutput::Scores(g), OpOutput::Scores(s)) => {
+            let labels: Vec<bool> = g.iter().map(|&v| v > 0.0).collect();
+            let pos = labels.iter().filter(|&&l| l).count();
+            (pos > 0 && pos < labels.len()).then(|| stretto_core::metrics::auc(s, &labels))
+        }
+        (OpOutput::Values { values: g, .. }, OpOutput::Values { values, .. }) => {
+            let answered = g.iter().filter(|v| v.is_some()).count();
+            (answered > 0)
+                .then(|| g.iter().zip(values).filter(|(a, b)| a.is_some() && a == b).count() as f64 / answered as f64)
+        }
+        _ => None,
+    };
+    Screened { cost, quality }
 }
 
 /// Validation, KV caches and profiling of every candidate operator: the profile any strategy can be optimized
@@ -453,6 +563,77 @@ fn profile_candidates(
     let want = sample_size(o, n);
     let mut sample: Vec<usize> = order[..want].to_vec();
     sample.sort_unstable();
+
+    // 3a. Screening: every candidate on tuples outside the sample; the hopeless and the dominated go no further.
+    //     Only tuples the optimizer never sees decide which candidates it gets, so its fit and its certificate
+    //     stand as they would on a profile of those candidates alone.
+    let screen_rows = if gold_only.is_none() && cands.iter().any(|c| c.len() > 2) { o.screen.min(n - want) } else { 0 };
+    let screening = if screen_rows >= 8 {
+        let t1 = Instant::now();
+        let mut rows: Vec<usize> = order[want..want + screen_rows].to_vec();
+        rows.sort_unstable();
+        let batch = take_record_batch(&input, &UInt32Array::from_iter_values(rows.iter().map(|&r| r as u32)))?;
+        let _span = tracing::info_span!("screening", tuples = rows.len()).entered();
+        let results: Vec<(Vec<Dropped>, f64, Vec<usize>)> = std::thread::scope(|s| {
+            let handles: Vec<_> = tasks
+                .iter()
+                .zip(&cands)
+                .map(|(task, ops)| {
+                    let batch = &batch;
+                    s.spawn(move || -> Result<(Vec<Dropped>, f64, Vec<usize>)> {
+                        let mut names = Vec::new();
+                        let mut figures = Vec::new();
+                        let mut kept_idx = Vec::new();
+                        let mut seconds = 0.0;
+                        let mut gold_out = None;
+                        for (i, op) in ops.iter().enumerate() {
+                            let (output, secs) = match op.evaluate_timed(task, batch) {
+                                Ok(r) => r,
+                                // A decline is dropped again, with its reason, at the profiling stage.
+                                Err(stretto_core::CoreError::NotApplicable { .. }) if i > 0 => continue,
+                                Err(e) => return Err(e.into()),
+                            };
+                            seconds += secs.iter().sum::<f64>();
+                            let g = gold_out.get_or_insert_with(|| output.clone());
+                            figures.push(screened(g, &output, &secs));
+                            names.push(op.name().to_string());
+                            kept_idx.push(i);
+                        }
+                        let out = screen_out(&names, &figures);
+                        let dropped_idx: BTreeSet<usize> = out.iter().map(|(k, _)| kept_idx[*k]).collect();
+                        let dropped = out
+                            .into_iter()
+                            .map(|(k, reason)| Dropped {
+                                logical: task.name.clone(),
+                                operator: names[k].clone(),
+                                reason,
+                            })
+                            .collect();
+                        let keep = (0..ops.len()).filter(|i| !dropped_idx.contains(i)).collect();
+                        Ok((dropped, seconds, keep))
+                    })
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| h.join().map_err(|_| Error::Query("a screening thread panicked".into()))?)
+                .collect::<Result<Vec<_>>>()
+        })?;
+        let mut screening = Screening { tuples: rows.len(), rows: rows.clone(), ..Screening::default() };
+        for (ops, (dropped, seconds, keep)) in cands.iter_mut().zip(results) {
+            for d in &dropped {
+                tracing::info!(logical = %d.logical, operator = %d.operator, reason = %d.reason, "not profiled");
+            }
+            screening.dropped.extend(dropped);
+            screening.seconds += seconds;
+            let all = std::mem::take(ops);
+            *ops = all.into_iter().enumerate().filter(|(i, _)| keep.contains(i)).map(|(_, op)| op).collect();
+        }
+        timings.insert("screening".into(), t1.elapsed().as_secs_f64());
+        Some(screening)
+    } else {
+        None
+    };
     let sample_batch = take_record_batch(&input, &UInt32Array::from_iter_values(sample.iter().map(|&r| r as u32)))?;
     let entries: Vec<Vec<PhysicalEntry>> = {
         let _span = tracing::info_span!("profiling", tuples = sample.len()).entered();
@@ -537,6 +718,7 @@ fn profile_candidates(
         sample_rows: sample.len(),
         timings,
         gold_only,
+        screening,
     })
 }
 
@@ -584,6 +766,7 @@ pub fn reuse_profile(
         candidates,
         timings: BTreeMap::new(),
         gold_only: None,
+        screening: None,
     })
 }
 
@@ -777,6 +960,7 @@ pub fn execute(
         },
         rows,
         candidates: p.candidates.clone(),
+        screening: p.screening.clone(),
         files: [profile_path, plan_path].into_iter().flatten().map(|p| p.display().to_string()).collect(),
         result,
     })
@@ -931,6 +1115,17 @@ pub fn render(r: &QueryReport, show: usize) -> String {
     };
     line(format!("query: {}", r.query));
     line(format!("data: {}; {} tuples, {} profiled", r.dataset, r.input_rows, r.sample_rows));
+    if let Some(sc) = &r.screening {
+        line(format!(
+            "screening: every candidate on {} other tuples ({:.1} s of operator time); {} not profiled further",
+            sc.tuples,
+            sc.seconds,
+            sc.dropped.len()
+        ));
+        for d in &sc.dropped {
+            line(format!("  {}/{}: {}", d.logical, d.operator, d.reason));
+        }
+    }
     for (name, ops) in &r.candidates {
         line(format!("  {name}: {} candidates (gold: {})", ops.len(), ops.first().map(String::as_str).unwrap_or("-")));
     }
@@ -1027,6 +1222,52 @@ pub const DEMO_ROWS: usize = 200;
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn names(n: usize) -> Vec<String> {
+        (0..n).map(|i| format!("op{i}")).collect()
+    }
+
+    #[test]
+    fn screening_drops_the_hopeless_the_dear_and_the_dominated_only() {
+        let c = |cost: f64, quality: Option<f64>| Screened { cost, quality };
+        let figures = [
+            c(1.0, Some(1.0)),   // 0 gold
+            c(0.1, Some(0.9)),   // 1 good and cheap: kept
+            c(0.2, Some(0.85)),  // 2 dearer and worse than 1: dominated
+            c(0.05, Some(0.5)),  // 3 cheapest but hopeless
+            c(0.95, Some(0.99)), // 4 as dear as gold
+            c(0.05, None),       // 5 gold's answers cannot tell: kept
+            c(0.1, Some(0.89)),  // 6 ties 1 on cost, within the quality margin: kept
+        ];
+        let out = screen_out(&names(figures.len()), &figures);
+        let dropped: Vec<usize> = out.iter().map(|(i, _)| *i).collect();
+        assert_eq!(dropped, vec![2, 3, 4], "{out:?}");
+        assert!(out[0].1.contains("dominated by op1"), "{}", out[0].1);
+        assert!(out[1].1.contains("hopeless"), "{}", out[1].1);
+        assert!(out[2].1.contains("of gold's"), "{}", out[2].1);
+        // A hopeless candidate dominates nothing.
+        let out = screen_out(&names(3), &[c(1.0, Some(1.0)), c(0.05, Some(0.55)), c(0.1, Some(0.6))]);
+        assert_eq!(out.iter().map(|(i, _)| *i).collect::<Vec<_>>(), vec![1], "{out:?}");
+    }
+
+    #[test]
+    fn screening_figures_compare_with_gold() {
+        let gold = OpOutput::Scores(vec![1.0, 2.0, -1.0, -2.0]);
+        let s = screened(&gold, &OpOutput::Scores(vec![0.9, 0.8, 0.1, 0.2]), &[0.1, 0.3, 0.2, 0.2]);
+        assert_eq!(s.quality, Some(1.0));
+        assert!((s.cost - 0.2).abs() < 1e-12);
+        let inverted = screened(&gold, &OpOutput::Scores(vec![0.1, 0.2, 0.9, 0.8]), &[0.1]);
+        assert_eq!(inverted.quality, Some(0.0));
+        // Gold accepted everything: no AUC to tell.
+        let all = OpOutput::Scores(vec![1.0, 1.0]);
+        assert_eq!(screened(&all, &OpOutput::Scores(vec![0.0, 1.0]), &[0.1]).quality, None);
+        let v = |x: &[Option<&str>]| OpOutput::Values {
+            values: x.iter().map(|v| v.map(str::to_string)).collect(),
+            confidences: vec![0.5; x.len()],
+        };
+        let m = screened(&v(&[Some("a"), Some("b"), None]), &v(&[Some("a"), Some("c"), Some("d")]), &[0.1]);
+        assert_eq!(m.quality, Some(0.5));
+    }
 
     #[test]
     fn thresholds_that_can_never_hold_print_as_never() {

@@ -37,6 +37,7 @@ impl SessionBuilder {
                 seed: 42,
                 sample_fraction: 0.15,
                 min_sample: 40,
+                screen: 20,
                 user_models: Vec::new(),
             },
         }
@@ -129,6 +130,13 @@ impl SessionBuilder {
     pub fn sample(mut self, fraction: f64, min: usize) -> Self {
         self.config.sample_fraction = fraction;
         self.config.min_sample = min;
+        self
+    }
+
+    /// Screen every candidate on `tuples` tuples outside the profiling sample first, and profile only those that
+    /// are neither hopeless nor dominated there (0: profile every candidate on the whole sample).
+    pub fn screen(mut self, tuples: usize) -> Self {
+        self.config.screen = tuples;
         self
     }
 

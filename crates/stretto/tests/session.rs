@@ -340,3 +340,56 @@ fn a_query_on_product_photos_is_scored_against_the_labels() {
     // No accuracy floor: the image gold is this weak today (measured: 12 photos kept, 1 of the 4 tops among them,
     // F1 0.125 against is_tshirt_or_top); a stronger image protocol is #17's work.
 }
+
+/// Adaptive profiling: every candidate answers a few tuples outside the sample first, and the profile holds only
+/// the candidates that were neither hopeless nor dominated there, on tuples the screening never saw.
+#[test]
+fn screening_keeps_its_tuples_out_of_the_profile_and_its_dropped_candidates_out_of_the_plan() {
+    let dir = tempfile::tempdir().unwrap();
+    let build = |screen: usize| {
+        Session::builder(stretto::core::context::default_home())
+            .kv_dir(dir.path().join("kv"))
+            .memo_dir(dir.path().join("memo"))
+            .models(["smollm2-135m", "minilm"])
+            .sample(0.25, 30)
+            .screen(screen)
+            .build()
+            .unwrap()
+    };
+    let ds = Dataset::load("movie").unwrap();
+    let frame = |s: &Session| {
+        s.register_batch("reviews", ds.table("reviews").unwrap().slice(0, 160)).unwrap();
+        s.table("reviews").unwrap().sem_filter("{reviews.reviewtext} is clearly positive").unwrap()
+    };
+    let whole = frame(&build(0)).profile().unwrap();
+    assert!(whole.screening().is_none(), "screen 0 profiles every candidate on the whole sample");
+    let all: Vec<String> = whole.profile().physical.iter().map(|e| e.name.clone()).collect();
+
+    let screened = frame(&build(24)).profile().unwrap();
+    let sc = screened.screening().expect("a screening stage ran");
+    assert_eq!((sc.tuples, sc.rows.len()), (24, 24));
+    assert!(sc.seconds > 0.0);
+    eprintln!("screening dropped: {:#?}", sc.dropped);
+    let profiled: Vec<&str> = screened.profile().tuples.iter().map(String::as_str).collect();
+    assert_eq!(profiled, whole.profile().tuples.iter().map(String::as_str).collect::<Vec<_>>(), "same sample");
+    for r in &sc.rows {
+        assert!(!profiled.contains(&r.to_string().as_str()), "screening tuple {r} is in the profile");
+    }
+    let kept: Vec<String> = screened.profile().physical.iter().map(|e| e.name.clone()).collect();
+    // Gold is never screened out, and every candidate is either profiled or dropped with a reason.
+    assert_eq!(kept[0], all[0]);
+    assert!(screened.profile().physical[0].gold);
+    for d in &sc.dropped {
+        let name = format!("{}/{}", d.logical, d.operator);
+        assert!(!kept.contains(&name) && all.contains(&name), "{name}");
+        assert!(!d.reason.is_empty());
+    }
+    assert_eq!(kept.len() + sc.dropped.len(), all.len(), "kept {kept:?}, dropped {:?}", sc.dropped);
+    // The plan uses only profiled candidates and still certifies against gold.
+    let r = screened.collect(Targets::new(0.8, 0.8, 0.95).unwrap()).unwrap();
+    for st in &r.plan().stages {
+        assert!(kept.iter().any(|k| k.ends_with(&format!("/{}", st.physical)) || *k == st.physical), "{st:?}");
+    }
+    let (p, rc) = r.bounds();
+    assert!(r.fell_back_to_gold() || (p >= 0.8 && rc >= 0.8), "bounds {p} {rc}");
+}
