@@ -5,7 +5,8 @@ use common::stretto;
 
 /// Data and targets where a certified plan cheaper than gold exists on real operators (SmolLM2-135M's compressed
 /// rungs and the keyword filter): 200 reviews, half profiled, targets 0.7/0.7. Measured: bounds 0.741/0.741, achieved
-/// against gold 0.910/0.877.
+/// against gold 0.910/0.877. Profiling every candidate on half of 200 tuples cannot pay for itself, so by default
+/// the query runs gold directly (the second half of the test); `--screen 0` profiles every candidate regardless.
 #[test]
 fn a_two_operator_query_gets_a_certified_plan_cheaper_than_gold_that_meets_its_targets() {
     let dir = tempfile::tempdir().unwrap();
@@ -13,6 +14,8 @@ fn a_two_operator_query_gets_a_certified_plan_cheaper_than_gold_that_meets_its_t
     let (ok, out, err) = stretto(
         &[
             "query",
+            "--screen",
+            "0",
             "--dataset",
             "movie",
             "--query",
@@ -59,6 +62,40 @@ fn a_two_operator_query_gets_a_certified_plan_cheaper_than_gold_that_meets_its_t
         stretto(&["replay", "--profile", "stretto-run/profile.json", "--plan", "stretto-run/plan.json"], dir.path());
     assert!(ok, "{err}");
     assert!(out.contains("cost_per_tuple"), "{out}");
+
+    // By default every candidate is screened on 20 other tuples first; what is left would cost more to profile on
+    // 100 tuples than any plan could save on the other 80, so gold runs directly and the plan says why.
+    let (ok, out, err) = stretto(
+        &[
+            "query",
+            "--dataset",
+            "movie",
+            "--query",
+            query,
+            "--precision",
+            "0.7",
+            "--recall",
+            "0.7",
+            "--limit",
+            "200",
+            "--sample",
+            "0.5",
+            "--json",
+        ],
+        dir.path(),
+    );
+    assert!(ok, "{err}");
+    let r: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(r["screening"]["tuples"], 20, "{}", r["screening"]);
+    assert_eq!(r["bounds"]["fell_back_to_gold"], true, "{}", r["plan"]);
+    let warnings = r["plan"]["warnings"].to_string();
+    assert!(
+        warnings.contains("no plan can save more than") && warnings.contains("on the other 80 tuples"),
+        "{warnings}"
+    );
+    for task in ["f1", "f2"] {
+        assert_eq!(r["candidates"][task].as_array().unwrap().len(), 1, "only gold was profiled: {}", r["candidates"]);
+    }
 }
 
 #[test]
@@ -157,6 +194,9 @@ fn a_users_onnx_export_joins_the_query_by_model_name_equals_folder() {
             "--limit",
             "100",
             "--json",
+            // Every candidate profiled, so the export is listed among them whatever the screening would make of it.
+            "--screen",
+            "0",
             "--model",
             spec.as_str(),
         ];
@@ -286,8 +326,9 @@ fn gold_and_inputs_too_small_for_profiling_to_pay_run_gold_without_profiling_the
     let r = run(&["--limit", "200", "--method", "gold"]);
     assert_eq!(r["candidates"]["f1"], gold, "{}", r["candidates"]);
     assert_eq!(r["bounds"]["fell_back_to_gold"], false);
-    // The same query with the optimizer profiles every candidate.
-    let r = run(&["--limit", "200"]);
+    // The same query with the optimizer and no screening profiles every candidate (with screening, what is left
+    // cannot pay on 200 reviews either: `a_two_operator_query_...` checks that).
+    let r = run(&["--limit", "200", "--screen", "0"]);
     assert!(r["candidates"]["f1"].as_array().unwrap().len() > 3, "{}", r["candidates"]);
 
     // 30 reviews: the sample (at least 40) would be the whole input, so gold runs directly, and says why.

@@ -347,8 +347,8 @@ pub fn profile_to_run(
     o: &QueryOptions,
 ) -> Result<Profiled> {
     match gold_only_reason(o, input.num_rows()) {
-        Some(why) => profile_candidates(registry, pulled, input, o, Some(why)),
-        None => profile_pipeline(registry, pulled, input, o),
+        Some(why) => profile_candidates(registry, pulled, input, o, Some(why), false),
+        None => profile_candidates(registry, pulled, input, o, None, true),
     }
 }
 
@@ -484,7 +484,7 @@ pub fn profile_pipeline(
     input: &RecordBatch,
     o: &QueryOptions,
 ) -> Result<Profiled> {
-    profile_candidates(registry, pulled, input, o, None)
+    profile_candidates(registry, pulled, input, o, None, false)
 }
 
 /// [`profile_pipeline`], of every candidate or (with `gold_only`, its reason) of the gold operators alone.
@@ -493,7 +493,8 @@ fn profile_candidates(
     pulled: &stretto_core::plan::PulledUpPlan,
     input: &RecordBatch,
     o: &QueryOptions,
-    gold_only: Option<String>,
+    mut gold_only: Option<String>,
+    pay_check: bool,
 ) -> Result<Profiled> {
     let total = Instant::now();
     let mut timings = BTreeMap::new();
@@ -574,13 +575,14 @@ fn profile_candidates(
         rows.sort_unstable();
         let batch = take_record_batch(&input, &UInt32Array::from_iter_values(rows.iter().map(|&r| r as u32)))?;
         let _span = tracing::info_span!("screening", tuples = rows.len()).entered();
-        let results: Vec<(Vec<Dropped>, f64, Vec<usize>)> = std::thread::scope(|s| {
+        type Outcome = (Vec<Dropped>, f64, Vec<usize>, Vec<f64>);
+        let results: Vec<Outcome> = std::thread::scope(|s| {
             let handles: Vec<_> = tasks
                 .iter()
                 .zip(&cands)
                 .map(|(task, ops)| {
                     let batch = &batch;
-                    s.spawn(move || -> Result<(Vec<Dropped>, f64, Vec<usize>)> {
+                    s.spawn(move || -> Result<Outcome> {
                         let mut names = Vec::new();
                         let mut figures = Vec::new();
                         let mut kept_idx = Vec::new();
@@ -610,7 +612,14 @@ fn profile_candidates(
                             })
                             .collect();
                         let keep = (0..ops.len()).filter(|i| !dropped_idx.contains(i)).collect();
-                        Ok((dropped, seconds, keep))
+                        // Seconds per tuple of what is kept, gold first.
+                        let costs = kept_idx
+                            .iter()
+                            .zip(&figures)
+                            .filter(|(i, _)| !dropped_idx.contains(i))
+                            .map(|(_, f)| f.cost)
+                            .collect();
+                        Ok((dropped, seconds, keep, costs))
                     })
                 })
                 .collect();
@@ -620,7 +629,13 @@ fn profile_candidates(
                 .collect::<Result<Vec<_>>>()
         })?;
         let mut screening = Screening { tuples: rows.len(), rows: rows.clone(), ..Screening::default() };
-        for (ops, (dropped, seconds, keep)) in cands.iter_mut().zip(results) {
+        let (mut profiling, mut saving) = (0.0, 0.0);
+        let rest = (n - want - rows.len()) as f64;
+        for (ops, (dropped, seconds, keep, costs)) in cands.iter_mut().zip(results) {
+            if let Some((gold, others)) = costs.split_first() {
+                profiling += want as f64 * others.iter().sum::<f64>();
+                saving += rest * (gold - others.iter().cloned().fold(*gold, f64::min)).max(0.0);
+            }
             for d in &dropped {
                 tracing::info!(logical = %d.logical, operator = %d.operator, reason = %d.reason, "not profiled");
             }
@@ -630,6 +645,21 @@ fn profile_candidates(
             *ops = all.into_iter().enumerate().filter(|(i, _)| keep.contains(i)).map(|(_, op)| op).collect();
         }
         timings.insert("screening".into(), t1.elapsed().as_secs_f64());
+        // Profiling pays only if some plan could save more than it costs: at best the cheapest kept candidate
+        // decides every tuple outside the sample and the screening (whose gold answers execution reuses).
+        if pay_check && profiling >= saving {
+            let why = format!(
+                "profiling the {} candidates left after screening on {want} tuples would cost {profiling:.1} s, and no \
+                 plan can save more than {saving:.1} s on the other {rest} tuples (every tuple decided by the \
+                 cheapest candidate), so gold ran directly",
+                cands.iter().map(|c| c.len().saturating_sub(1)).sum::<usize>()
+            );
+            tracing::info!(%why, "profiling cannot pay");
+            for ops in cands.iter_mut() {
+                ops.truncate(1);
+            }
+            gold_only = Some(why);
+        }
         Some(screening)
     } else {
         None
