@@ -946,7 +946,7 @@ fn run(cli: Cli) -> Result<(), BoxError> {
             if !json {
                 println!(
                     "Stretto demo: the first {rows} of 1000 bundled movie reviews (a bounded slice, so it runs on a CPU in minutes),\n\
-                     models SmolLM2-135M (KV caches at compression 0 / 0.5 / 0.8) and MiniLM, 30% profiled, targets precision 0.8\n\
+                     models SmolLM2-135M (KV caches at compression 0 / 0.5 / 0.8) and MiniLM, a 30% profiling sample, targets precision 0.8\n\
                      and recall 0.8 with 95% credibility. Models and caches are prepared on first use.\n"
                 );
             }
