@@ -11,11 +11,10 @@ use common::stretto;
 fn a_two_operator_query_gets_a_certified_plan_cheaper_than_gold_that_meets_its_targets() {
     let dir = tempfile::tempdir().unwrap();
     let query = "{reviews.reviewtext} is clearly positive -- {reviews.reviewtext} praises the acting or the cast";
-    let (ok, out, err) = stretto(
-        &[
+    // The query on 200 reviews, half of them profiled, with `extra` arguments.
+    let run = |extra: &[&str]| {
+        let mut args = vec![
             "query",
-            "--screen",
-            "0",
             "--dataset",
             "movie",
             "--query",
@@ -28,11 +27,12 @@ fn a_two_operator_query_gets_a_certified_plan_cheaper_than_gold_that_meets_its_t
             "200",
             "--sample",
             "0.5",
-            "--check",
             "--json",
-        ],
-        dir.path(),
-    );
+        ];
+        args.extend_from_slice(extra);
+        stretto(&args, dir.path())
+    };
+    let (ok, out, err) = run(&["--screen", "0", "--check"]);
     assert!(ok, "{err}");
     let r: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
     for key in ["plan", "targets", "bounds", "achieved", "timings", "rows"] {
@@ -65,25 +65,7 @@ fn a_two_operator_query_gets_a_certified_plan_cheaper_than_gold_that_meets_its_t
 
     // By default every candidate is screened on 20 other tuples first; what is left would cost more to profile on
     // 100 tuples than any plan could save on the other 80, so gold runs directly and the plan says why.
-    let (ok, out, err) = stretto(
-        &[
-            "query",
-            "--dataset",
-            "movie",
-            "--query",
-            query,
-            "--precision",
-            "0.7",
-            "--recall",
-            "0.7",
-            "--limit",
-            "200",
-            "--sample",
-            "0.5",
-            "--json",
-        ],
-        dir.path(),
-    );
+    let (ok, out, err) = run(&[]);
     assert!(ok, "{err}");
     let r: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
     assert_eq!(r["screening"]["tuples"], 20, "{}", r["screening"]);
