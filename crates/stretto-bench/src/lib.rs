@@ -2,7 +2,7 @@
 //!
 //! The `stretto` command-line tool and the library behind it: commands that list data and operators and run
 //! plans, semantic queries end to end ([`query`], the facade's engine), and the paper's experiments ([`experiments`], with SVG figures
-//! from [`plots`]).
+//! from [`plots`]), and SemBench's movie scenario in Stretto SQL scored against the labels ([`sembench`]).
 //!
 //! ```
 //! use stretto_bench::commands;
@@ -19,4 +19,5 @@ pub mod experiments;
 pub mod kv;
 pub mod plots;
 pub mod protocols;
+pub mod sembench;
 pub use stretto::engine as query;

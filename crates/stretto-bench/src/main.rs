@@ -201,7 +201,11 @@ enum Command {
     Sql {
         /// The SQL: one statement, or several separated by `;` (e.g. `SET stretto.recall = 0.8; SELECT ...`); the
         /// last one's result is printed.
-        query: String,
+        #[arg(required_unless_present = "file", conflicts_with = "file")]
+        query: Option<String>,
+        /// Read the SQL from this file instead (it may start with `--` comments).
+        #[arg(long, value_name = "PATH")]
+        file: Option<PathBuf>,
         /// A CSV, Parquet or NDJSON file to query (repeatable): `PATH` (the table is named after the file stem) or
         /// `NAME=PATH`.
         #[arg(long = "input", value_name = "[NAME=]PATH")]
@@ -384,6 +388,36 @@ enum BenchAction {
         max_chars: usize,
         /// Output folder.
         #[arg(long, default_value = "bench/results/protocols")]
+        out: PathBuf,
+    },
+    /// SemBench's movie scenario written in Stretto SQL (examples/sql/sembench-movie): every query run on the bundled
+    /// reviews and scored against the labels (F1, relative error or Spearman's rho). Writes results.json and
+    /// summary.md into --out.
+    Sembench {
+        /// The scenario folder: Q<n>.sql files and truth/Q<n>.sql.
+        #[arg(long, default_value = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/sql/sembench-movie"))]
+        queries: PathBuf,
+        /// Only these queries (e.g. Q1,Q9); all by default.
+        #[arg(long, value_delimiter = ',')]
+        only: Vec<String>,
+        /// Precision target of every semantic pipeline.
+        #[arg(long, default_value_t = 0.8)]
+        precision: f64,
+        /// Recall target of every semantic pipeline.
+        #[arg(long, default_value_t = 0.8)]
+        recall: f64,
+        /// Strategy: global, local, independent, lotus, abacus or gold.
+        #[arg(long, default_value = "global")]
+        method: String,
+        /// Decoder models of the LLM ladder, smallest first (default: STRETTO_LADDER, else
+        /// smollm2-135m,qwen2.5-coder-0.5b); the last one is gold.
+        #[arg(long, value_delimiter = ',')]
+        ladder: Option<Vec<String>>,
+        /// Fraction of each pipeline's input profiled.
+        #[arg(long, default_value_t = 0.15)]
+        sample: f64,
+        /// Output folder.
+        #[arg(long, default_value = "bench/results/sembench")]
         out: PathBuf,
     },
     /// Experiments 1 and 3 on shared profiles, experiment 2, and a summary beside the published figures.
@@ -691,6 +725,43 @@ fn run(cli: Cli) -> Result<(), BoxError> {
                     stretto::core::format::write_atomic(&out.join("protocols.md"), md.as_bytes())?;
                     print!("{md}");
                 }
+                BenchAction::Sembench { queries, only, precision, recall, method, ladder, sample, out } => {
+                    use stretto_bench::sembench;
+                    let mut ctx = context();
+                    if let Some(l) = ladder {
+                        ctx.ladder = l;
+                    }
+                    let ladder = ctx.ladder.join(", ");
+                    // Every rung of the ladder is allowed, so its last model is gold; MiniLM for embedding filters.
+                    let models: Vec<String> = std::iter::once("minilm".to_string()).chain(ctx.ladder.clone()).collect();
+                    let session = stretto::Session::builder(ctx.model_home.clone())
+                        .operators(ctx)
+                        .models(models)
+                        .sample(sample, 40)
+                        .progress(std::io::stderr().is_terminal())
+                        .build()?;
+                    let settings = [
+                        format!("SET stretto.precision = {precision}"),
+                        format!("SET stretto.recall = {recall}"),
+                        format!("SET stretto.method = '{method}'"),
+                    ];
+                    let runs = sembench::run(&session, &queries, &settings, &only)?;
+                    let header = format!(
+                        "# SemBench movie scenario in Stretto SQL\n\nQueries: `{}`; scored against the bundled labels \
+                         (`truth/`). Targets precision {precision} and recall {recall}, method {method}, ladder {ladder} \
+                         (the last is gold), {:.0}% profiled. Command: `stretto bench sembench`.",
+                        queries.display(),
+                        sample * 100.0
+                    );
+                    let md = sembench::markdown(&runs, &header);
+                    std::fs::create_dir_all(&out)?;
+                    stretto::core::format::write_atomic(
+                        &out.join("results.json"),
+                        serde_json::to_string_pretty(&runs)?.as_bytes(),
+                    )?;
+                    stretto::core::format::write_atomic(&out.join("summary.md"), md.as_bytes())?;
+                    print!("{md}");
+                }
                 BenchAction::All { size, out } => {
                     let s = size.scale()?;
                     print!("{}", stretto_bench::experiments::run_all(&s, &out)?);
@@ -845,6 +916,7 @@ fn run(cli: Cli) -> Result<(), BoxError> {
         }
         Command::Sql {
             query,
+            file,
             inputs,
             precision,
             recall,
@@ -864,6 +936,13 @@ fn run(cli: Cli) -> Result<(), BoxError> {
             let out_format = match &output {
                 Some(p) => Some(check_output(p)?),
                 None => None,
+            };
+            let query = match (query, file) {
+                (Some(q), _) => q,
+                (None, Some(f)) => {
+                    std::fs::read_to_string(&f).map_err(|e| format!("cannot read the SQL file {}: {e}", f.display()))?
+                }
+                (None, None) => unreachable!("clap requires the query or --file"),
             };
             let mut ctx = context();
             if let Some(l) = ladder {

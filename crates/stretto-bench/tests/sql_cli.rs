@@ -120,3 +120,22 @@ fn explain_and_bad_sql_are_answered_before_any_model_work() {
     // Nothing was prepared or cached for any of them.
     assert!(!dir.path().join("kv").exists() && !dir.path().join("memo").exists());
 }
+
+#[test]
+fn sql_reads_its_query_from_a_file_that_may_start_with_a_comment() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("count.sql");
+    std::fs::write(&file, "-- reviews of taken_3\nSELECT count(*) AS n FROM movie.reviews WHERE id = 'taken_3'\n")
+        .unwrap();
+    let (ok, out, err) = stretto(&["sql", "--file", file.to_str().unwrap(), "--json"], dir.path());
+    assert!(ok, "{err}");
+    let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(v["rows"][0]["n"], 120);
+    // A query and a file at once, or neither, or a file that is not there: clear errors.
+    let (ok, _, err) = stretto(&["sql", "SELECT 1", "--file", file.to_str().unwrap()], dir.path());
+    assert!(!ok && err.contains("cannot be used with"), "{err}");
+    let (ok, _, err) = stretto(&["sql"], dir.path());
+    assert!(!ok && err.contains("<QUERY>"), "{err}");
+    let (ok, _, err) = stretto(&["sql", "--file", "missing.sql"], dir.path());
+    assert!(!ok && err.contains("cannot read the SQL file missing.sql"), "{err}");
+}

@@ -1,0 +1,14 @@
+-- Ten pairs of reviews that express the *same* sentiment (both positive or both negative) for movie
+-- 'ant_man_and_the_wasp_quantumania'. Return id, reviewId from first review, reviewId from second review.
+-- Project, then join: the certified filter labels each of the 256 reviews once; the pairs are relational.
+-- score: rows 10
+CREATE TABLE positive AS
+SELECT reviewid FROM movie.reviews WHERE id = 'ant_man_and_the_wasp_quantumania' AND sem_filter('{reviews.reviewtext} is a positive review');
+CREATE TABLE labelled AS
+SELECT id, reviewid, reviewid IN (SELECT reviewid FROM positive) AS positive
+FROM movie.reviews
+WHERE id = 'ant_man_and_the_wasp_quantumania';
+SELECT r1.id, r1.reviewid AS reviewid1, r2.reviewid AS reviewid2
+FROM labelled r1 JOIN labelled r2 ON r1.id = r2.id AND r1.reviewid <> r2.reviewid
+WHERE r1.positive = r2.positive
+LIMIT 10

@@ -1,0 +1,10 @@
+-- The number of positive and negative reviews for movie "taken_3". Return scoreSentiment and count.
+-- score: value
+CREATE TABLE positive AS
+SELECT reviewid FROM movie.reviews WHERE id = 'taken_3' AND sem_filter('{reviews.reviewtext} is a positive review');
+SELECT CASE WHEN reviewid IN (SELECT reviewid FROM positive) THEN 'POSITIVE' ELSE 'NEGATIVE' END AS scoresentiment,
+       count(*) AS count
+FROM movie.reviews
+WHERE id = 'taken_3'
+GROUP BY 1
+ORDER BY 1
