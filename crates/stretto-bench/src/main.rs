@@ -745,7 +745,10 @@ fn run(cli: Cli) -> Result<(), BoxError> {
                         format!("SET stretto.recall = {recall}"),
                         format!("SET stretto.method = '{method}'"),
                     ];
-                    let runs = sembench::run(&session, &queries, &settings, &only)?;
+                    let runs = sembench::run(&session, &queries, &settings, &only, &mut |r| {
+                        let (metric, value) = r.score.headline();
+                        eprintln!("{}: {metric} {value:.3}, {} rows, {:.1} s", r.name, r.rows, r.seconds);
+                    })?;
                     let header = format!(
                         "# SemBench movie scenario in Stretto SQL\n\nQueries: `{}`; scored against the bundled labels \
                          (`truth/`). Targets precision {precision} and recall {recall}, method {method}, ladder {ladder} \

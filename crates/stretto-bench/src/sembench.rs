@@ -315,8 +315,14 @@ fn answer(
 }
 
 /// Runs every query of the scenario in `dir` on `session` (after the `SET ...` statements in `settings`) and scores
-/// it against `dir/truth/`. `only` keeps the named queries (all when empty).
-pub fn run(session: &stretto::Session, dir: &Path, settings: &[String], only: &[String]) -> Result<Vec<QueryRun>> {
+/// it against `dir/truth/`. `only` keeps the named queries (all when empty); `done` sees each run as it ends.
+pub fn run(
+    session: &stretto::Session,
+    dir: &Path,
+    settings: &[String],
+    only: &[String],
+    done: &mut dyn FnMut(&QueryRun),
+) -> Result<Vec<QueryRun>> {
     let mut runs = Vec::new();
     for (name, path) in query_files(dir)? {
         if !only.is_empty() && !only.iter().any(|o| o.eq_ignore_ascii_case(&name)) {
@@ -337,6 +343,8 @@ pub fn run(session: &stretto::Session, dir: &Path, settings: &[String], only: &[
                 *phases.entry(k.clone()).or_insert(0.0) += v;
             }
         }
+        let (metric, value) = score.headline();
+        tracing::info!(query = %name, metric, value, seconds, "scored");
         runs.push(QueryRun {
             name,
             scoring,
@@ -347,6 +355,7 @@ pub fn run(session: &stretto::Session, dir: &Path, settings: &[String], only: &[
             pipelines: pipelines.iter().map(|p| p.summary()).collect(),
             phases,
         });
+        done(&runs[runs.len() - 1]);
     }
     Ok(runs)
 }

@@ -2,9 +2,8 @@
 -- score: value
 CREATE TABLE positive AS
 SELECT reviewid FROM movie.reviews WHERE id = 'taken_3' AND sem_filter('{reviews.reviewtext} is a positive review');
-SELECT CASE WHEN reviewid IN (SELECT reviewid FROM positive) THEN 'POSITIVE' ELSE 'NEGATIVE' END AS scoresentiment,
-       count(*) AS count
-FROM movie.reviews
-WHERE id = 'taken_3'
+SELECT CASE WHEN p.reviewid IS NULL THEN 'NEGATIVE' ELSE 'POSITIVE' END AS scoresentiment, count(*) AS count
+FROM movie.reviews r LEFT JOIN (SELECT DISTINCT reviewid FROM positive) p ON r.reviewid = p.reviewid
+WHERE r.id = 'taken_3'
 GROUP BY 1
 ORDER BY 1
