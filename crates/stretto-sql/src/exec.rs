@@ -410,16 +410,48 @@ impl ExecutionPlan for SemanticPipelineExec {
     }
 }
 
+/// Every pipeline a planner has planned, in order: the runs of statements whose physical plan the caller never sees
+/// (`CREATE TABLE ... AS SELECT`, `INSERT INTO ... SELECT`) are read from here.
+#[derive(Debug, Clone, Default)]
+pub struct RunLog(Arc<Mutex<Vec<Arc<Mutex<PipelineRun>>>>>);
+
+impl RunLog {
+    fn push(&self, run: Arc<Mutex<PipelineRun>>) {
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).push(run);
+    }
+
+    /// Forgets what was planned so far.
+    pub fn clear(&self) {
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).clear();
+    }
+
+    /// What each pipeline planned since the last [`clear`](Self::clear) did, in planning order.
+    pub fn runs(&self) -> Vec<PipelineRun> {
+        self.0
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .map(|r| r.lock().unwrap_or_else(|p| p.into_inner()).clone())
+            .collect()
+    }
+}
+
 /// Plans [`SemanticPipelineNode`]s as [`SemanticPipelineExec`]s running on `session`.
 #[derive(Debug)]
 pub struct SemanticPlanner {
     session: stretto::Session,
+    log: RunLog,
 }
 
 impl SemanticPlanner {
     /// A planner whose pipelines run with `session`'s operators and settings.
     pub fn new(session: stretto::Session) -> Self {
-        Self { session }
+        Self { session, log: RunLog::default() }
+    }
+
+    /// The same, recording every pipeline it plans in `log`.
+    pub fn with_log(session: stretto::Session, log: RunLog) -> Self {
+        Self { session, log }
     }
 }
 
@@ -440,13 +472,15 @@ impl ExtensionPlanner for SemanticPlanner {
         };
         let names = stretto_names(n.input.schema())?;
         let schema: SchemaRef = Arc::new(n.schema().as_arrow().clone());
+        let run = Arc::new(Mutex::new(PipelineRun::default()));
+        self.log.push(run.clone());
         Ok(Some(Arc::new(SemanticPipelineExec::new(
             input.clone(),
             n.spec.clone(),
             names,
             schema,
             self.session.clone(),
-            Arc::new(Mutex::new(PipelineRun::default())),
+            run,
         ))))
     }
 }
@@ -455,12 +489,18 @@ impl ExtensionPlanner for SemanticPlanner {
 #[derive(Debug)]
 pub struct StrettoQueryPlanner {
     session: stretto::Session,
+    log: RunLog,
 }
 
 impl StrettoQueryPlanner {
     /// A query planner whose semantic pipelines run with `session`.
     pub fn new(session: stretto::Session) -> Self {
-        Self { session }
+        Self { session, log: RunLog::default() }
+    }
+
+    /// Every pipeline this planner planned (see [`RunLog`]).
+    pub fn log(&self) -> RunLog {
+        self.log.clone()
     }
 }
 
@@ -471,7 +511,8 @@ impl QueryPlanner for StrettoQueryPlanner {
         logical_plan: &LogicalPlan,
         state: &dyn datafusion::catalog::Session,
     ) -> Result<Arc<dyn ExecutionPlan>> {
-        DefaultPhysicalPlanner::with_extension_planners(vec![Arc::new(SemanticPlanner::new(self.session.clone()))])
+        let planner = SemanticPlanner::with_log(self.session.clone(), self.log.clone());
+        DefaultPhysicalPlanner::with_extension_planners(vec![Arc::new(planner)])
             .create_physical_plan(logical_plan, state)
             .await
     }

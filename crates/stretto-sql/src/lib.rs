@@ -57,7 +57,7 @@ use datafusion::execution::session_state::SessionStateBuilder;
 use datafusion::physical_plan::ExecutionPlan;
 use datafusion::prelude::{SessionConfig, SessionContext};
 
-pub use exec::{PipelineRun, SemanticPipelineExec, SemanticPlanner, StrettoQueryPlanner};
+pub use exec::{PipelineRun, RunLog, SemanticPipelineExec, SemanticPlanner, StrettoQueryPlanner};
 pub use node::SemanticPipelineNode;
 pub use options::StrettoOptions;
 pub use rewrite::SemanticPipelineRule;
@@ -100,6 +100,7 @@ pub struct SqlContext {
     session: stretto::Session,
     ctx: SessionContext,
     runtime: Arc<tokio::runtime::Runtime>,
+    log: RunLog,
 }
 
 impl std::fmt::Debug for SqlContext {
@@ -116,10 +117,12 @@ impl SqlContext {
     pub fn new(session: &stretto::Session) -> Result<Self> {
         let mut config = SessionConfig::new().with_target_partitions(1).with_information_schema(true);
         config.options_mut().extensions.insert(StrettoOptions::default());
+        let planner = StrettoQueryPlanner::new(session.clone());
+        let log = planner.log();
         let state = SessionStateBuilder::new()
             .with_config(config)
             .with_default_features()
-            .with_query_planner(Arc::new(StrettoQueryPlanner::new(session.clone())))
+            .with_query_planner(Arc::new(planner))
             .build();
         let ctx = SessionContext::new_with_state(state);
         ctx.add_analyzer_rule(Arc::new(SemanticPipelineRule));
@@ -136,7 +139,7 @@ impl SqlContext {
             .enable_all()
             .build()
             .map_err(SqlError::Runtime)?;
-        Ok(Self { session: session.clone(), ctx, runtime: Arc::new(runtime) })
+        Ok(Self { session: session.clone(), ctx, runtime: Arc::new(runtime), log })
     }
 
     /// The Stretto session.
@@ -170,7 +173,8 @@ impl SqlContext {
 
     /// Plans `sql` (one statement, or several separated by `;`: each runs in turn, and the last one's result is
     /// returned). `SET` and DDL statements take effect at once; a query is checked (semantic functions included)
-    /// but runs only when collected.
+    /// but runs only when collected. The semantic pipelines that statements before it ran (`CREATE TABLE ... AS
+    /// SELECT ... sem_filter(...)`) are reported in the result's [`pipelines`](SqlResult::pipelines) too.
     pub fn sql(&self, sql: &str) -> Result<SqlFrame> {
         let state = self.ctx.state();
         let options = state.config().options();
@@ -186,6 +190,7 @@ impl SqlContext {
         if statements.is_empty() {
             return Err(SqlError::DataFusion(DataFusionError::Plan("the SQL text holds no statement".into())));
         }
+        self.log.clear();
         let mut last = None;
         for statement in statements {
             let frame = self.runtime.block_on(async {
@@ -195,9 +200,10 @@ impl SqlContext {
             last = Some(frame.map_err(unwrap_df)?);
         }
         let df = last.expect("at least one statement");
+        let earlier = self.log.runs();
         // Analysis now, so a misplaced semantic function is reported before anything runs.
         self.ctx.state().optimize(df.logical_plan()).map_err(unwrap_df)?;
-        Ok(SqlFrame { df, runtime: self.runtime.clone() })
+        Ok(SqlFrame { df, runtime: self.runtime.clone(), earlier })
     }
 }
 
@@ -205,6 +211,8 @@ impl SqlContext {
 pub struct SqlFrame {
     df: datafusion::dataframe::DataFrame,
     runtime: Arc<tokio::runtime::Runtime>,
+    /// Pipelines the statements before this one ran.
+    earlier: Vec<PipelineRun>,
 }
 
 impl std::fmt::Debug for SqlFrame {
@@ -239,7 +247,9 @@ impl SqlFrame {
             self.runtime.block_on(self.df.create_physical_plan()).map_err(unwrap_df)?;
         let batches =
             self.runtime.block_on(datafusion::physical_plan::collect(physical.clone(), task)).map_err(unwrap_df)?;
-        Ok(SqlResult { schema, batches, pipelines: exec::pipeline_runs(&physical) })
+        let mut pipelines = self.earlier;
+        pipelines.extend(exec::pipeline_runs(&physical));
+        Ok(SqlResult { schema, batches, pipelines })
     }
 }
 
@@ -268,7 +278,8 @@ impl SqlResult {
         self.batches.iter().map(|b| b.num_rows()).sum()
     }
 
-    /// The semantic pipeline's run (none for a query without semantic functions).
+    /// The semantic pipelines' runs, in the order they ran: those of the statements before the last (a `CREATE
+    /// TABLE ... AS` with a semantic function), then the query's own (none without semantic functions).
     pub fn pipelines(&self) -> &[PipelineRun] {
         &self.pipelines
     }

@@ -338,3 +338,24 @@ impl stretto::core::op::PhysicalOp for Broken {
         Err(stretto::core::CoreError::operator("broken", "the model server is down"))
     }
 }
+
+#[test]
+fn a_pipeline_run_by_an_earlier_statement_is_reported_with_the_result() {
+    // Project, then join, as the SemBench pair queries do: the filter's table is made by a CREATE TABLE ... AS, the
+    // query reads it. The result reports that statement's pipeline, which the query's own plan does not hold.
+    let dir = tempfile::tempdir().unwrap();
+    let s = session(dir.path());
+    let ctx = SqlContext::new(&s).unwrap();
+    let sql = format!(
+        "SET stretto.method = 'gold'; \
+         CREATE TABLE positive AS SELECT reviewid FROM {FIRST_40} WHERE sem_filter('{{reviews.reviewtext}} is clearly positive'); \
+         SELECT count(*) AS n FROM positive"
+    );
+    let result = ctx.sql(&sql).unwrap().collect().unwrap();
+    let n = ints(&result.batch().unwrap(), "n")[0];
+    let [run] = result.pipelines() else { panic!("one pipeline: {:?}", result.pipelines()) };
+    assert_eq!((run.input_rows, run.executed_rows, run.output_rows as i64), (40, 40, n), "{}", run.summary());
+    // The next statement starts a fresh report.
+    let plain = ctx.sql("SELECT count(*) AS n FROM positive").unwrap().collect().unwrap();
+    assert!(plain.pipelines().is_empty(), "{:?}", plain.pipelines());
+}
