@@ -416,6 +416,10 @@ enum BenchAction {
         /// Fraction of each pipeline's input profiled.
         #[arg(long, default_value_t = 0.15)]
         sample: f64,
+        /// Every query in a session of its own with an empty memo (in the temporary folder), so its time is that of a
+        /// first query; by default the queries share one session and its memo, in order.
+        #[arg(long)]
+        cold: bool,
         /// Output folder.
         #[arg(long, default_value = "bench/results/sembench")]
         out: PathBuf,
@@ -507,6 +511,15 @@ fn context() -> stretto::OpContext {
         ctx.provider = stretto::ExecutionProvider::Cuda;
     }
     ctx
+}
+
+/// `path` relative to the working directory where it lies below it (what a report should show), else as given.
+fn shown_path(path: &std::path::Path) -> PathBuf {
+    let here = std::env::current_dir().and_then(|d| d.canonicalize());
+    match (path.canonicalize(), here) {
+        (Ok(p), Ok(d)) => p.strip_prefix(&d).map(|r| r.to_path_buf()).unwrap_or(p),
+        _ => path.to_path_buf(),
+    }
 }
 
 /// The format of `--output`, checked before the query runs: a known extension, in a folder that exists.
@@ -725,7 +738,7 @@ fn run(cli: Cli) -> Result<(), BoxError> {
                     stretto::core::format::write_atomic(&out.join("protocols.md"), md.as_bytes())?;
                     print!("{md}");
                 }
-                BenchAction::Sembench { queries, only, precision, recall, method, ladder, sample, out } => {
+                BenchAction::Sembench { queries, only, precision, recall, method, ladder, sample, cold, out } => {
                     use stretto_bench::sembench;
                     let mut ctx = context();
                     if let Some(l) = ladder {
@@ -734,27 +747,53 @@ fn run(cli: Cli) -> Result<(), BoxError> {
                     let ladder = ctx.ladder.join(", ");
                     // Every rung of the ladder is allowed, so its last model is gold; MiniLM for embedding filters.
                     let models: Vec<String> = std::iter::once("minilm".to_string()).chain(ctx.ladder.clone()).collect();
-                    let session = stretto::Session::builder(ctx.model_home.clone())
-                        .operators(ctx)
-                        .models(models)
-                        .sample(sample, 40)
-                        .progress(std::io::stderr().is_terminal())
-                        .build()?;
+                    let build = |ctx: stretto::OpContext| {
+                        stretto::Session::builder(ctx.model_home.clone())
+                            .operators(ctx)
+                            .models(models.clone())
+                            .sample(sample, 40)
+                            .progress(std::io::stderr().is_terminal())
+                            .build()
+                    };
+                    let shared = if cold { None } else { Some(build(ctx.clone())?) };
+                    let memo_root = std::env::temp_dir().join(format!("stretto-sembench-memo-{}", std::process::id()));
+                    let mut session_for = |name: &str| match &shared {
+                        Some(s) => Ok(s.clone()),
+                        None => {
+                            let dir = memo_root.join(name);
+                            if dir.exists() {
+                                std::fs::remove_dir_all(&dir).map_err(|e| stretto::Error::Write {
+                                    path: dir.clone(),
+                                    message: "cannot empty the query's memo".into(),
+                                    source: Some(Box::new(e)),
+                                })?;
+                            }
+                            let mut c = ctx.clone();
+                            c.memo = stretto::core::context::MemoPolicy::Dir(dir);
+                            build(c)
+                        }
+                    };
                     let settings = [
                         format!("SET stretto.precision = {precision}"),
                         format!("SET stretto.recall = {recall}"),
                         format!("SET stretto.method = '{method}'"),
                     ];
-                    let runs = sembench::run(&session, &queries, &settings, &only, &mut |r| {
+                    let runs = sembench::run(&mut session_for, &queries, &settings, &only, &mut |r| {
                         let (metric, value) = r.score.headline();
                         eprintln!("{}: {metric} {value:.3}, {} rows, {:.1} s", r.name, r.rows, r.seconds);
                     })?;
                     let header = format!(
                         "# SemBench movie scenario in Stretto SQL\n\nQueries: `{}`; scored against the bundled labels \
                          (`truth/`). Targets precision {precision} and recall {recall}, method {method}, ladder {ladder} \
-                         (the last is gold), {:.0}% profiled. Command: `stretto bench sembench`.",
-                        queries.display(),
-                        sample * 100.0
+                         (the last is gold), {:.0}% profiled; {}. Command: `stretto bench sembench{}`.",
+                        shown_path(&queries).display(),
+                        sample * 100.0,
+                        if cold {
+                            "every query in a session of its own with an empty memo (its time is a first query's)"
+                        } else {
+                            "the queries share one session and its memo, in order (a later query reuses earlier answers)"
+                        },
+                        if cold { " --cold" } else { "" }
                     );
                     let md = sembench::markdown(&runs, &header);
                     std::fs::create_dir_all(&out)?;
@@ -763,6 +802,9 @@ fn run(cli: Cli) -> Result<(), BoxError> {
                         serde_json::to_string_pretty(&runs)?.as_bytes(),
                     )?;
                     stretto::core::format::write_atomic(&out.join("summary.md"), md.as_bytes())?;
+                    if memo_root.exists() {
+                        std::fs::remove_dir_all(&memo_root)?;
+                    }
                     print!("{md}");
                 }
                 BenchAction::All { size, out } => {

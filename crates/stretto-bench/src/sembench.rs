@@ -314,10 +314,12 @@ fn answer(
     Ok((result.batch().map_err(err)?, result.pipelines().to_vec()))
 }
 
-/// Runs every query of the scenario in `dir` on `session` (after the `SET ...` statements in `settings`) and scores
-/// it against `dir/truth/`. `only` keeps the named queries (all when empty); `done` sees each run as it ends.
+/// Runs every query of the scenario in `dir` on the session `session_for` gives for it (after the `SET ...`
+/// statements in `settings`) and scores it against `dir/truth/`. `only` keeps the named queries (all when empty);
+/// `done` sees each run as it ends. One session for all shares its models and memo across the queries, as a user's
+/// session would; a session per query with its own memo measures each query as if it came first.
 pub fn run(
-    session: &stretto::Session,
+    session_for: &mut dyn FnMut(&str) -> stretto::Result<stretto::Session>,
     dir: &Path,
     settings: &[String],
     only: &[String],
@@ -332,9 +334,11 @@ pub fn run(
         let scoring = scoring_of(&sql)?;
         let truth_sql = read(&dir.join("truth").join(format!("{name}.sql")))?;
         let _span = tracing::info_span!("sembench_query", query = %name).entered();
-        let (truth, _) = answer(session, &[], &format!("truth/{name}"), &truth_sql)?;
+        let session = session_for(&name)
+            .map_err(|e| SembenchError::Sql { name: name.clone(), source: stretto_sql::SqlError::Stretto(e) })?;
+        let (truth, _) = answer(&session, &[], &format!("truth/{name}"), &truth_sql)?;
         let start = Instant::now();
-        let (rows, pipelines) = answer(session, settings, &name, &sql)?;
+        let (rows, pipelines) = answer(&session, settings, &name, &sql)?;
         let seconds = start.elapsed().as_secs_f64();
         let score = score(scoring, &rows, &truth)?;
         let mut phases = std::collections::BTreeMap::new();
