@@ -27,6 +27,7 @@ use std::time::Instant;
 use arrow::array::{Array, RecordBatch};
 use arrow::util::display::array_value_to_string;
 use serde::{Deserialize, Serialize};
+use stretto_core::metrics::spearman;
 
 /// What went wrong with a scenario.
 #[derive(Debug, thiserror::Error)]
@@ -217,40 +218,6 @@ pub fn score(scoring: Scoring, answer: &RecordBatch, truth: &RecordBatch) -> Res
             Ok(Score::Spearman { rho: spearman(&a, &t), common: a.len(), truth: scored })
         }
     }
-}
-
-/// Ranks from 1, ties sharing their mean rank.
-fn ranks(x: &[f64]) -> Vec<f64> {
-    let mut order: Vec<usize> = (0..x.len()).collect();
-    order.sort_by(|&a, &b| x[a].total_cmp(&x[b]));
-    let mut r = vec![0.0; x.len()];
-    let mut i = 0;
-    while i < order.len() {
-        let mut j = i;
-        while j + 1 < order.len() && x[order[j + 1]] == x[order[i]] {
-            j += 1;
-        }
-        let mean = (i + j) as f64 / 2.0 + 1.0;
-        for &k in &order[i..=j] {
-            r[k] = mean;
-        }
-        i = j + 1;
-    }
-    r
-}
-
-/// Spearman's rho: Pearson's correlation of the (tie-averaged) ranks; NaN when it is undefined.
-pub fn spearman(a: &[f64], b: &[f64]) -> f64 {
-    if a.len() != b.len() || a.len() < 2 {
-        return f64::NAN;
-    }
-    let (ra, rb) = (ranks(a), ranks(b));
-    let n = ra.len() as f64;
-    let (ma, mb) = (ra.iter().sum::<f64>() / n, rb.iter().sum::<f64>() / n);
-    let cov: f64 = ra.iter().zip(&rb).map(|(x, y)| (x - ma) * (y - mb)).sum();
-    let va: f64 = ra.iter().map(|x| (x - ma).powi(2)).sum();
-    let vb: f64 = rb.iter().map(|y| (y - mb).powi(2)).sum();
-    cov / (va * vb).sqrt()
 }
 
 /// One query of a scenario, run and scored.
@@ -460,12 +427,7 @@ mod tests {
     }
 
     #[test]
-    fn spearman_averages_ties_and_ranks_only_common_keys() {
-        assert!((spearman(&[1.0, 2.0, 3.0], &[10.0, 20.0, 30.0]) - 1.0).abs() < 1e-12);
-        assert!((spearman(&[1.0, 2.0, 3.0], &[3.0, 2.0, 1.0]) + 1.0).abs() < 1e-12);
-        // Ties: ranks (1.5, 1.5, 3) against (1, 2, 3): rho = 0.866.
-        assert!((spearman(&[1.0, 1.0, 2.0], &[1.0, 2.0, 3.0]) - 0.75f64.sqrt()).abs() < 1e-12);
-        assert!(spearman(&[1.0, 1.0], &[1.0, 2.0]).is_nan());
+    fn ranks_are_compared_over_the_keys_both_score() {
         let truth = table(&["a", "b", "c", "d"], &[Some(1.0), Some(2.0), Some(3.0), None]);
         let answer = table(&["c", "b", "a", "z"], &[Some(5.0), Some(4.0), None, Some(1.0)]);
         let Score::Spearman { rho, common, truth } = score(Scoring::Rank, &answer, &truth).unwrap() else { panic!() };
