@@ -759,17 +759,10 @@ fn run(cli: Cli) -> Result<(), BoxError> {
                     let memo_root = std::env::temp_dir().join(format!("stretto-sembench-memo-{}", std::process::id()));
                     let mut session_for = |name: &str| match &shared {
                         Some(s) => Ok(s.clone()),
+                        // A folder of this process's own, one per query file: empty when the query starts.
                         None => {
-                            let dir = memo_root.join(name);
-                            if dir.exists() {
-                                std::fs::remove_dir_all(&dir).map_err(|e| stretto::Error::Write {
-                                    path: dir.clone(),
-                                    message: "cannot empty the query's memo".into(),
-                                    source: Some(Box::new(e)),
-                                })?;
-                            }
                             let mut c = ctx.clone();
-                            c.memo = stretto::core::context::MemoPolicy::Dir(dir);
+                            c.memo = stretto::core::context::MemoPolicy::Dir(memo_root.join(name));
                             build(c)
                         }
                     };
@@ -987,7 +980,7 @@ fn run(cli: Cli) -> Result<(), BoxError> {
                 (None, Some(f)) => {
                     std::fs::read_to_string(&f).map_err(|e| format!("cannot read the SQL file {}: {e}", f.display()))?
                 }
-                (None, None) => unreachable!("clap requires the query or --file"),
+                (None, None) => return Err("give the SQL as an argument or with --file".into()),
             };
             let mut ctx = context();
             if let Some(l) = ladder {
