@@ -114,41 +114,53 @@ impl Prepared {
     fn execute(&self, start: usize, end: usize) -> stretto::Result<(RecordBatch, Vec<StageStats>, f64)> {
         let t0 = std::time::Instant::now();
         let chunk = self.input.slice(start, end - start);
-        let out = CascadeExecutor::default().execute(&self.cascade, &chunk)?;
-        let mut columns: Vec<ArrayRef> = Vec::with_capacity(self.output.fields().len());
-        for (name, field) in self.input_names.iter().chain(&self.map_columns).zip(self.output.fields()) {
-            let col = out
-                .batch
-                .column_by_name(name)
-                .ok_or_else(|| stretto::Error::Query(format!("the cascade's output lacks column `{name}`")))?;
-            columns.push(if col.data_type() == field.data_type() {
-                col.clone()
-            } else {
-                cast(col, field.data_type()).map_err(stretto::Error::Arrow)?
-            });
-        }
-        let batch = RecordBatch::try_new(self.output.clone(), columns).map_err(stretto::Error::Arrow)?;
-        Ok((batch, out.stats, t0.elapsed().as_secs_f64()))
+        let (batch, stats) = run_cascade(&self.cascade, &chunk, &self.input_names, &self.map_columns, &self.output)?;
+        Ok((batch, stats, t0.elapsed().as_secs_f64()))
     }
+}
+
+/// Runs a bound cascade over `chunk` (columns under Stretto's names, as [`stretto_input`] gives them) and shapes
+/// its output as the pipeline's: the input columns (`input_names`, in order), then the maps' columns, cast to
+/// `output`'s types.
+pub fn run_cascade(
+    cascade: &CascadePlan,
+    chunk: &RecordBatch,
+    input_names: &[String],
+    map_columns: &[String],
+    output: &SchemaRef,
+) -> stretto::Result<(RecordBatch, Vec<StageStats>)> {
+    let out = CascadeExecutor::default().execute(cascade, chunk)?;
+    let mut columns: Vec<ArrayRef> = Vec::with_capacity(output.fields().len());
+    for (name, field) in input_names.iter().chain(map_columns).zip(output.fields()) {
+        let col = out
+            .batch
+            .column_by_name(name)
+            .ok_or_else(|| stretto::Error::Query(format!("the cascade's output lacks column `{name}`")))?;
+        columns.push(if col.data_type() == field.data_type() {
+            col.clone()
+        } else {
+            cast(col, field.data_type()).map_err(stretto::Error::Arrow)?
+        });
+    }
+    let batch = RecordBatch::try_new(output.clone(), columns).map_err(stretto::Error::Arrow)?;
+    Ok((batch, out.stats))
 }
 
 fn external(e: stretto::Error) -> DataFusionError {
     DataFusionError::External(Box::new(e))
 }
 
-/// Profiles, optimizes and binds the pipeline over all of its input (`None` when the input is empty).
-fn prepare(
-    session: &stretto::Session,
-    spec: &PipelineSpec,
+fn arrow_err(what: &str, e: arrow::error::ArrowError) -> stretto::Error {
+    stretto::Error::Core(stretto::core::CoreError::arrow(what.to_string(), e))
+}
+
+/// The pipeline's input as Stretto reads it: the columns under Stretto's names (`input_names`, see
+/// [`stretto_names`](crate::node::stretto_names)), column kinds kept, text in any Arrow string layout as Utf8.
+pub fn stretto_input(
     input_schema: &SchemaRef,
     input_names: &[String],
-    output: SchemaRef,
-    batches: Vec<RecordBatch>,
-    run: &Mutex<PipelineRun>,
-) -> stretto::Result<Option<Prepared>> {
-    let arrow_err = |what: &str, e| stretto::Error::Core(stretto::core::CoreError::arrow(what.to_string(), e));
-    let batch = concat_batches(input_schema, &batches).map_err(|e| arrow_err("reading the pipeline input", e))?;
-    // Stretto's names (`table.column`), column kinds kept; text in any Arrow string layout is read as Utf8.
+    batch: &RecordBatch,
+) -> stretto::Result<RecordBatch> {
     let mut fields = Vec::with_capacity(input_names.len());
     let mut columns = Vec::with_capacity(input_names.len());
     for ((f, name), col) in input_schema.fields().iter().zip(input_names).zip(batch.columns()) {
@@ -161,8 +173,27 @@ fn prepare(
         fields.push(f.as_ref().clone().with_name(name.as_str()).with_data_type(ty));
         columns.push(col);
     }
-    let input = RecordBatch::try_new(Arc::new(Schema::new(fields)), columns)
-        .map_err(|e| arrow_err("naming the pipeline input", e))?;
+    RecordBatch::try_new(Arc::new(Schema::new(fields)), columns).map_err(|e| arrow_err("naming the pipeline input", e))
+}
+
+/// A pipeline's certified plan over one input, and the logical operators it binds to.
+#[derive(Debug, Clone)]
+pub struct Certified {
+    /// The certified plan (`stretto.plan/v1`).
+    pub plan: stretto::core::format::PlanFile,
+    /// The logical operators the plan's stages name.
+    pub tasks: Vec<stretto::core::op::SemanticTask>,
+}
+
+/// Profiles every candidate operator of `spec` on the session's seeded sample of `input` (under Stretto's names,
+/// see [`stretto_input`]) and optimizes under the spec's targets: steps 1–4 of a pipeline, without executing it.
+/// `run` receives the sample size, timings, bounds and plan. `None` when the input is empty.
+pub fn certify(
+    session: &stretto::Session,
+    spec: &PipelineSpec,
+    input: &RecordBatch,
+    run: &Mutex<PipelineRun>,
+) -> stretto::Result<Option<Certified>> {
     {
         let mut r = run.lock().unwrap_or_else(|p| p.into_inner());
         r.input_rows = input.num_rows();
@@ -187,9 +218,8 @@ fn prepare(
     (q.models, q.run_dir, q.progress) = (c.models.clone(), c.run_dir.clone(), c.progress);
     let strategy = stretto::optim::strategy::strategy(&q.method)?;
     let registry = session.registry();
-    let profiled = engine::profile_to_run(&registry, &pulled, &input, &q)?;
+    let profiled = engine::profile_to_run(&registry, &pulled, input, &q)?;
     let planned = engine::optimize(&profiled, &q, strategy.as_ref())?;
-    let cascade = CascadePlan::bind(&planned.plan, profiled.tasks.clone(), |n| registry.get(n))?;
     {
         let mut r = run.lock().unwrap_or_else(|p| p.into_inner());
         r.sample_rows = profiled.sample_rows;
@@ -203,6 +233,24 @@ fn prepare(
         }));
         r.plan = Some(planned.plan.clone());
     }
+    Ok(Some(Certified { plan: planned.plan, tasks: profiled.tasks }))
+}
+
+/// Profiles, optimizes and binds the pipeline over all of its input (`None` when the input is empty).
+fn prepare(
+    session: &stretto::Session,
+    spec: &PipelineSpec,
+    input_schema: &SchemaRef,
+    input_names: &[String],
+    output: SchemaRef,
+    batches: Vec<RecordBatch>,
+    run: &Mutex<PipelineRun>,
+) -> stretto::Result<Option<Prepared>> {
+    let batch = concat_batches(input_schema, &batches).map_err(|e| arrow_err("reading the pipeline input", e))?;
+    let input = stretto_input(input_schema, input_names, &batch)?;
+    let Some(certified) = certify(session, spec, &input, run)? else { return Ok(None) };
+    let registry = session.registry();
+    let cascade = CascadePlan::bind(&certified.plan, certified.tasks, |n| registry.get(n))?;
     Ok(Some(Prepared {
         input,
         cascade,
@@ -416,7 +464,8 @@ impl ExecutionPlan for SemanticPipelineExec {
 pub struct RunLog(Arc<Mutex<Vec<Arc<Mutex<PipelineRun>>>>>);
 
 impl RunLog {
-    fn push(&self, run: Arc<Mutex<PipelineRun>>) {
+    /// Records a pipeline a planner has planned (its run fills in as it runs).
+    pub fn push(&self, run: Arc<Mutex<PipelineRun>>) {
         self.0.lock().unwrap_or_else(|p| p.into_inner()).push(run);
     }
 

@@ -79,6 +79,13 @@ pub enum SqlError {
 /// A result of this crate.
 pub type Result<T, E = SqlError> = std::result::Result<T, E>;
 
+impl SqlError {
+    /// A DataFusion error, with Stretto's own errors inside it brought back out as themselves.
+    pub fn from_datafusion(e: DataFusionError) -> Self {
+        unwrap_df(e)
+    }
+}
+
 /// Stretto's errors come back out of DataFusion as themselves, so callers can match on them.
 fn unwrap_df(e: DataFusionError) -> SqlError {
     match e {
@@ -262,6 +269,11 @@ pub struct SqlResult {
 }
 
 impl SqlResult {
+    /// A result of `batches` (rows in `schema`) and the pipelines that produced them.
+    pub fn new(schema: SchemaRef, batches: Vec<RecordBatch>, pipelines: Vec<PipelineRun>) -> Self {
+        Self { schema, batches, pipelines }
+    }
+
     /// The rows, as DataFusion produced them.
     pub fn batches(&self) -> &[RecordBatch] {
         &self.batches

@@ -12,7 +12,7 @@ use stretto::core::op::SemanticTask;
 use stretto::ValueType;
 
 /// One semantic map of a pipeline.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
 pub struct MapSpec {
     /// The output's name in Stretto (the SQL alias when there is one): models read it as the label of the value.
     pub column: String,
@@ -64,7 +64,8 @@ impl PipelineSpec {
         parts.join(" -- ")
     }
 
-    fn key(&self) -> String {
+    /// A text that differs whenever the operators or the settings differ.
+    pub fn key(&self) -> String {
         let o = &self.options;
         format!(
             "{:?}|{:?}|{}|{}|{}|{}|{}",
