@@ -1,0 +1,260 @@
+//! # stretto-ballista
+//!
+//! Stretto's semantic SQL on a cluster: Apache DataFusion **Ballista**'s scheduler and executors with Stretto's
+//! operators linked in. The split is the method's:
+//!
+//! - the **client** ([`ClusterContext`]) plans the SQL, has the cluster compute each semantic pipeline's relational
+//!   input, then profiles and optimizes the pipeline on the session's seeded sample under the query's targets,
+//!   exactly as on one machine, and replaces it by its certified plan ([`CertifiedPipelineNode`]);
+//! - the **scheduler** ([`process::run_scheduler`], the `stretto-scheduler` binary) plans the query, the certified
+//!   pipeline as a [`CascadeExec`] over its input's partitions, and hands out tasks;
+//! - the **executors** ([`process::run_executor`], `stretto-executor`) decode the cascade with [`StrettoPhysicalCodec`],
+//!   bind it to their own operators (model home, KV store, memo of the node) and run it on their partitions: no
+//!   profiling, no optimization. Missing KV caches are built by the executor that needs them.
+//!
+//! ```no_run
+//! use stretto::Session;
+//! use stretto_ballista::ClusterContext;
+//!
+//! // A scheduler at localhost:50050 and executors started with `stretto-scheduler` / `stretto-executor`.
+//! let session = Session::builder("/var/cache/stretto").ladder(["smollm2-135m"]).build()?;
+//! let ctx = ClusterContext::connect(&session, "localhost:50050")?;
+//! ctx.register_file("reviews", "data/reviews/")?; // a directory of CSV files: one partition per file
+//! let result = ctx.sql(
+//!     "SELECT reviewid, sem_map('The movie title named in {reviews.reviewtext}') AS title
+//!      FROM reviews WHERE sem_filter('{reviews.reviewtext} is clearly positive')",
+//! )?;
+//! println!("{}", result.to_pretty()?);
+//! # Ok::<(), stretto_ballista::ClusterError>(())
+//! ```
+
+#![warn(missing_docs)]
+
+pub mod codec;
+pub mod exec;
+pub mod node;
+pub mod planner;
+pub mod process;
+
+use std::path::Path;
+use std::sync::Arc;
+
+use arrow::datatypes::SchemaRef;
+use ballista_core::extension::SessionConfigExt;
+use ballista_core::planner::BallistaQueryPlanner;
+use datafusion::execution::session_state::SessionStateBuilder;
+use datafusion::prelude::{CsvReadOptions, JsonReadOptions, ParquetReadOptions, SessionConfig, SessionContext};
+use datafusion_proto::protobuf::LogicalPlanNode;
+use stretto_sql::{RunLog, SemanticPipelineRule, SqlError, SqlResult, StrettoOptions};
+
+pub use codec::{StrettoLogicalCodec, StrettoPhysicalCodec};
+pub use exec::{CascadeExec, ExecutorResources, TaskLog};
+pub use node::CertifiedPipelineNode;
+pub use planner::{CertifyingPlanner, SchedulerQueryPlanner};
+
+/// What can go wrong on a cluster.
+#[derive(Debug, thiserror::Error)]
+pub enum ClusterError {
+    /// Planning or running the query (on the client, the scheduler or an executor), or Stretto's own work.
+    #[error(transparent)]
+    Sql(#[from] SqlError),
+    /// Starting or running a scheduler or an executor.
+    #[error("ballista: {0}")]
+    Ballista(#[from] ballista_core::error::BallistaError),
+    /// A setting that cannot work (an address, a file type).
+    #[error("{0}")]
+    Config(String),
+    /// The client's runtime could not start.
+    #[error("cannot start the client runtime: {0}")]
+    Runtime(#[source] std::io::Error),
+}
+
+impl From<datafusion::error::DataFusionError> for ClusterError {
+    fn from(e: datafusion::error::DataFusionError) -> Self {
+        ClusterError::Sql(SqlError::from_datafusion(e))
+    }
+}
+
+impl From<stretto::Error> for ClusterError {
+    fn from(e: stretto::Error) -> Self {
+        ClusterError::Sql(SqlError::Stretto(e))
+    }
+}
+
+/// A result of this crate.
+pub type Result<T, E = ClusterError> = std::result::Result<T, E>;
+
+/// The session configuration every party uses: Ballista's, with the `stretto.*` settings.
+pub fn session_config() -> SessionConfig {
+    let mut config = SessionConfig::new_with_ballista()
+        .with_information_schema(true)
+        .with_ballista_logical_extension_codec(Arc::new(StrettoLogicalCodec::default()))
+        .with_ballista_physical_extension_codec(Arc::new(StrettoPhysicalCodec::default()));
+    config.options_mut().extensions.insert(StrettoOptions::default());
+    config
+}
+
+/// SQL with Stretto's semantic functions on a Ballista cluster (see the crate doc): certification here, execution
+/// on the executors.
+pub struct ClusterContext {
+    session: stretto::Session,
+    ctx: SessionContext,
+    runtime: Arc<tokio::runtime::Runtime>,
+    log: RunLog,
+}
+
+impl std::fmt::Debug for ClusterContext {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClusterContext").field("session", &self.session).finish_non_exhaustive()
+    }
+}
+
+impl ClusterContext {
+    /// A client of the scheduler at `scheduler` (`HOST:PORT`), certifying pipelines with `session` (its models,
+    /// sample and seed). Tables: [`register_file`](Self::register_file). Nothing is contacted until a query runs.
+    pub fn connect(session: &stretto::Session, scheduler: &str) -> Result<Self> {
+        let (host, port) = scheduler
+            .rsplit_once(':')
+            .filter(|(h, p)| !h.is_empty() && p.parse::<u16>().is_ok())
+            .ok_or_else(|| ClusterError::Config(format!("the scheduler address `{scheduler}` is not HOST:PORT")))?;
+        let url = format!("df://{host}:{port}");
+        let config = session_config().with_target_partitions(4);
+        let ballista = BallistaQueryPlanner::<LogicalPlanNode>::with_extension(
+            url,
+            config.ballista_config(),
+            Arc::new(StrettoLogicalCodec::default()),
+        );
+        let log = RunLog::default();
+        let planner = CertifyingPlanner::new(session.clone(), Arc::new(ballista), log.clone());
+        let state = SessionStateBuilder::new()
+            .with_config(config)
+            .with_default_features()
+            .with_query_planner(Arc::new(planner))
+            .build();
+        let ctx = SessionContext::new_with_state(state);
+        ctx.add_analyzer_rule(Arc::new(SemanticPipelineRule));
+        for udf in stretto_sql::functions::udfs() {
+            ctx.register_udf(udf);
+        }
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .thread_name("stretto-cluster")
+            .enable_all()
+            .build()
+            .map_err(ClusterError::Runtime)?;
+        Ok(Self { session: session.clone(), ctx, runtime: Arc::new(runtime), log })
+    }
+
+    /// The DataFusion context (Ballista client state).
+    pub fn datafusion(&self) -> &SessionContext {
+        &self.ctx
+    }
+
+    /// Registers a CSV, Parquet or NDJSON file, or a directory of them (one partition per file), as `name`. The
+    /// executors read the same path, so it must be on a file system they share with the client.
+    pub fn register_file(&self, name: &str, path: impl AsRef<Path>) -> Result<()> {
+        let path = path.as_ref();
+        let probe = if path.is_dir() {
+            std::fs::read_dir(path)
+                .map_err(|e| ClusterError::Config(format!("cannot list {}: {e}", path.display())))?
+                .filter_map(|e| e.ok().map(|e| e.path()))
+                .filter(|p| p.is_file())
+                .min()
+                .ok_or_else(|| ClusterError::Config(format!("{} holds no file", path.display())))?
+        } else {
+            path.to_path_buf()
+        };
+        let ext = probe.extension().and_then(|e| e.to_str()).unwrap_or_default().to_ascii_lowercase();
+        let location = path
+            .to_str()
+            .ok_or_else(|| ClusterError::Config(format!("{} is not a UTF-8 path", path.display())))?
+            .to_string();
+        let location = if path.is_dir() && !location.ends_with('/') { format!("{location}/") } else { location };
+        self.runtime.block_on(async {
+            match ext.as_str() {
+                "csv" => self.ctx.register_csv(name, &location, CsvReadOptions::new()).await,
+                "parquet" => self.ctx.register_parquet(name, &location, ParquetReadOptions::default()).await,
+                "json" | "ndjson" | "jsonl" => {
+                    self.ctx
+                        .register_json(
+                            name,
+                            &location,
+                            JsonReadOptions { file_extension: &format!(".{ext}"), ..Default::default() },
+                        )
+                        .await
+                }
+                other => Err(datafusion::error::DataFusionError::Plan(format!(
+                    "{}: a cluster reads .csv, .parquet or .ndjson/.jsonl files, not `.{other}`",
+                    probe.display()
+                ))),
+            }
+        })?;
+        Ok(())
+    }
+
+    /// The `stretto.*` settings as they stand (after any `SET`).
+    pub fn options(&self) -> StrettoOptions {
+        self.ctx.state().config().options().extensions.get::<StrettoOptions>().cloned().unwrap_or_default()
+    }
+
+    /// Runs `sql` (statements separated by `;`, each in turn; the last one's rows are returned) on the cluster.
+    /// The result reports each semantic pipeline's certification (profiled tuples, plan, bounds, timings); its
+    /// execution counts live on the executors.
+    pub fn sql(&self, sql: &str) -> Result<SqlResult> {
+        self.log.clear();
+        let statements: Vec<&str> = split_statements(sql);
+        if statements.is_empty() {
+            return Err(ClusterError::Config("the SQL text holds no statement".into()));
+        }
+        let mut last = None;
+        for s in statements {
+            let out = self.runtime.block_on(async {
+                let df = self.ctx.sql(s).await?;
+                let schema: SchemaRef = Arc::new(df.schema().as_arrow().clone());
+                let batches = df.collect().await?;
+                Ok::<_, datafusion::error::DataFusionError>((schema, batches))
+            })?;
+            last = Some(out);
+        }
+        let (schema, batches) = last.expect("at least one statement");
+        Ok(SqlResult::new(schema, batches, self.log.runs()))
+    }
+}
+
+/// Statements of `sql` split at `;` outside quotes and comments.
+fn split_statements(sql: &str) -> Vec<&str> {
+    let mut out = Vec::new();
+    let (mut start, mut quote, mut comment) = (0, None, false);
+    let bytes = sql.as_bytes();
+    let mut i = 0;
+    while i < bytes.len() {
+        let c = bytes[i];
+        if comment {
+            comment = c != b'\n';
+        } else if let Some(q) = quote {
+            if c == q {
+                quote = None;
+            }
+        } else if c == b'\'' || c == b'"' {
+            quote = Some(c);
+        } else if c == b'-' && bytes.get(i + 1) == Some(&b'-') {
+            comment = true;
+        } else if c == b';' {
+            out.push(&sql[start..i]);
+            start = i + 1;
+        }
+        i += 1;
+    }
+    out.push(&sql[start..]);
+    out.into_iter().filter(|s| s.lines().any(|l| !l.trim().is_empty() && !l.trim().starts_with("--"))).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn statements_split_at_semicolons_outside_quotes_and_comments() {
+        let s = super::split_statements("SET a = 1; -- x; y\nSELECT ';' AS s;\n-- only a comment\n");
+        assert_eq!(s.len(), 2, "{s:?}");
+        assert_eq!(s[1].trim(), "-- x; y\nSELECT ';' AS s");
+    }
+}

@@ -1,0 +1,171 @@
+//! The scheduler and executor processes: Ballista's, with Stretto's codecs, planner and operators. The
+//! `stretto-scheduler` and `stretto-executor` binaries parse these arguments and call [`run_scheduler`] /
+//! [`run_executor`].
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use ballista_executor::executor_process::{start_executor_process, ExecutorProcessConfig};
+use ballista_scheduler::cluster::BallistaCluster;
+use ballista_scheduler::config::SchedulerConfig;
+use ballista_scheduler::scheduler_process::start_server;
+use datafusion::execution::session_state::SessionStateBuilder;
+
+use crate::exec::{ExecutorResources, TaskLog};
+use crate::{ClusterError, Result, SchedulerQueryPlanner, StrettoLogicalCodec, StrettoPhysicalCodec};
+
+/// A scheduler's settings (`stretto-scheduler --help`).
+#[derive(Debug, Clone, clap::Args)]
+pub struct SchedulerArgs {
+    /// Address to listen on.
+    #[arg(long, default_value = "127.0.0.1")]
+    pub bind_host: String,
+    /// Port of the scheduler's gRPC service (clients and executors connect here).
+    #[arg(long, default_value_t = 50050)]
+    pub port: u16,
+    /// Seconds without a heartbeat after which an executor counts as lost and its tasks run elsewhere.
+    #[arg(long, default_value_t = 180)]
+    pub executor_timeout_seconds: u64,
+    /// Seconds between checks for lost executors.
+    #[arg(long, default_value_t = 15)]
+    pub expire_dead_executor_interval_seconds: u64,
+    /// Failures of one task before its query fails.
+    #[arg(long, default_value_t = 4)]
+    pub task_max_failures: usize,
+}
+
+/// Runs a scheduler until the process ends.
+pub async fn run_scheduler(args: SchedulerArgs) -> Result<()> {
+    let addr: SocketAddr = format!("{}:{}", args.bind_host, args.port)
+        .parse()
+        .map_err(|e| ClusterError::Config(format!("bind address {}:{}: {e}", args.bind_host, args.port)))?;
+    let config = SchedulerConfig {
+        bind_host: args.bind_host.clone(),
+        bind_port: args.port,
+        external_host: args.bind_host.clone(),
+        executor_timeout_seconds: args.executor_timeout_seconds,
+        expire_dead_executor_interval_seconds: args.expire_dead_executor_interval_seconds,
+        no_executors_grace_period_seconds: args.executor_timeout_seconds,
+        task_max_failures: args.task_max_failures,
+        override_config_producer: Some(Arc::new(crate::session_config)),
+        override_session_builder: Some(Arc::new(|config| {
+            let state = ballista_core::utils::default_session_builder(config)?;
+            Ok(SessionStateBuilder::new_from_existing(state)
+                .with_query_planner(Arc::new(SchedulerQueryPlanner))
+                .build())
+        })),
+        override_logical_codec: Some(Arc::new(StrettoLogicalCodec::default())),
+        override_physical_codec: Some(Arc::new(StrettoPhysicalCodec::default())),
+        ..Default::default()
+    };
+    let cluster = BallistaCluster::new_from_config(&config).await?;
+    tracing::info!(%addr, "stretto scheduler listening");
+    start_server(cluster, addr, Arc::new(config)).await?;
+    Ok(())
+}
+
+/// An executor's settings (`stretto-executor --help`).
+#[derive(Debug, Clone, clap::Args)]
+pub struct ExecutorArgs {
+    /// The scheduler, `HOST:PORT`.
+    #[arg(long, default_value = "localhost:50050")]
+    pub scheduler: String,
+    /// Address to listen on.
+    #[arg(long, default_value = "127.0.0.1")]
+    pub bind_host: String,
+    /// Port of the executor's Arrow Flight service (other executors and clients fetch results here).
+    #[arg(long, default_value_t = 50051)]
+    pub port: u16,
+    /// Port of the executor's gRPC service.
+    #[arg(long, default_value_t = 50052)]
+    pub grpc_port: u16,
+    /// Tasks run at once (each runs its operators on the model pool's threads).
+    #[arg(long, default_value_t = 1)]
+    pub concurrent_tasks: usize,
+    /// Seconds between heartbeats to the scheduler.
+    #[arg(long, default_value_t = 60)]
+    pub heartbeat_seconds: u64,
+    /// Executor id (default: a fresh one).
+    #[arg(long)]
+    pub id: Option<String>,
+    /// Scratch folder for intermediate results; the task log (`stretto-tasks.jsonl`) is written here.
+    #[arg(long)]
+    pub work_dir: PathBuf,
+    /// Model home of this node (models are prepared there on first use; the binaries default to STRETTO_HOME, else
+    /// the user's cache folder).
+    #[arg(long)]
+    pub model_home: Option<PathBuf>,
+    /// KV store of this node: a path shared by all nodes lets each item's cache be built once for the cluster.
+    #[arg(long)]
+    pub kv_dir: Option<PathBuf>,
+    /// Memo of answers of this node (default: inside the model home).
+    #[arg(long)]
+    pub memo_dir: Option<PathBuf>,
+    /// Decoder models of the LLM ladder, smallest first (the plans this executor runs name them).
+    #[arg(long, value_delimiter = ',', default_value = "smollm2-135m,qwen2.5-coder-0.5b")]
+    pub ladder: Vec<String>,
+    /// Models operators may use (comma-separated).
+    #[arg(long, value_delimiter = ',', default_value = "smollm2-135m,minilm,efficientnet-lite0")]
+    pub models: Vec<String>,
+    /// Threads per model session.
+    #[arg(long, default_value_t = 1)]
+    pub threads: usize,
+}
+
+/// The Stretto session of an executor.
+pub fn executor_session(args: &ExecutorArgs) -> Result<stretto::Session> {
+    let home = args.model_home.clone().ok_or_else(|| ClusterError::Config("an executor needs --model-home".into()))?;
+    let mut b = stretto::Session::builder(home)
+        .ladder(args.ladder.clone())
+        .models(args.models.clone())
+        .threads(args.threads.max(1))
+        .progress(false);
+    if let Some(d) = &args.kv_dir {
+        b = b.kv_dir(d.clone());
+    }
+    if let Some(d) = &args.memo_dir {
+        b = b.memo_dir(d.clone());
+    }
+    Ok(b.build()?)
+}
+
+/// Runs an executor until the process ends.
+pub async fn run_executor(args: ExecutorArgs) -> Result<()> {
+    let (host, port) =
+        args.scheduler.rsplit_once(':').and_then(|(h, p)| Some((h.to_string(), p.parse::<u16>().ok()?))).ok_or_else(
+            || ClusterError::Config(format!("the scheduler address `{}` is not HOST:PORT", args.scheduler)),
+        )?;
+    std::fs::create_dir_all(&args.work_dir)
+        .map_err(|e| ClusterError::Config(format!("cannot create the work dir {}: {e}", args.work_dir.display())))?;
+    let session = executor_session(&args)?;
+    let id = args.id.clone().unwrap_or_else(|| format!("stretto-{}-{}", args.bind_host, args.port));
+    let resources = ExecutorResources {
+        session,
+        task_log: Some(TaskLog::new(id.clone(), args.work_dir.join("stretto-tasks.jsonl"))),
+    };
+    let work_dir = args
+        .work_dir
+        .to_str()
+        .ok_or_else(|| ClusterError::Config(format!("{} is not a UTF-8 path", args.work_dir.display())))?
+        .to_string();
+    let config = ExecutorProcessConfig {
+        executor_id: id,
+        bind_host: args.bind_host.clone(),
+        external_host: Some(args.bind_host.clone()),
+        port: args.port,
+        grpc_port: args.grpc_port,
+        scheduler_host: host,
+        scheduler_port: port,
+        scheduler_connect_timeout_seconds: 30,
+        vcores: args.concurrent_tasks.max(1),
+        work_dir: Some(work_dir),
+        executor_heartbeat_interval_seconds: args.heartbeat_seconds.max(1),
+        override_config_producer: Some(Arc::new(crate::session_config)),
+        override_logical_codec: Some(Arc::new(StrettoLogicalCodec::default())),
+        override_physical_codec: Some(Arc::new(StrettoPhysicalCodec::for_executor(resources))),
+        ..Default::default()
+    };
+    start_executor_process(Arc::new(config)).await?;
+    Ok(())
+}

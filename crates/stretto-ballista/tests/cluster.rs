@@ -1,0 +1,252 @@
+//! A real cluster on loopback: a `stretto-scheduler` and two `stretto-executor` processes. A semantic SQL query
+//! with a filter and a map over a four-file (four-partition) input returns exactly the rows of the single-process
+//! run, both executors run cascade tasks, and an executor killed mid-query gives an error or a complete result,
+//! never a partial one.
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use arrow::array::{Array, AsArray, RecordBatch};
+use arrow::datatypes::DataType;
+use stretto::Session;
+use stretto_ballista::ClusterContext;
+use stretto_sql::{SqlContext, SqlResult};
+
+const ROWS: usize = 32;
+const FILES: usize = 4;
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// A child process killed when the test ends, whatever happens.
+struct Proc(Child);
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn spawn(bin: &str, args: &[String], log: &Path) -> Proc {
+    let log = std::fs::File::create(log).unwrap();
+    let child = Command::new(bin)
+        .args(args)
+        .env("RUST_LOG", "info")
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot start {bin}: {e}"));
+    Proc(child)
+}
+
+fn wait_for(what: &str, timeout: Duration, mut ready: impl FnMut() -> bool) {
+    let t0 = Instant::now();
+    while !ready() {
+        assert!(t0.elapsed() < timeout, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+struct Cluster {
+    scheduler: String,
+    executors: Vec<(Proc, PathBuf)>,
+    _scheduler: Proc,
+}
+
+fn start_cluster(dir: &Path) -> Cluster {
+    let port = free_port();
+    let scheduler = format!("127.0.0.1:{port}");
+    let s = spawn(
+        env!("CARGO_BIN_EXE_stretto-scheduler"),
+        &[
+            "--port".into(),
+            port.to_string(),
+            "--executor-timeout-seconds".into(),
+            "6".into(),
+            "--expire-dead-executor-interval-seconds".into(),
+            "2".into(),
+        ],
+        &dir.join("scheduler.log"),
+    );
+    wait_for("the scheduler's port", Duration::from_secs(60), || std::net::TcpStream::connect(&scheduler).is_ok());
+    let home = stretto::core::context::default_home();
+    let mut executors = Vec::new();
+    for i in 0..2 {
+        let work = dir.join(format!("executor-{i}"));
+        std::fs::create_dir_all(&work).unwrap();
+        let args: Vec<String> = [
+            "--scheduler",
+            &scheduler,
+            "--port",
+            &free_port().to_string(),
+            "--grpc-port",
+            &free_port().to_string(),
+            "--id",
+            &format!("executor-{i}"),
+            "--heartbeat-seconds",
+            "2",
+            "--work-dir",
+            work.to_str().unwrap(),
+            "--model-home",
+            home.to_str().unwrap(),
+            "--kv-dir",
+            work.join("kv").to_str().unwrap(),
+            "--memo-dir",
+            work.join("memo").to_str().unwrap(),
+            "--ladder",
+            "smollm2-135m",
+            "--models",
+            "smollm2-135m,minilm",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        let log = dir.join(format!("executor-{i}.log"));
+        executors.push((spawn(env!("CARGO_BIN_EXE_stretto-executor"), &args, &log), work));
+    }
+    Cluster { scheduler, executors, _scheduler: s }
+}
+
+/// Lines of an executor's task log.
+fn tasks(work: &Path) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(work.join("stretto-tasks.jsonl"))
+        .unwrap_or_default()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+fn session(dir: &Path) -> Session {
+    Session::builder(stretto::core::context::default_home())
+        .kv_dir(dir.join("kv"))
+        .memo_dir(dir.join("memo"))
+        .ladder(["smollm2-135m"])
+        .models(["smollm2-135m", "minilm"])
+        .progress(false)
+        .build()
+        .expect("session builds")
+}
+
+/// The first `ROWS` bundled reviews as `FILES` Parquet files (one partition each) and as one file.
+fn write_input(session: &Session, dir: &Path) -> (PathBuf, PathBuf) {
+    let ctx = SqlContext::new(session).unwrap();
+    let batch = ctx
+        .sql(&format!("SELECT reviewid, reviewtext FROM movie.reviews ORDER BY reviewid LIMIT {ROWS}"))
+        .unwrap()
+        .collect()
+        .unwrap()
+        .batch()
+        .unwrap();
+    let parts = dir.join("reviews");
+    std::fs::create_dir_all(&parts).unwrap();
+    let per = ROWS / FILES;
+    for i in 0..FILES {
+        let path = parts.join(format!("part-{i}.parquet"));
+        stretto::io::write(&batch.slice(i * per, per), &path, stretto::FileFormat::Parquet).unwrap();
+    }
+    let all = dir.join("all.parquet");
+    stretto::io::write(&batch, &all, stretto::FileFormat::Parquet).unwrap();
+    (parts, all)
+}
+
+/// The rows as sorted text lines.
+fn rows(r: &SqlResult) -> Vec<String> {
+    let b: RecordBatch = r.batch().unwrap();
+    let mut out: Vec<String> = (0..b.num_rows())
+        .map(|i| {
+            b.columns()
+                .iter()
+                .map(|c| {
+                    let c = arrow::compute::cast(c, &DataType::Utf8).unwrap();
+                    let c = c.as_string::<i32>();
+                    if c.is_valid(i) {
+                        c.value(i).to_string()
+                    } else {
+                        String::new()
+                    }
+                })
+                .collect::<Vec<_>>()
+                .join(" | ")
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+const QUERY: &str = "SELECT reviewid, sem_map('The movie title named in {reviews.reviewtext}') AS title \
+                     FROM reviews WHERE sem_filter('{reviews.reviewtext} is clearly positive')";
+
+#[test]
+fn a_cluster_runs_the_certified_pipeline_on_every_partition_and_never_returns_a_partial_result() {
+    let dir = tempfile::tempdir().unwrap();
+    let session = session(dir.path());
+    let (parts, all) = write_input(&session, dir.path());
+    let cluster = start_cluster(dir.path());
+
+    // The single-process run.
+    let local = SqlContext::new(&session).unwrap();
+    local.register_file("reviews", &all).unwrap();
+    let expected = local.sql(QUERY).unwrap().collect().unwrap();
+    assert!(expected.num_rows() > 0 && expected.num_rows() < ROWS, "{} rows", expected.num_rows());
+
+    // The same query on the cluster: certified here, executed there.
+    let ctx = ClusterContext::connect(&session, &cluster.scheduler).unwrap();
+    ctx.register_file("reviews", &parts).unwrap();
+    let got = ctx.sql(QUERY).unwrap_or_else(|e| panic!("cluster query failed: {e}\n{}", logs(dir.path())));
+    assert_eq!(rows(&got), rows(&expected), "{}", logs(dir.path()));
+    let run = &got.pipelines()[0];
+    assert_eq!(run.input_rows, ROWS, "the client certified on the whole input");
+    assert!(run.plan.is_some() && run.bounds.is_some(), "{run:?}");
+
+    // Both executors ran cascade tasks, and together every partition once.
+    let counts: Vec<Vec<serde_json::Value>> = cluster.executors.iter().map(|(_, w)| tasks(w)).collect();
+    for (i, c) in counts.iter().enumerate() {
+        assert!(!c.is_empty(), "executor {i} ran no cascade task\n{}", logs(dir.path()));
+    }
+    let rows_in: u64 = counts.iter().flatten().map(|t| t["rows_in"].as_u64().unwrap()).sum();
+    assert_eq!(rows_in as usize, ROWS, "{counts:?}");
+
+    // An executor killed mid-query: an error, or a complete result (the task ran again elsewhere).
+    let second = QUERY.replace("The movie title named in", "The name of the lead actor mentioned in");
+    let expected = local.sql(&second).unwrap().collect().unwrap();
+    let mut survivors = cluster.executors;
+    let (mut victim, victim_dir) = survivors.remove(0);
+    let before = tasks(&victim_dir).len();
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let done2 = done.clone();
+    let killer = std::thread::spawn(move || {
+        // Kill once the victim has finished a task of this query (it then holds results and more work).
+        while tasks(&victim_dir).len() == before {
+            if done2.load(std::sync::atomic::Ordering::SeqCst) {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        victim.0.kill().unwrap();
+        victim.0.wait().unwrap();
+        true
+    });
+    let outcome = ctx.sql(&second);
+    done.store(true, std::sync::atomic::Ordering::SeqCst);
+    let killed = killer.join().unwrap();
+    assert!(killed, "the victim ran no task of the second query before it ended\n{}", logs(dir.path()));
+    match outcome {
+        Ok(r) => assert_eq!(rows(&r), rows(&expected), "a result after a lost executor must be complete"),
+        Err(e) => eprintln!("the query failed after an executor was killed: {e}"),
+    }
+    drop(survivors);
+}
+
+fn logs(dir: &Path) -> String {
+    let mut s = String::new();
+    for name in ["scheduler.log", "executor-0.log", "executor-1.log"] {
+        let text = std::fs::read_to_string(dir.join(name)).unwrap_or_default();
+        let tail: Vec<&str> = text.lines().rev().take(30).collect();
+        s.push_str(&format!("--- {name} (last lines)\n{}\n", tail.into_iter().rev().collect::<Vec<_>>().join("\n")));
+    }
+    s
+}
