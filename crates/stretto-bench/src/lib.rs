@@ -13,6 +13,7 @@
 
 #![warn(missing_docs)]
 
+pub mod cluster;
 pub mod commands;
 pub mod demo;
 pub mod experiments;

@@ -255,7 +255,17 @@ enum Command {
         /// now plus half of the free disk); least-recently-used ad-hoc caches are evicted to stay within it.
         #[arg(long)]
         disk_budget: Option<u64>,
+        /// Run on a Ballista cluster: the scheduler at `HOST:PORT` (`stretto-scheduler`, with `stretto-executor`s).
+        /// The pipeline is profiled and optimized here and executed there; `--input` files (or directories of
+        /// them, one partition per file) must be on a file system the executors share.
+        #[arg(long, value_name = "HOST:PORT", conflicts_with = "explain")]
+        cluster: Option<String>,
     },
+    /// Ballista's scheduler with Stretto's planner and codecs: `stretto sql --cluster HOST:PORT` submits here and
+    /// `stretto executor`s run the work.
+    Scheduler(stretto_ballista::process::SchedulerArgs),
+    /// Ballista's executor with Stretto's operators: runs the certified cascades a scheduler hands out.
+    Executor(stretto_ballista::process::ExecutorArgs),
     /// The README's main job: a real two-filter + one-map query on a bounded slice of the bundled movie reviews,
     /// with SmolLM2-135M and MiniLM, checked against the gold plan.
     Demo {
@@ -423,6 +433,28 @@ enum BenchAction {
         /// Output folder.
         #[arg(long, default_value = "bench/results/sembench")]
         out: PathBuf,
+    },
+    /// Throughput of a semantic SQL query on a local Ballista cluster with 1, 2, ... executor processes, beside one
+    /// process.
+    Cluster {
+        /// Reviews queried (the first ones of the bundled 1000).
+        #[arg(long, default_value_t = 96)]
+        rows: usize,
+        /// Parquet files (partitions) the reviews are split into.
+        #[arg(long, default_value_t = 8)]
+        files: usize,
+        /// Executor counts to measure.
+        #[arg(long, value_delimiter = ',', default_value = "1,2")]
+        executors: Vec<usize>,
+        /// Decoder ladder (default: smollm2-135m).
+        #[arg(long, value_delimiter = ',', default_value = "smollm2-135m")]
+        ladder: Vec<String>,
+        /// Output folder (results.json, summary.md); the work folder is `<out>/work` unless given.
+        #[arg(long, default_value = "bench/results/cluster")]
+        out: PathBuf,
+        /// Work folder (input, KV store, memos, logs).
+        #[arg(long)]
+        work: Option<PathBuf>,
     },
     /// Experiments 1 and 3 on shared profiles, experiment 2, and a summary beside the published figures.
     All {
@@ -738,6 +770,24 @@ fn run(cli: Cli) -> Result<(), BoxError> {
                     stretto::core::format::write_atomic(&out.join("protocols.md"), md.as_bytes())?;
                     print!("{md}");
                 }
+                BenchAction::Cluster { rows, files, executors, ladder, out, work } => {
+                    use stretto_bench::cluster;
+                    let b = cluster::ClusterBench {
+                        stretto: std::env::current_exe()?,
+                        model_home: context().model_home,
+                        rows,
+                        files,
+                        executors,
+                        ladder,
+                        work: work.unwrap_or_else(|| out.join("work")),
+                    };
+                    let measures = cluster::run(&b)?;
+                    std::fs::create_dir_all(&out)?;
+                    std::fs::write(out.join("results.json"), serde_json::to_string_pretty(&measures)?)?;
+                    let summary = cluster::summary(&b, &measures);
+                    std::fs::write(out.join("summary.md"), &summary)?;
+                    print!("{summary}");
+                }
                 BenchAction::Sembench { queries, only, precision, recall, method, ladder, sample, cold, out } => {
                     use stretto_bench::sembench;
                     let mut ctx = context();
@@ -970,6 +1020,7 @@ fn run(cli: Cli) -> Result<(), BoxError> {
             seed,
             show,
             disk_budget,
+            cluster,
         } => {
             let out_format = match &output {
                 Some(p) => Some(check_output(p)?),
@@ -997,30 +1048,38 @@ fn run(cli: Cli) -> Result<(), BoxError> {
                 .seed(seed)
                 .progress(!json && std::io::stderr().is_terminal())
                 .build()?;
-            let sql = stretto_sql::SqlContext::new(&session)?;
+            let runner = match &cluster {
+                Some(addr) => SqlRunner::Cluster(stretto_ballista::ClusterContext::connect(&session, addr)?),
+                None => SqlRunner::Local(stretto_sql::SqlContext::new(&session)?),
+            };
             for spec in &inputs {
                 let (name, path) = match spec.split_once('=') {
                     Some((n, p)) => (n.to_string(), PathBuf::from(p)),
                     None => (stretto::io::table_name(std::path::Path::new(spec))?, PathBuf::from(spec)),
                 };
-                sql.register_file(&name, &path)?;
+                runner.register_file(&name, &path)?;
             }
             let settings = [("precision", precision.map(|v| v.to_string())), ("recall", recall.map(|v| v.to_string()))]
                 .into_iter()
                 .chain([("credible", credible.map(|v| v.to_string())), ("method", method.map(|m| format!("'{m}'")))]);
             for (key, value) in settings {
                 if let Some(v) = value {
-                    sql.sql(&format!("SET stretto.{key} = {v}"))?;
+                    runner.set(&format!("SET stretto.{key} = {v}"))?;
                 }
             }
             // Settings are checked before the query, whether or not it has a semantic function.
-            sql.options().validate()?;
-            let frame = sql.sql(&query)?;
-            if explain {
-                println!("{}", frame.explain()?);
-                return Ok(());
-            }
-            let result = frame.collect()?;
+            runner.options().validate()?;
+            let result = match &runner {
+                SqlRunner::Local(sql) => {
+                    let frame = sql.sql(&query)?;
+                    if explain {
+                        println!("{}", frame.explain()?);
+                        return Ok(());
+                    }
+                    frame.collect()?
+                }
+                SqlRunner::Cluster(c) => c.sql(&query)?,
+            };
             if let (Some(p), Some(_)) = (&output, out_format) {
                 result.write(p)?;
             }
@@ -1053,6 +1112,17 @@ fn run(cli: Cli) -> Result<(), BoxError> {
                     println!("semantic pipeline: {}", run.summary());
                 }
             }
+        }
+        Command::Scheduler(args) => {
+            let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+            rt.block_on(stretto_ballista::process::run_scheduler(args))?;
+        }
+        Command::Executor(mut args) => {
+            if args.model_home.is_none() {
+                args.model_home = Some(context().model_home);
+            }
+            let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+            rt.block_on(stretto_ballista::process::run_executor(args))?;
         }
         Command::Demo { rows, json } => {
             use stretto_bench::query::{render, run_query, QueryOptions, DEMO_QUERY};
@@ -1184,4 +1254,39 @@ fn truncate_text(batch: &arrow::array::RecordBatch) -> arrow::array::RecordBatch
         })
         .collect();
     arrow::array::RecordBatch::try_new(batch.schema(), cols).unwrap_or_else(|_| batch.clone())
+}
+
+/// Where `stretto sql` runs: this process, or a Ballista cluster.
+enum SqlRunner {
+    Local(stretto_sql::SqlContext),
+    Cluster(stretto_ballista::ClusterContext),
+}
+
+impl SqlRunner {
+    fn register_file(&self, name: &str, path: &std::path::Path) -> Result<(), BoxError> {
+        match self {
+            SqlRunner::Local(s) => s.register_file(name, path)?,
+            SqlRunner::Cluster(c) => c.register_file(name, path)?,
+        }
+        Ok(())
+    }
+
+    fn set(&self, statement: &str) -> Result<(), BoxError> {
+        match self {
+            SqlRunner::Local(s) => {
+                s.sql(statement)?;
+            }
+            SqlRunner::Cluster(c) => {
+                c.sql(statement)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn options(&self) -> stretto_sql::StrettoOptions {
+        match self {
+            SqlRunner::Local(s) => s.options(),
+            SqlRunner::Cluster(c) => c.options(),
+        }
+    }
 }

@@ -139,3 +139,25 @@ fn sql_reads_its_query_from_a_file_that_may_start_with_a_comment() {
     let (ok, _, err) = stretto(&["sql", "--file", "missing.sql"], dir.path());
     assert!(!ok && err.contains("cannot read the SQL file missing.sql"), "{err}");
 }
+
+#[test]
+fn a_cluster_address_that_cannot_work_is_refused_before_anything_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let (ok, _, err) = stretto(&["sql", "SELECT 1", "--cluster", "localhost"], dir.path());
+    assert!(!ok && err.contains("`localhost` is not HOST:PORT"), "{err}");
+    // A scheduler that is not there: the query fails and says where it tried.
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let input = write_reviews(dir.path(), 5);
+    let (ok, out, err) = stretto(
+        &["sql", "SELECT count(*) AS n FROM critics", "--input", input.to_str().unwrap(), "--cluster"]
+            .into_iter()
+            .chain([format!("127.0.0.1:{port}").as_str()])
+            .collect::<Vec<_>>(),
+        dir.path(),
+    );
+    assert!(!ok && out.is_empty(), "{out}");
+    assert!(err.contains(&port.to_string()), "{err}");
+    // Explaining is this process's job; a cluster runs queries.
+    let (ok, _, err) = stretto(&["sql", "SELECT 1", "--cluster", "127.0.0.1:1", "--explain"], dir.path());
+    assert!(!ok && err.contains("--explain"), "{err}");
+}
