@@ -98,6 +98,7 @@ pub fn session_config() -> SessionConfig {
 /// on the executors.
 pub struct ClusterContext {
     session: stretto::Session,
+    scheduler: String,
     ctx: SessionContext,
     runtime: Arc<tokio::runtime::Runtime>,
     log: RunLog,
@@ -142,7 +143,7 @@ impl ClusterContext {
             .enable_all()
             .build()
             .map_err(ClusterError::Runtime)?;
-        Ok(Self { session: session.clone(), ctx, runtime: Arc::new(runtime), log })
+        Ok(Self { session: session.clone(), scheduler: format!("{host}:{port}"), ctx, runtime: Arc::new(runtime), log })
     }
 
     /// The DataFusion context (Ballista client state).
@@ -213,7 +214,9 @@ impl ClusterContext {
                 let schema: SchemaRef = Arc::new(df.schema().as_arrow().clone());
                 let batches = df.collect().await?;
                 Ok::<_, datafusion::error::DataFusionError>((schema, batches))
-            })?;
+            });
+            let out =
+                out.map_err(|e| e.context(format!("running on the cluster of the scheduler at {}", self.scheduler)))?;
             last = Some(out);
         }
         let (schema, batches) = last.expect("at least one statement");
