@@ -111,6 +111,10 @@ pub struct ExecutorArgs {
     /// Threads per model session.
     #[arg(long, default_value_t = 1)]
     pub threads: usize,
+    /// Run the models with ONNX Runtime's CUDA execution provider (a build with the `cuda` feature and
+    /// onnxruntime-gpu's libraries): one executor per GPU.
+    #[arg(long)]
+    pub cuda: bool,
 }
 
 /// The Stretto session of an executor.
@@ -121,6 +125,9 @@ pub fn executor_session(args: &ExecutorArgs) -> Result<stretto::Session> {
         .models(args.models.clone())
         .threads(args.threads.max(1))
         .progress(false);
+    if args.cuda {
+        b = b.execution_provider(stretto::core::context::ExecutionProvider::Cuda);
+    }
     if let Some(d) = &args.kv_dir {
         b = b.kv_dir(d.clone());
     }
