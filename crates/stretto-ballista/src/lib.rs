@@ -45,7 +45,7 @@ use ballista_core::planner::BallistaQueryPlanner;
 use datafusion::execution::session_state::SessionStateBuilder;
 use datafusion::prelude::{CsvReadOptions, JsonReadOptions, ParquetReadOptions, SessionConfig, SessionContext};
 use datafusion_proto::protobuf::LogicalPlanNode;
-use stretto_sql::{RunLog, SemanticPipelineRule, SqlError, SqlResult, StrettoOptions};
+use stretto_sql::{RunLog, SqlError, SqlResult, StrettoOptions};
 
 pub use codec::{StrettoLogicalCodec, StrettoPhysicalCodec};
 pub use exec::{CascadeExec, ExecutorResources, TaskLog};
@@ -133,17 +133,9 @@ impl ClusterContext {
             .with_query_planner(Arc::new(planner))
             .build();
         let ctx = SessionContext::new_with_state(state);
-        ctx.add_analyzer_rule(Arc::new(SemanticPipelineRule));
-        for udf in stretto_sql::functions::udfs() {
-            ctx.register_udf(udf);
-        }
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .thread_name("stretto-cluster")
-            .enable_all()
-            .build()
-            .map_err(ClusterError::Runtime)?;
-        Ok(Self { session: session.clone(), scheduler: format!("{host}:{port}"), ctx, runtime: Arc::new(runtime), log })
+        stretto_sql::install(&ctx);
+        let runtime = stretto_sql::query_runtime("stretto-cluster").map_err(ClusterError::Runtime)?;
+        Ok(Self { session: session.clone(), scheduler: format!("{host}:{port}"), ctx, runtime, log })
     }
 
     /// The DataFusion context (Ballista client state).
@@ -195,7 +187,7 @@ impl ClusterContext {
 
     /// The `stretto.*` settings as they stand (after any `SET`).
     pub fn options(&self) -> StrettoOptions {
-        self.ctx.state().config().options().extensions.get::<StrettoOptions>().cloned().unwrap_or_default()
+        stretto_sql::options_of(&self.ctx)
     }
 
     /// Runs `sql` (statements separated by `;`, each in turn; the last one's rows are returned) on the cluster.

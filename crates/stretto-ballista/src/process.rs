@@ -15,6 +15,14 @@ use datafusion::execution::session_state::SessionStateBuilder;
 use crate::exec::{ExecutorResources, TaskLog};
 use crate::{ClusterError, Result, SchedulerQueryPlanner, StrettoLogicalCodec, StrettoPhysicalCodec};
 
+/// Logs to stderr, filtered by `RUST_LOG` (default `info`): the binaries' logging.
+pub fn init_logging() {
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))
+        .with_writer(std::io::stderr)
+        .init();
+}
+
 /// A scheduler's settings (`stretto-scheduler --help`).
 #[derive(Debug, Clone, clap::Args)]
 pub struct SchedulerArgs {

@@ -101,6 +101,27 @@ fn unwrap_df(e: DataFusionError) -> SqlError {
     }
 }
 
+/// Teaches a DataFusion context Stretto's SQL: the semantic functions and the rule that gathers them into one
+/// pipeline. The context's configuration needs the [`StrettoOptions`] extension.
+pub fn install(ctx: &SessionContext) {
+    ctx.add_analyzer_rule(Arc::new(SemanticPipelineRule));
+    for udf in functions::udfs() {
+        ctx.register_udf(udf);
+    }
+}
+
+/// The `stretto.*` settings of `ctx` as they stand (after any `SET`).
+pub fn options_of(ctx: &SessionContext) -> StrettoOptions {
+    ctx.state().config().options().extensions.get::<StrettoOptions>().cloned().unwrap_or_default()
+}
+
+/// The small Tokio runtime a synchronous SQL front end drives DataFusion with.
+pub fn query_runtime(thread_name: &str) -> std::io::Result<Arc<tokio::runtime::Runtime>> {
+    let runtime =
+        tokio::runtime::Builder::new_multi_thread().worker_threads(2).thread_name(thread_name).enable_all().build()?;
+    Ok(Arc::new(runtime))
+}
+
 /// SQL over a Stretto session: DataFusion with the semantic functions, the pipeline rule and planner, the
 /// session's registered tables (schema `public`) and every bundled dataset as a schema (`movie.reviews`).
 pub struct SqlContext {
@@ -132,21 +153,13 @@ impl SqlContext {
             .with_query_planner(Arc::new(planner))
             .build();
         let ctx = SessionContext::new_with_state(state);
-        ctx.add_analyzer_rule(Arc::new(SemanticPipelineRule));
-        for udf in functions::udfs() {
-            ctx.register_udf(udf);
-        }
+        install(&ctx);
         for (name, batch) in session.tables() {
             ctx.register_batch(&name, batch)?;
         }
         schema::register_bundled(&ctx)?;
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .thread_name("stretto-sql")
-            .enable_all()
-            .build()
-            .map_err(SqlError::Runtime)?;
-        Ok(Self { session: session.clone(), ctx, runtime: Arc::new(runtime), log })
+        let runtime = query_runtime("stretto-sql").map_err(SqlError::Runtime)?;
+        Ok(Self { session: session.clone(), ctx, runtime, log })
     }
 
     /// The Stretto session.
@@ -161,7 +174,7 @@ impl SqlContext {
 
     /// The `stretto.*` settings as they stand (after any `SET`).
     pub fn options(&self) -> StrettoOptions {
-        self.ctx.state().config().options().extensions.get::<StrettoOptions>().cloned().unwrap_or_default()
+        options_of(&self.ctx)
     }
 
     /// Registers `batch` as table `name`, in the Stretto session too.

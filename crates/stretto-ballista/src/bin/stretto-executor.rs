@@ -13,12 +13,7 @@ struct Cli {
 
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info,ballista=info".into()),
-        )
-        .with_writer(std::io::stderr)
-        .init();
+    stretto_ballista::process::init_logging();
     let mut args = Cli::parse().args;
     // The environment is read here, at the binary's edge.
     if args.model_home.is_none() {

@@ -13,12 +13,7 @@ struct Cli {
 
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info,ballista=info".into()),
-        )
-        .with_writer(std::io::stderr)
-        .init();
+    stretto_ballista::process::init_logging();
     match stretto_ballista::process::run_scheduler(Cli::parse().args).await {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
