@@ -100,9 +100,28 @@ pub fn read_csv(path: &Path, options: &CsvOptions) -> Result<RecordBatch> {
 }
 
 /// Reads a Parquet file into one batch.
+///
+/// A damaged file is an error, never a panic: the `parquet` crate's decoders assert on some corrupt encodings
+/// (`num_bits <= size_of::<T>() * 8` in its RLE reader, found by the fuzz tests), so a panic while decoding is
+/// caught here and reported as a read error of the file.
 pub fn read_parquet(path: &Path, options: &ReadOptions) -> Result<RecordBatch> {
-    use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
     let file = open(path)?;
+    let batch = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| decode_parquet(path, file))) {
+        Ok(r) => r?,
+        Err(panic) => {
+            let what = panic
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "unknown".into());
+            return Err(Error::read(path, None, format!("the Parquet file is damaged (its decoder failed: {what})")));
+        }
+    };
+    mark_images(path, batch, &options.image_columns)
+}
+
+fn decode_parquet(path: &Path, file: std::fs::File) -> Result<RecordBatch> {
+    use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
     let parquet_err = |location: Option<String>, e: Box<dyn std::error::Error + Send + Sync>| Error::Read {
         path: path.into(),
         location,
@@ -122,8 +141,7 @@ pub fn read_parquet(path: &Path, options: &ReadOptions) -> Result<RecordBatch> {
         ));
         batches.push(batch.map_err(|e| parquet_err(at, Box::new(e)))?);
     }
-    let batch = arrow::compute::concat_batches(&schema, &batches)?;
-    mark_images(path, batch, &options.image_columns)
+    Ok(arrow::compute::concat_batches(&schema, &batches)?)
 }
 
 /// Reads a newline-delimited JSON file (one object per line) into one batch; types are inferred from the first rows.
