@@ -157,29 +157,27 @@ impl ClusterContext {
         } else {
             path.to_path_buf()
         };
-        let ext = probe.extension().and_then(|e| e.to_str()).unwrap_or_default().to_ascii_lowercase();
+        // Stretto's rule for a file's format; DataFusion lists the files with the same extension.
+        let format = stretto::FileFormat::of(&probe)?;
+        let ext = format!(".{}", probe.extension().and_then(|e| e.to_str()).unwrap_or_default());
         let location = path
             .to_str()
             .ok_or_else(|| ClusterError::Config(format!("{} is not a UTF-8 path", path.display())))?
             .to_string();
         let location = if path.is_dir() && !location.ends_with('/') { format!("{location}/") } else { location };
         self.runtime.block_on(async {
-            match ext.as_str() {
-                "csv" => self.ctx.register_csv(name, &location, CsvReadOptions::new()).await,
-                "parquet" => self.ctx.register_parquet(name, &location, ParquetReadOptions::default()).await,
-                "json" | "ndjson" | "jsonl" => {
-                    self.ctx
-                        .register_json(
-                            name,
-                            &location,
-                            JsonReadOptions { file_extension: &format!(".{ext}"), ..Default::default() },
-                        )
-                        .await
+            match format {
+                stretto::FileFormat::Csv => {
+                    self.ctx.register_csv(name, &location, CsvReadOptions::new().file_extension(&ext)).await
                 }
-                other => Err(datafusion::error::DataFusionError::Plan(format!(
-                    "{}: a cluster reads .csv, .parquet or .ndjson/.jsonl files, not `.{other}`",
-                    probe.display()
-                ))),
+                stretto::FileFormat::Parquet => {
+                    let options = ParquetReadOptions { file_extension: &ext, ..Default::default() };
+                    self.ctx.register_parquet(name, &location, options).await
+                }
+                stretto::FileFormat::Json => {
+                    let options = JsonReadOptions { file_extension: &ext, ..Default::default() };
+                    self.ctx.register_json(name, &location, options).await
+                }
             }
         })?;
         Ok(())
@@ -195,14 +193,13 @@ impl ClusterContext {
     /// execution counts live on the executors.
     pub fn sql(&self, sql: &str) -> Result<SqlResult> {
         self.log.clear();
-        let statements: Vec<&str> = split_statements(sql);
-        if statements.is_empty() {
-            return Err(ClusterError::Config("the SQL text holds no statement".into()));
-        }
+        let state = self.ctx.state();
+        let statements = stretto_sql::parse_statements(&state, sql)?;
         let mut last = None;
-        for s in statements {
+        for statement in statements {
             let out = self.runtime.block_on(async {
-                let df = self.ctx.sql(s).await?;
+                let plan = self.ctx.state().statement_to_plan(statement).await?;
+                let df = self.ctx.execute_logical_plan(plan).await?;
                 let schema: SchemaRef = Arc::new(df.schema().as_arrow().clone());
                 let batches = df.collect().await?;
                 Ok::<_, datafusion::error::DataFusionError>((schema, batches))
@@ -211,45 +208,7 @@ impl ClusterContext {
                 out.map_err(|e| e.context(format!("running on the cluster of the scheduler at {}", self.scheduler)))?;
             last = Some(out);
         }
-        let (schema, batches) = last.expect("at least one statement");
+        let (schema, batches) = last.expect("parse_statements gives at least one statement");
         Ok(SqlResult::new(schema, batches, self.log.runs()))
-    }
-}
-
-/// Statements of `sql` split at `;` outside quotes and comments.
-fn split_statements(sql: &str) -> Vec<&str> {
-    let mut out = Vec::new();
-    let (mut start, mut quote, mut comment) = (0, None, false);
-    let bytes = sql.as_bytes();
-    let mut i = 0;
-    while i < bytes.len() {
-        let c = bytes[i];
-        if comment {
-            comment = c != b'\n';
-        } else if let Some(q) = quote {
-            if c == q {
-                quote = None;
-            }
-        } else if c == b'\'' || c == b'"' {
-            quote = Some(c);
-        } else if c == b'-' && bytes.get(i + 1) == Some(&b'-') {
-            comment = true;
-        } else if c == b';' {
-            out.push(&sql[start..i]);
-            start = i + 1;
-        }
-        i += 1;
-    }
-    out.push(&sql[start..]);
-    out.into_iter().filter(|s| s.lines().any(|l| !l.trim().is_empty() && !l.trim().starts_with("--"))).collect()
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn statements_split_at_semicolons_outside_quotes_and_comments() {
-        let s = super::split_statements("SET a = 1; -- x; y\nSELECT ';' AS s;\n-- only a comment\n");
-        assert_eq!(s.len(), 2, "{s:?}");
-        assert_eq!(s[1].trim(), "-- x; y\nSELECT ';' AS s");
     }
 }

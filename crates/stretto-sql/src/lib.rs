@@ -115,6 +115,28 @@ pub fn options_of(ctx: &SessionContext) -> StrettoOptions {
     ctx.state().config().options().extensions.get::<StrettoOptions>().cloned().unwrap_or_default()
 }
 
+/// The statements of `sql` (one or more, separated by `;`), parsed with the dialect and limits of `state`; no
+/// statement at all is an error.
+pub fn parse_statements(
+    state: &datafusion::execution::session_state::SessionState,
+    sql: &str,
+) -> Result<std::collections::VecDeque<datafusion::sql::parser::Statement>> {
+    let options = state.config().options();
+    let name = options.sql_parser.dialect;
+    let dialect = datafusion::sql::sqlparser::dialect::dialect_from_str(name)
+        .ok_or_else(|| SqlError::DataFusion(DataFusionError::Plan(format!("unsupported SQL dialect {name}"))))?;
+    let statements = datafusion::sql::parser::DFParserBuilder::new(sql)
+        .with_dialect(dialect.as_ref())
+        .with_recursion_limit(options.sql_parser.recursion_limit.get())
+        .build()
+        .and_then(|mut p| p.parse_statements())
+        .map_err(SqlError::DataFusion)?;
+    if statements.is_empty() {
+        return Err(SqlError::DataFusion(DataFusionError::Plan("the SQL text holds no statement".into())));
+    }
+    Ok(statements)
+}
+
 /// The small Tokio runtime a synchronous SQL front end drives DataFusion with.
 pub fn query_runtime(thread_name: &str) -> std::io::Result<Arc<tokio::runtime::Runtime>> {
     let runtime =
@@ -196,20 +218,7 @@ impl SqlContext {
     /// but runs only when collected. The semantic pipelines that statements before it ran (`CREATE TABLE ... AS
     /// SELECT ... sem_filter(...)`) are reported in the result's [`pipelines`](SqlResult::pipelines) too.
     pub fn sql(&self, sql: &str) -> Result<SqlFrame> {
-        let state = self.ctx.state();
-        let options = state.config().options();
-        let name = options.sql_parser.dialect;
-        let dialect = datafusion::sql::sqlparser::dialect::dialect_from_str(name)
-            .ok_or_else(|| SqlError::DataFusion(DataFusionError::Plan(format!("unsupported SQL dialect {name}"))))?;
-        let statements = datafusion::sql::parser::DFParserBuilder::new(sql)
-            .with_dialect(dialect.as_ref())
-            .with_recursion_limit(options.sql_parser.recursion_limit.get())
-            .build()
-            .and_then(|mut p| p.parse_statements())
-            .map_err(SqlError::DataFusion)?;
-        if statements.is_empty() {
-            return Err(SqlError::DataFusion(DataFusionError::Plan("the SQL text holds no statement".into())));
-        }
+        let statements = parse_statements(&self.ctx.state(), sql)?;
         self.log.clear();
         let mut last = None;
         for statement in statements {
