@@ -1243,8 +1243,13 @@ pub fn render(r: &QueryReport, show: usize) -> String {
     s
 }
 
-/// The demo query: two filters and one map over the bundled movie reviews.
-pub const DEMO_QUERY: &str = "{reviews.reviewtext} is clearly positive -- {reviews.reviewtext} praises the acting or the cast -- Extract the movie [title] mentioned in {reviews.reviewtext}";
+/// The demo query over the bundled movie reviews: a filter, then a map whose answers the data itself can check
+/// (every review carries its critic's `scoresentiment`, POSITIVE or NEGATIVE; the prompt never sees it).
+pub const DEMO_QUERY: &str = "{reviews.reviewtext} discusses the story or the plot -- Say whether the [sentiment] of {reviews.reviewtext} is positive or negative";
+
+/// Models the demo allows: the ladder SmolLM2-135M → Qwen2.5-Coder-0.5B (its gold, #17: SmolLM2's answers are near
+/// chance against the labels) and MiniLM's embedding filter.
+pub const DEMO_MODELS: [&str; 3] = ["smollm2-135m", "qwen2.5-coder-0.5b", "minilm"];
 
 /// Rows of the demo's bounded slice.
 pub const DEMO_ROWS: usize = 200;
