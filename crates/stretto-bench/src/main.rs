@@ -228,7 +228,8 @@ enum Command {
         /// Print one JSON object (columns, rows, the pipeline's plan and bounds) instead of a table.
         #[arg(long)]
         json: bool,
-        /// Print the optimized logical plan and the physical plan instead of running the query.
+        /// Print the optimized logical plan and the physical plan instead of running the query (`EXPLAIN ANALYZE
+        /// <query>` runs it and shows the certified cascade, its rules and bounds).
         #[arg(long)]
         explain: bool,
         /// Models operators may use (comma-separated).

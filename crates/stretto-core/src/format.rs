@@ -25,6 +25,17 @@ pub struct PlanStage {
 }
 
 impl PlanStage {
+    /// The stage's decision rule as a reader wants it: `reject < 0.120, accept > 0.750` for a filter stage,
+    /// `take if confidence > 0.600` for a map stage, `gold rule` for a stage without thresholds. A threshold that can
+    /// never hold (infinite or extreme: a stage that never rejects) prints as `never`.
+    pub fn rule(&self) -> String {
+        match (self.lower, self.upper) {
+            (Some(l), Some(u)) => format!("reject {}, accept {}", bound("<", l), bound(">", u)),
+            (None, Some(u)) => format!("take if confidence {}", bound(">", u)),
+            _ => "gold rule".into(),
+        }
+    }
+
     /// The logical operator and implementation names of `physical`.
     pub fn split(&self) -> Result<(&str, &str)> {
         self.physical.split_once('/').filter(|(l, i)| !l.is_empty() && !i.is_empty()).ok_or_else(|| {
@@ -142,9 +153,38 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
     })
 }
 
+/// A threshold `t` under comparison `op` (`<` or `>`): `< 0.250`, or `never` / `always` where it is infinite or
+/// extreme.
+fn bound(op: &str, t: f64) -> String {
+    const NEVER: f64 = 1e300;
+    match op {
+        "<" if t <= -NEVER => "never".into(),
+        ">" if t >= NEVER => "never".into(),
+        "<" if t >= NEVER => "always".into(),
+        ">" if t <= -NEVER => "always".into(),
+        _ if t.is_nan() => "never".into(),
+        _ => format!("{op} {t:.3}"),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn thresholds_that_can_never_hold_print_as_never() {
+        assert_eq!(bound("<", -f64::MAX), "never");
+        assert_eq!(bound("<", f64::NEG_INFINITY), "never");
+        assert_eq!(bound(">", f64::INFINITY), "never");
+        assert_eq!(bound(">", f64::MAX), "never");
+        assert_eq!(bound("<", f64::INFINITY), "always");
+        assert_eq!(bound("<", -0.25), "< -0.250");
+        assert_eq!(bound(">", 1.5), "> 1.500");
+        let stage = |lower, upper| PlanStage { physical: "f/x".into(), lower, upper };
+        assert_eq!(stage(Some(f64::NEG_INFINITY), Some(0.259)).rule(), "reject never, accept > 0.259");
+        assert_eq!(stage(None, Some(0.6)).rule(), "take if confidence > 0.600");
+        assert_eq!(stage(None, None).rule(), "gold rule");
+    }
 
     #[test]
     fn parses_the_documented_example() {

@@ -67,10 +67,18 @@ impl PipelineRun {
         self.input_rows.saturating_sub(self.executed_rows)
     }
 
-    /// One line for a plan display.
+    /// One line for a plan display: tuples in, profiled, executed and skipped, rows out, the certified cascade's
+    /// stages with their decision rules, and the certified bounds.
     pub fn summary(&self) -> String {
-        let stages =
-            self.plan.as_ref().map(|p| p.stages.iter().map(|s| s.physical.clone()).collect::<Vec<_>>().join(" → "));
+        format!("{}: {}", self.pipeline, self.details())
+    }
+
+    /// [`summary`](Self::summary) without the pipeline's text.
+    pub fn details(&self) -> String {
+        let stages = self
+            .plan
+            .as_ref()
+            .map(|p| p.stages.iter().map(|s| format!("{} [{}]", s.physical, s.rule())).collect::<Vec<_>>().join(" → "));
         let bounds = self.bounds.as_ref().map(|b| {
             format!(
                 "certified precision >= {:.3}, recall >= {:.3}{}",
@@ -79,10 +87,8 @@ impl PipelineRun {
                 if b["fell_back_to_gold"].as_bool() == Some(true) { " (gold fallback)" } else { "" }
             )
         });
-        let mut s = format!(
-            "{}: {} input tuples, {} profiled, {} executed",
-            self.pipeline, self.input_rows, self.sample_rows, self.executed_rows
-        );
+        let mut s =
+            format!("{} input tuples, {} profiled, {} executed", self.input_rows, self.sample_rows, self.executed_rows);
         if self.skipped_rows() > 0 {
             s.push_str(&format!(", {} skipped (LIMIT reached before they were needed)", self.skipped_rows()));
         }
@@ -310,16 +316,25 @@ impl DisplayAs for SemanticPipelineExec {
     fn fmt_as(&self, t: DisplayFormatType, f: &mut fmt::Formatter) -> fmt::Result {
         let o = &self.spec.options;
         match t {
-            DisplayFormatType::Default | DisplayFormatType::Verbose => write!(
-                f,
-                "SemanticPipelineExec: {}, targets precision >= {} and recall >= {} at {}%, method {}, {} tuples per batch",
-                self.spec.describe(),
-                o.precision,
-                o.recall,
-                o.credible * 100.0,
-                o.method,
-                o.batch_rows
-            ),
+            DisplayFormatType::Default | DisplayFormatType::Verbose => {
+                write!(
+                    f,
+                    "SemanticPipelineExec: {}, targets precision >= {} and recall >= {} at {}%, method {}, {} tuples per \
+                     batch",
+                    self.spec.describe(),
+                    o.precision,
+                    o.recall,
+                    o.credible * 100.0,
+                    o.method,
+                    o.batch_rows
+                )?;
+                // After a run (EXPLAIN ANALYZE), what the optimizer certified and what the cascade did.
+                let run = self.run.lock().unwrap_or_else(|p| p.into_inner());
+                if run.plan.is_some() {
+                    write!(f, "; ran: {}", run.details())?;
+                }
+                Ok(())
+            }
             DisplayFormatType::TreeRender => write!(f, "{}", self.spec.describe()),
         }
     }

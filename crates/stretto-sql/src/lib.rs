@@ -12,6 +12,8 @@
 //! pipeline is profiled on the session's seeded sample, optimized under the query's precision/recall targets
 //! (`SET stretto.precision = 0.8`, `stretto.recall`, `stretto.credible`, `stretto.method`) and executed as the
 //! certified cascade by [`SemanticPipelineExec`], a batch at a time, so a LIMIT stops it early.
+//! `EXPLAIN` shows the relational plan and the pipeline; `EXPLAIN ANALYZE` runs the query and shows, on the
+//! pipeline's line, the certified cascade (stages with their decision rules), its bounds and the tuples skipped.
 //!
 //! ```no_run
 //! use stretto::Session;

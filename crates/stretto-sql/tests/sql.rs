@@ -194,6 +194,45 @@ fn sql_runs_the_dataframe_pipeline_and_a_limit_stops_it_early() {
     assert_eq!(ints(&one, "reviewid"), ints(&b, "reviewid")[..1].to_vec());
 }
 
+/// EXPLAIN shows the relational plan and the semantic pipeline before anything runs; EXPLAIN ANALYZE runs the query
+/// and shows, in the pipeline's line, the cascade the optimizer certified (stages in order with their decision
+/// rules), the certified bounds and the tuples the LIMIT let it skip.
+#[test]
+fn explain_analyze_shows_the_certified_cascade_with_rules_bounds_and_skipped_tuples() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = session(dir.path());
+    let ctx = SqlContext::new(&s).unwrap();
+    ctx.sql("SET stretto.precision = 0.8; SET stretto.recall = 0.8; SET stretto.batch_rows = 4").unwrap();
+    let query = format!(
+        "SELECT reviewid FROM {FIRST_40} WHERE istopcritic = false AND sem_filter('{{reviews.reviewtext}} is clearly \
+         positive') LIMIT 2"
+    );
+    let plan_text = |sql: &str| {
+        let r = ctx.sql(sql).unwrap().collect().unwrap();
+        let b = r.batch().unwrap();
+        let plans = b.column_by_name("plan").unwrap();
+        let plans = arrow::compute::cast(plans, &DataType::Utf8).unwrap();
+        (plans.as_string::<i32>().iter().flatten().collect::<Vec<_>>().join("\n"), r)
+    };
+    let (before, r) = plan_text(&format!("EXPLAIN {query}"));
+    assert!(before.contains("SemanticPipelineExec") && !before.contains("ran:"), "{before}");
+    assert!(r.pipelines().is_empty(), "plain EXPLAIN runs nothing");
+
+    let (after, r) = plan_text(&format!("EXPLAIN ANALYZE {query}"));
+    let [run] = r.pipelines() else { panic!("one pipeline ran: {:?}", r.pipelines()) };
+    let line = after.lines().find(|l| l.contains("SemanticPipelineExec")).unwrap_or_else(|| panic!("{after}"));
+    let plan = run.plan.as_ref().unwrap();
+    for stage in &plan.stages {
+        let shown = format!("{} [{}]", stage.physical, stage.rule());
+        assert!(line.contains(&shown), "{shown} missing from {line}");
+    }
+    assert!(line.contains("certified precision >= ") && line.contains("recall >= "), "{line}");
+    assert!(line.contains(&format!("{} skipped", run.skipped_rows())) && run.skipped_rows() > 0, "{line}");
+    // Relational work stays below the pipeline: its input is the non-top-critic reviews only.
+    let below = after.split("SemanticPipelineExec").nth(1).unwrap();
+    assert!(below.contains("FilterExec"), "{after}");
+}
+
 #[test]
 fn aggregates_and_ordering_run_above_the_pipeline() {
     let dir = tempfile::tempdir().unwrap();

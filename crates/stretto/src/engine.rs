@@ -1122,20 +1122,6 @@ fn batch_rows(batch: &RecordBatch) -> Vec<serde_json::Map<String, serde_json::Va
         .collect()
 }
 
-/// A threshold as a reader wants it: `< 0.250`, or `never` where it can never hold (an infinite or extreme bound,
-/// a stage that never rejects or never accepts).
-fn bound(op: &str, t: f64) -> String {
-    const NEVER: f64 = 1e300;
-    match op {
-        "<" if t <= -NEVER => "never".into(),
-        ">" if t >= NEVER => "never".into(),
-        "<" if t >= NEVER => "always".into(),
-        ">" if t <= -NEVER => "always".into(),
-        _ if t.is_nan() => "never".into(),
-        _ => format!("{op} {t:.3}"),
-    }
-}
-
 /// The text report `stretto query` prints.
 pub fn render(r: &QueryReport, show: usize) -> String {
     let mut s = String::new();
@@ -1161,12 +1147,7 @@ pub fn render(r: &QueryReport, show: usize) -> String {
     }
     line("plan (stages in execution order):".into());
     for st in &r.plan.stages {
-        let th = match (st.lower, st.upper) {
-            (Some(l), Some(u)) => format!("reject {}, accept {}", bound("<", l), bound(">", u)),
-            (None, Some(u)) => format!("take if confidence {}", bound(">", u)),
-            _ => "gold rule".into(),
-        };
-        line(format!("  {:<60} {th}", st.physical));
+        line(format!("  {:<60} {}", st.physical, st.rule()));
     }
     for w in &r.plan.warnings {
         line(format!("  warning: {w}"));
@@ -1302,16 +1283,5 @@ mod tests {
         };
         let m = screened(&v(&[Some("a"), Some("b"), None]), &v(&[Some("a"), Some("c"), Some("d")]), &[0.1]);
         assert_eq!(m.quality, Some(0.5));
-    }
-
-    #[test]
-    fn thresholds_that_can_never_hold_print_as_never() {
-        assert_eq!(bound("<", -f64::MAX), "never");
-        assert_eq!(bound("<", f64::NEG_INFINITY), "never");
-        assert_eq!(bound(">", f64::INFINITY), "never");
-        assert_eq!(bound(">", f64::MAX), "never");
-        assert_eq!(bound("<", f64::INFINITY), "always");
-        assert_eq!(bound("<", -0.25), "< -0.250");
-        assert_eq!(bound(">", 1.5), "> 1.500");
     }
 }
