@@ -2,7 +2,8 @@
 //!
 //! The `stretto` command-line tool and the library behind it: commands that list data and operators and run
 //! plans, semantic queries end to end ([`query`], the facade's engine), and the paper's experiments ([`experiments`], with SVG figures
-//! from [`plots`]), and SemBench's movie scenario in Stretto SQL scored against the labels ([`sembench`]).
+//! from [`plots`]), SemBench's movie scenario in Stretto SQL scored against the labels ([`sembench`]), and Stretto beside llama.cpp on
+//! the same GGUF files ([`peer`]).
 //!
 //! ```
 //! use stretto_bench::commands;
@@ -18,6 +19,7 @@ pub mod commands;
 pub mod demo;
 pub mod experiments;
 pub mod kv;
+pub mod peer;
 pub mod plots;
 pub mod protocols;
 pub mod sembench;

