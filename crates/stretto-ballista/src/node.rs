@@ -45,9 +45,9 @@ impl CertifiedPipelineNode {
         format!("{}|{}", self.spec.key(), serde_json::to_string(self.plan.as_ref()).unwrap_or_default())
     }
 
-    /// The plan's stages, in execution order, as one line.
+    /// The plan's stages, in execution order with their rules, as one line.
     pub fn stages(&self) -> String {
-        self.plan.stages.iter().map(|s| s.physical.as_str()).collect::<Vec<_>>().join(" → ")
+        self.plan.describe_stages()
     }
 }
 

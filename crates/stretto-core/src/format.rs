@@ -85,6 +85,12 @@ impl PlanFile {
         Self { format: PLAN_FORMAT.into(), query: None, logical: vec![], stages, predicted: None, warnings: vec![] }
     }
 
+    /// The stages in execution order with their rules, for a plan display:
+    /// `f1/embed:minilm [reject never, accept > 0.259] → f1/llm:… [reject < 0.000, accept > 0.000]`.
+    pub fn describe_stages(&self) -> String {
+        self.stages.iter().map(|s| format!("{} [{}]", s.physical, s.rule())).collect::<Vec<_>>().join(" → ")
+    }
+
     /// Reads and validates a plan file.
     pub fn read(path: &Path) -> Result<Self> {
         let text =

@@ -75,10 +75,7 @@ impl PipelineRun {
 
     /// [`summary`](Self::summary) without the pipeline's text.
     pub fn details(&self) -> String {
-        let stages = self
-            .plan
-            .as_ref()
-            .map(|p| p.stages.iter().map(|s| format!("{} [{}]", s.physical, s.rule())).collect::<Vec<_>>().join(" → "));
+        let stages = self.plan.as_ref().map(|p| p.describe_stages());
         let bounds = self.bounds.as_ref().map(|b| {
             format!(
                 "certified precision >= {:.3}, recall >= {:.3}{}",
