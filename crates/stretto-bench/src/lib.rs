@@ -22,5 +22,6 @@ pub mod kv;
 pub mod peer;
 pub mod plots;
 pub mod protocols;
+pub mod quant;
 pub mod sembench;
 pub use stretto::engine as query;

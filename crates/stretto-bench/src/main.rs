@@ -193,6 +193,10 @@ enum Command {
         /// now plus half of the free disk); least-recently-used ad-hoc caches are evicted to stay within it.
         #[arg(long)]
         disk_budget: Option<u64>,
+        /// Also offer each ladder model's int8-weight rung (8-bit MatMulNBits weights over the f32 model's caches;
+        /// converted on first use). The optimizer certifies it like any other rung.
+        #[arg(long)]
+        int8_rungs: bool,
     },
     /// Run SQL on Apache DataFusion with semantic functions: `sem_filter('<predicate naming {table.column}s>')` in
     /// WHERE or JOIN ... ON, `sem_map('<instruction>' [, 'text'|'integer'|'float'|'boolean'])` in SELECT, GROUP BY,
@@ -416,6 +420,29 @@ enum BenchAction {
         threads: usize,
         /// Output folder.
         #[arg(long, default_value = "bench/results/peer")]
+        out: PathBuf,
+    },
+    /// The int8-weight rung beside its f32 parent: the LLM filter over a seeded sample of reviews and Rotowire
+    /// reports with both weights over the same cached pasts; ms per item, speed-up, decision agreement and, on the
+    /// reviews, accuracy against the critics' verdicts. Writes quant.md and quant.json into --out.
+    Quant {
+        /// Catalog decoders.
+        #[arg(long, value_delimiter = ',', default_value = "smollm2-135m,qwen2.5-coder-0.5b")]
+        models: Vec<String>,
+        /// Rows per dataset.
+        #[arg(long, default_value_t = 100)]
+        items: usize,
+        /// Intra-op threads.
+        #[arg(long, default_value_t = 1)]
+        threads: usize,
+        /// Seed of the sample.
+        #[arg(long, default_value_t = 42)]
+        seed: u64,
+        /// Items per decoder batch.
+        #[arg(long, default_value_t = 8)]
+        batch: usize,
+        /// Output folder.
+        #[arg(long, default_value = "bench/results/quant")]
         out: PathBuf,
     },
     /// SemBench's movie scenario written in Stretto SQL (examples/sql/sembench-movie): every query run on the bundled
@@ -801,6 +828,19 @@ fn run(cli: Cli) -> Result<(), BoxError> {
                     stretto::core::format::write_atomic(&out.join("peer.md"), md.as_bytes())?;
                     print!("{md}");
                 }
+                BenchAction::Quant { models, items, threads, seed, batch, out } => {
+                    use stretto_bench::quant;
+                    let o = quant::QuantOptions { models, items, threads, seed, batch };
+                    let rows = quant::measure(&context().model_home, &o)?;
+                    std::fs::create_dir_all(&out)?;
+                    let md = quant::markdown(&rows, &o);
+                    stretto::core::format::write_atomic(
+                        &out.join("quant.json"),
+                        serde_json::to_string_pretty(&rows)?.as_bytes(),
+                    )?;
+                    stretto::core::format::write_atomic(&out.join("quant.md"), md.as_bytes())?;
+                    print!("{md}");
+                }
                 BenchAction::Cluster { rows, files, executors, ladder, out, work } => {
                     use stretto_bench::cluster;
                     let b = cluster::ClusterBench {
@@ -911,6 +951,7 @@ fn run(cli: Cli) -> Result<(), BoxError> {
             run_dir,
             show,
             disk_budget,
+            int8_rungs,
         } => {
             use stretto::engine::{input_from, parse_query, run_pipeline, QueryOptions};
             // The output's folder and format are checked before any work, and the file is written atomically.
@@ -930,6 +971,7 @@ fn run(cli: Cli) -> Result<(), BoxError> {
             if let Some(b) = disk_budget {
                 ctx.disk_budget = Some(b);
             }
+            ctx.int8_rungs = int8_rungs;
             for spec in &user_models {
                 let (name, path) = spec.split_once('=').ok_or_else(|| {
                     format!("--model {spec}: write it as NAME=PATH (a GGUF file or an ONNX export folder)")

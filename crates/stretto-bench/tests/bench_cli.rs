@@ -143,3 +143,32 @@ fn the_peer_bench_runs_llama_cpp_and_stretto_on_the_same_gguf() {
     assert!(md.contains("| smollm2-135m | movie |") && md.contains("llama.cpp saved-state question ms"), "{md}");
     assert_eq!(md, stdout);
 }
+
+/// The int8-rung bench end to end on a few rows per dataset (#21): both rungs run over the same caches, every
+/// figure is measured, and the reviews' row is scored against the critics' verdicts.
+#[test]
+fn the_quant_bench_measures_the_int8_rung_beside_its_f32_parent() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("quant");
+    let (ok, stdout, err) = stretto(
+        &["bench", "quant", "--models", "smollm2-135m", "--items", "4", "--out", out.to_str().unwrap()],
+        dir.path(),
+    );
+    assert!(ok, "{err}");
+    let rows: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("quant.json")).unwrap()).unwrap();
+    let rows = rows.as_array().unwrap();
+    assert_eq!(rows.len(), 2, "reviews and reports: {rows:?}");
+    for r in rows {
+        for f in ["f32_ms", "int8_ms", "speedup", "mean_change"] {
+            assert!(r[f].as_f64().unwrap() > 0.0, "{f} in {r}");
+        }
+        assert!((0.0..=1.0).contains(&r["agreement"].as_f64().unwrap()), "{r}");
+        assert_eq!(r["items"], 4);
+    }
+    let movie = rows.iter().find(|r| r["dataset"] == "movie").unwrap();
+    assert_eq!(movie["truth_accuracy"].as_array().map(Vec::len), Some(2), "{movie}");
+    let md = std::fs::read_to_string(out.join("quant.md")).unwrap();
+    assert!(md.contains("| smollm2-135m | rotowire |"), "{md}");
+    assert_eq!(md, stdout);
+}

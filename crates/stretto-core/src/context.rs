@@ -76,6 +76,10 @@ pub struct OpContext {
     /// Bytes the KV directory and the memo may hold together; queries evict least-recently-used ad-hoc caches to
     /// stay within it. `None`: what they hold now plus half of the free space of the KV directory's file system.
     pub disk_budget: Option<u64>,
+    /// Whether the LLM ladder also offers each model's int8-weight rungs (its question passes on 8-bit
+    /// `MatMulNBits` weights, over the f32 model's caches). Off by default: such a rung joins the default ladder only
+    /// once it is measured fast and faithful enough (`bench/results/quant/`).
+    pub int8_rungs: bool,
 }
 
 impl OpContext {
@@ -91,6 +95,7 @@ impl OpContext {
             encoders: DEFAULT_ENCODERS.iter().map(|s| s.to_string()).collect(),
             provider: ExecutionProvider::Cpu,
             disk_budget: None,
+            int8_rungs: false,
         }
     }
 
@@ -147,6 +152,12 @@ impl OpContext {
     /// With a disk budget of `bytes` for the KV directory and the memo together.
     pub fn with_disk_budget(mut self, bytes: u64) -> Self {
         self.disk_budget = Some(bytes);
+        self
+    }
+
+    /// With (or without) the int8-weight rungs of every ladder model.
+    pub fn with_int8_rungs(mut self, on: bool) -> Self {
+        self.int8_rungs = on;
         self
     }
 

@@ -23,13 +23,18 @@ use crate::store::{decode_record, encode_record, read_meta, sha256_text, write_a
 /// Ratios a miss is compressed at (besides the requested one).
 pub const LADDER: [f64; 3] = [0.0, 0.5, 0.8];
 
+/// Loads the model that prefills a source's missing pasts (see [`PastSource::with_prefill`]).
+pub type PrefillModel = Arc<dyn Fn() -> Result<Arc<Decoder>> + Send + Sync>;
+
 /// Finds or computes the pasts of one profile.
-#[derive(Debug)]
 pub struct PastSource {
     profile: Profile,
     kv_dir: PathBuf,
     index: Mutex<Option<HashMap<String, PathBuf>>>,
     budget: Option<Arc<DiskBudget>>,
+    /// The model that prefills missing pasts, when it is not the one asking (an int8 rung reads its f32 parent's
+    /// caches, so both answer over the same pasts).
+    prefill: Option<PrefillModel>,
     /// Whether the user was told that the budget is full (once per source, not once per record).
     told_full: std::sync::atomic::AtomicBool,
 }
@@ -38,10 +43,27 @@ fn adhoc_path(kv_dir: &Path, profile: &Profile, source: &str) -> PathBuf {
     kv_dir.join("adhoc").join(profile.id()).join(format!("{source}.safetensors"))
 }
 
+impl std::fmt::Debug for PastSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PastSource")
+            .field("profile", &self.profile)
+            .field("kv_dir", &self.kv_dir)
+            .field("own_prefill", &self.prefill.is_some())
+            .finish()
+    }
+}
+
 impl PastSource {
     /// A source for `profile` over the cache directory `kv_dir`.
     pub fn new(profile: Profile, kv_dir: PathBuf) -> Self {
-        Self { profile, kv_dir, index: Mutex::new(None), budget: None, told_full: Default::default() }
+        Self { profile, kv_dir, index: Mutex::new(None), budget: None, prefill: None, told_full: Default::default() }
+    }
+
+    /// Missing pasts are prefilled by the decoder `model` loads (same tokenizer and architecture; loaded only when
+    /// a past is missing) instead of the one asking.
+    pub fn with_prefill(mut self, model: PrefillModel) -> Self {
+        self.prefill = Some(model);
+        self
     }
 
     /// Keeps ad-hoc records within `budget` (evicting the least recently used ones, or not keeping a new one).
@@ -145,6 +167,8 @@ impl PastSource {
     /// Prefills and compresses one item at every ladder ratio; keeps each record the budget holds. Returns this
     /// profile's past and whether its record was kept.
     fn compute(&self, dec: &Decoder, prompt: &str, source: &str) -> Result<(KvPast, bool)> {
+        let parent = self.prefill.as_ref().map(|load| load()).transpose()?;
+        let dec = parent.as_deref().unwrap_or(dec);
         let tokens = dec.encode(prompt)?;
         let query_stats = self.profile.press == crate::press::Press::ExpectedAttention;
         let rows = dec.run(&[Step { past: None, tokens: &tokens }], Want { present: true, query_stats })?;

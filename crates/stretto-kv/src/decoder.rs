@@ -178,7 +178,18 @@ fn argmax(v: &[f32]) -> u32 {
 impl Decoder {
     /// Loads catalog model `name` from `home`, preparing and converting it first if needed.
     pub fn load(home: &Path, name: &str, options: impl Into<RuntimeOptions>) -> Result<Self> {
-        let files = crate::prepare::ensure_decoder(home, name)?;
+        Self::load_with(home, name, crate::convert::Weights::F32, options)
+    }
+
+    /// [`Decoder::load`] of the conversion whose linear layers store `weights` (an int8 variant is converted from
+    /// the catalog model's GGUF on first use).
+    pub fn load_with(
+        home: &Path,
+        name: &str,
+        weights: crate::convert::Weights,
+        options: impl Into<RuntimeOptions>,
+    ) -> Result<Self> {
+        let files = crate::prepare::ensure_decoder_with(home, name, weights)?;
         Self::from_files(home, name, &files, options)
     }
 

@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
+use crate::convert::Weights;
 use crate::decoder::Decoder;
 use crate::embed::Embedder;
 use crate::error::{KvError, Result};
@@ -16,7 +17,7 @@ use crate::vision::Classifier;
 
 type Key = (PathBuf, RuntimeOptions, String);
 
-fn shared<T>(pool: &Mutex<BTreeMap<Key, Arc<T>>>, key: Key, load: impl FnOnce() -> Result<T>) -> Result<Arc<T>> {
+fn shared<T, K: Ord>(pool: &Mutex<BTreeMap<K, Arc<T>>>, key: K, load: impl FnOnce() -> Result<T>) -> Result<Arc<T>> {
     // Loading under the lock: two operators asking at once must not load a model twice.
     let mut map = pool.lock().map_err(|_| KvError::Runtime("model pool poisoned".into()))?;
     if let Some(m) = map.get(&key) {
@@ -29,9 +30,21 @@ fn shared<T>(pool: &Mutex<BTreeMap<Key, Arc<T>>>, key: Key, load: impl FnOnce() 
 
 /// The shared decoder `name` prepared under `home`, run with `options` (a thread count alone: on the CPU).
 pub fn decoder(home: &Path, options: impl Into<RuntimeOptions>, name: &str) -> Result<Arc<Decoder>> {
-    static POOL: Mutex<BTreeMap<Key, Arc<Decoder>>> = Mutex::new(BTreeMap::new());
+    decoder_with(home, options, name, Weights::F32)
+}
+
+/// The shared decoder `name` whose linear layers store `weights` (its own session beside the f32 one).
+pub fn decoder_with(
+    home: &Path,
+    options: impl Into<RuntimeOptions>,
+    name: &str,
+    weights: Weights,
+) -> Result<Arc<Decoder>> {
+    static POOL: Mutex<BTreeMap<(Key, Weights), Arc<Decoder>>> = Mutex::new(BTreeMap::new());
     let options = options.into();
-    shared(&POOL, (home.to_path_buf(), options, name.to_string()), || Decoder::load(home, name, options))
+    shared(&POOL, ((home.to_path_buf(), options, name.to_string()), weights), || {
+        Decoder::load_with(home, name, weights, options)
+    })
 }
 
 /// The shared sentence encoder `name` prepared under `home`.

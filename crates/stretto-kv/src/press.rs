@@ -314,6 +314,7 @@ mod tests {
             stop_tokens: vec![],
             system_prompt: String::new(),
             converter: crate::convert::CONVERTER_VERSION,
+            weights: Default::default(),
         }
     }
 

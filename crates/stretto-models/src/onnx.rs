@@ -17,6 +17,7 @@ use crate::error::{ModelError, Result};
 #[allow(missing_docs)]
 pub mod dtype {
     pub const FLOAT: i32 = 1;
+    pub const UINT8: i32 = 2;
     pub const INT64: i32 = 7;
     pub const BOOL: i32 = 9;
     pub const FLOAT16: i32 = 10;
@@ -26,6 +27,8 @@ pub mod dtype {
 pub const IR_VERSION: i64 = 8;
 /// The default-domain opset written.
 pub const OPSET: i64 = 17;
+/// ONNX Runtime's contrib-operator domain (`MatMulNBits`), imported at version 1 when a graph uses it.
+pub const MS_DOMAIN: &str = "com.microsoft";
 
 #[derive(Clone, PartialEq, Message)]
 struct ModelProto {
@@ -275,6 +278,8 @@ pub struct GraphBuilder {
     inputs: Vec<ValueInfoProto>,
     outputs: Vec<ValueInfoProto>,
     counter: usize,
+    /// Whether a node of [`MS_DOMAIN`] was added.
+    uses_ms: bool,
     data_path: PathBuf,
     data_name: String,
     data: BufWriter<File>,
@@ -314,6 +319,7 @@ impl GraphBuilder {
             inputs: Vec::new(),
             outputs: Vec::new(),
             counter: 0,
+            uses_ms: false,
             data_path: data_path.to_path_buf(),
             data_name,
             data: BufWriter::with_capacity(1 << 20, file),
@@ -346,6 +352,12 @@ impl GraphBuilder {
 
     /// Adds a node with one output and returns the output's name.
     pub fn op(&mut self, op_type: &str, inputs: &[&str], attrs: Vec<AttributeProto>) -> String {
+        self.op_in("", op_type, inputs, attrs)
+    }
+
+    /// Adds a node of operator set `domain` (`""` or [`MS_DOMAIN`]) with one output and returns the output's name.
+    pub fn op_in(&mut self, domain: &str, op_type: &str, inputs: &[&str], attrs: Vec<AttributeProto>) -> String {
+        self.uses_ms |= domain == MS_DOMAIN;
         let out = self.fresh(op_type);
         self.nodes.push(NodeProto {
             input: inputs.iter().map(|s| s.to_string()).collect(),
@@ -353,7 +365,7 @@ impl GraphBuilder {
             name: format!("{out}_node"),
             op_type: op_type.into(),
             attribute: attrs,
-            domain: String::new(),
+            domain: domain.into(),
         });
         out
     }
@@ -393,6 +405,16 @@ impl GraphBuilder {
         self.tensor(name, dims, dtype::FLOAT, &bytes)
     }
 
+    /// A uint8 initializer (e.g. the packed weights of a `MatMulNBits` node).
+    pub fn u8s(&mut self, hint: &str, dims: &[i64], bytes: &[u8]) -> Result<String> {
+        let expected: i64 = dims.iter().product();
+        if expected as usize != bytes.len() {
+            return Err(ModelError::Graph(format!("{hint}: {} bytes for dims {dims:?}", bytes.len())));
+        }
+        let name = self.fresh(hint);
+        self.tensor(name, dims, dtype::UINT8, bytes)
+    }
+
     /// A small f32 constant.
     pub fn f32s(&mut self, dims: &[i64], values: &[f32]) -> Result<String> {
         self.weight("c", dims, values)
@@ -426,7 +448,9 @@ impl GraphBuilder {
                 input: self.inputs,
                 output: self.outputs,
             }),
-            opset_import: vec![OperatorSetIdProto { domain: String::new(), version: OPSET }],
+            opset_import: std::iter::once(OperatorSetIdProto { domain: String::new(), version: OPSET })
+                .chain(self.uses_ms.then(|| OperatorSetIdProto { domain: MS_DOMAIN.into(), version: 1 }))
+                .collect(),
             metadata_props: metadata
                 .iter()
                 .map(|(k, v)| StringStringEntryProto { key: (*k).into(), value: v.clone() })

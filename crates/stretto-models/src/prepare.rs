@@ -7,7 +7,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 use crate::bert::EncoderFiles;
-use crate::convert::{convert_gguf, DecoderFiles};
+use crate::convert::{convert_gguf, convert_gguf_with, DecoderFiles, Weights};
 use crate::error::{ModelError, Result};
 use crate::export::{Export, ExportKind};
 use crate::models::{default_source, ensure, spec};
@@ -42,10 +42,38 @@ pub fn ensure_decoder(home: &Path, name: &str) -> Result<DecoderFiles> {
     convert_atomically(
         home,
         name,
+        Weights::F32.folder(),
         |d| DecoderFiles::open(d).is_ok(),
         |model_dir, tmp| convert_gguf(&model_dir.join("model.gguf"), tmp).map(|_| ()),
     )?;
     DecoderFiles::open(&dir)
+}
+
+/// [`ensure_decoder`] with the linear layers' weights stored as `weights` says: [`Weights::Int8`] is a second
+/// conversion of a catalog model's GGUF, in the model's `onnx-int8/` folder, made on first use.
+pub fn ensure_decoder_with(home: &Path, name: &str, weights: Weights) -> Result<DecoderFiles> {
+    if weights == Weights::F32 {
+        return ensure_decoder(home, name);
+    }
+    let s = spec(name).map_err(|_| {
+        ModelError::Usage(format!("`{name}`: {} weights are made from a catalog model's GGUF file", weights.as_str()))
+    })?;
+    if !s.artifacts.iter().any(|a| a.file == "model.gguf") {
+        return Err(ModelError::Usage(format!("`{name}` is not a decoder LLM (it has no GGUF weights)")));
+    }
+    let dir = crate::models::model_dir(home, name).join(weights.folder());
+    let open = |d: &Path| DecoderFiles::open(d).ok().filter(|f| f.config.weights == weights);
+    if let Some(files) = open(&dir) {
+        return Ok(files);
+    }
+    convert_atomically(
+        home,
+        name,
+        weights.folder(),
+        |d| open(d).is_some(),
+        |model_dir, tmp| convert_gguf_with(&model_dir.join("model.gguf"), tmp, weights).map(|_| ()),
+    )?;
+    open(&dir).ok_or_else(|| ModelError::Graph(format!("{}: the conversion left no decoder", dir.display())))
 }
 
 /// The converted sentence encoder of catalog model `name` (a BERT safetensors model such as `minilm`), or an
@@ -70,7 +98,7 @@ pub fn ensure_encoder(home: &Path, name: &str) -> Result<EncoderFiles> {
     if let Ok(files) = EncoderFiles::open(&dir) {
         return Ok(files);
     }
-    convert_atomically(home, name, |d| EncoderFiles::open(d).is_ok(), crate::bert::convert_bert)?;
+    convert_atomically(home, name, "onnx", |d| EncoderFiles::open(d).is_ok(), crate::bert::convert_bert)?;
     EncoderFiles::open(&dir)
 }
 
@@ -84,26 +112,35 @@ pub fn ensure_classifier(home: &Path, name: &str) -> Result<PathBuf> {
     if crate::efficientnet::is_converted(&dir) {
         return Ok(dir);
     }
-    convert_atomically(home, name, crate::efficientnet::is_converted, crate::efficientnet::convert_efficientnet)?;
+    convert_atomically(
+        home,
+        name,
+        "onnx",
+        crate::efficientnet::is_converted,
+        crate::efficientnet::convert_efficientnet,
+    )?;
     Ok(dir)
 }
 
-/// Fetches `name`, runs `convert(model_dir, tmp)` into a temporary folder and renames it to the model's `onnx/`.
-/// `done(onnx_dir)` says whether the conversion is already there; it is asked again once this caller holds the
-/// model's conversion lock, so a second thread or process converting the same model waits and then reuses it.
+/// Fetches `name`, runs `convert(model_dir, tmp)` into a temporary folder and renames it to the model's `folder`
+/// (`onnx`, or a variant's). `done(dir)` says whether the conversion is already there; it is asked again once this
+/// caller holds the folder's conversion lock, so a second thread or process converting the same model waits and
+/// then reuses it.
 fn convert_atomically(
     home: &Path,
     name: &str,
+    folder: &str,
     done: impl Fn(&Path) -> bool,
     convert: impl FnOnce(&Path, &Path) -> Result<()>,
 ) -> Result<()> {
     let model_dir = ensure(spec(name)?, home, default_source().as_ref())?;
-    let dir = decoder_dir(home, name);
-    let _lock = crate::fsutil::lock_exclusive(&crate::fsutil::model_lock(home, name, "convert"))?;
+    let dir = model_dir.join(folder);
+    let lock = if folder == "onnx" { "convert".to_string() } else { format!("convert-{folder}") };
+    let _lock = crate::fsutil::lock_exclusive(&crate::fsutil::model_lock(home, name, &lock))?;
     if done(&dir) {
         return Ok(());
     }
-    let tmp = crate::fsutil::unique_tmp(&model_dir, "onnx");
+    let tmp = crate::fsutil::unique_tmp(&model_dir, folder);
     if let Err(e) = convert(&model_dir, &tmp) {
         let _ = fs::remove_dir_all(&tmp);
         return Err(e);

@@ -24,6 +24,7 @@ use stretto_core::op::{
 use stretto_core::{CoreError, OpContext, Result};
 use stretto_kv::cache::PastSource;
 use stretto_kv::contrast::ContrastQuestion;
+use stretto_kv::convert::Weights;
 use stretto_kv::models::FilterProtocol;
 use stretto_kv::press::{Positions, Press};
 use stretto_kv::store::Profile;
@@ -61,6 +62,10 @@ pub struct LlmConfig {
     /// for the model ([`stretto_kv::models::filter_protocol`]).
     #[serde(default)]
     pub protocol: Option<String>,
+    /// The decoder's linear weights: `f32` (default) or `int8` (8-bit `MatMulNBits`, converted on first use). An
+    /// int8 rung reads the caches its f32 model prefills and is never gold.
+    #[serde(default)]
+    pub weights: Weights,
 }
 
 fn default_press() -> String {
@@ -75,7 +80,8 @@ fn default_max_tokens() -> usize {
 
 /// The rungs: every ladder model of the context at ratios 0, 0.5 and 0.8; the last (largest) model uncompressed is
 /// the gold candidate. Caches are compressed with the expected-attention press, or key-norm for a model whose graph
-/// returns no query statistics (a Hugging Face export).
+/// returns no query statistics (a Hugging Face export). With the context's `int8_rungs`, every catalog model also
+/// gets an uncompressed int8-weight rung.
 pub fn ladder(ctx: &OpContext) -> Vec<serde_json::Value> {
     let models = &ctx.ladder;
     let last = models.len().saturating_sub(1);
@@ -87,6 +93,9 @@ pub fn ladder(ctx: &OpContext) -> Vec<serde_json::Value> {
             out.push(
                 serde_json::json!({"model": m, "ratio": ratio, "press": press, "gold": i == last && ratio == 0.0}),
             );
+        }
+        if ctx.int8_rungs && stretto_kv::models::spec(m).is_ok() {
+            out.push(serde_json::json!({"model": m, "ratio": 0.0, "press": press, "weights": "int8"}));
         }
     }
     out
@@ -161,8 +170,11 @@ impl LlmOp {
             ratio: config.ratio,
             positions: if config.rerotate { Positions::Rerotate } else { Positions::Keep },
         };
+        if config.gold && config.weights != Weights::F32 {
+            return Err(bad("an int8-weight rung cannot be gold: gold is its f32 model".into()));
+        }
         let prefix = if kind == LogicalKind::Filter { "llm" } else { "llm-map" };
-        let name = format!("{prefix}:{}", profile.id());
+        let name = format!("{prefix}:{}", rung_id(&profile, config.weights));
         let per_item = if config.model.contains("1.5b") {
             1.4
         } else if config.model.contains("0.5b") {
@@ -170,6 +182,8 @@ impl LlmOp {
         } else {
             0.05
         };
+        // Measured by `stretto bench quant`: int8 question passes take about half the f32 time.
+        let per_item = if config.weights == Weights::Int8 { per_item * 0.55 } else { per_item };
         let props = OpProperties {
             kind,
             family: family(kind).into(),
@@ -182,12 +196,18 @@ impl LlmOp {
             score_range: if kind == LogicalKind::Filter { (-10.0, 10.0) } else { (0.0, 1.0) },
         };
         let kv_dir = config.kv_dir.clone().unwrap_or_else(|| ctx.kv_dir.clone());
+        let mut source = PastSource::new(profile, kv_dir.clone()).with_budget(
+            stretto_kv::budget::shared(&kv_dir, ctx.memo_dir(), ctx.disk_budget).map_err(|e| bad(e.to_string()))?,
+        );
+        if config.weights != Weights::F32 {
+            // The same pasts as the f32 rungs: only the question pass runs on the quantized weights.
+            let (home, options, model) = (ctx.model_home.clone(), crate::runtime(ctx), config.model.clone());
+            source = source.with_prefill(Arc::new(move || stretto_kv::pool::decoder(&home, options, &model)));
+        }
         Ok(Self {
             name,
             props,
-            source: PastSource::new(profile, kv_dir.clone()).with_budget(
-                stretto_kv::budget::shared(&kv_dir, ctx.memo_dir(), ctx.disk_budget).map_err(|e| bad(e.to_string()))?,
-            ),
+            source,
             config,
             ctx: ctx.clone(),
             bridge: None,
@@ -200,7 +220,7 @@ impl LlmOp {
     /// A contrast filter ([`stretto_kv::contrast`]): the model chooses between the predicate and its opposite.
     pub fn contrastive(config: LlmConfig, ctx: &OpContext) -> Result<Self> {
         let mut op = Self::new(LogicalKind::Filter, config, ctx)?;
-        op.name = format!("llm-contrast:{}", op.source.profile().id());
+        op.name = format!("llm-contrast:{}", rung_id(op.source.profile(), op.config.weights));
         op.props.family = CONTRAST_FAMILY.into();
         op.contrastive = true;
         Ok(op)
@@ -210,7 +230,7 @@ impl LlmOp {
     pub fn bridged(kind: LogicalKind, config: LlmConfig, bridge: Bridge, ctx: &OpContext) -> Result<Self> {
         let mut op = Self::new(kind, config, ctx)?;
         let suffix = if kind == LogicalKind::Filter { "" } else { "-map" };
-        op.name = format!("{}{suffix}:{}", bridge.family, op.source.profile().id());
+        op.name = format!("{}{suffix}:{}", bridge.family, rung_id(op.source.profile(), op.config.weights));
         op.props.family = format!("{}{}", bridge.family, if kind == LogicalKind::Filter { "-filter" } else { "-map" });
         op.props.modality = bridge.modality;
         op.bridge = Some(bridge);
@@ -305,8 +325,21 @@ impl LlmOp {
 
     /// The context's shared copy of this operator's model.
     fn decoder(&self) -> Result<Arc<stretto_kv::Decoder>> {
-        stretto_kv::pool::decoder(&self.ctx.model_home, crate::runtime(&self.ctx), &self.config.model)
-            .map_err(kv_err(&self.name))
+        stretto_kv::pool::decoder_with(
+            &self.ctx.model_home,
+            crate::runtime(&self.ctx),
+            &self.config.model,
+            self.config.weights,
+        )
+        .map_err(kv_err(&self.name))
+    }
+}
+
+/// A rung's name after its family: the cache profile, and `+int8` for quantized weights.
+fn rung_id(profile: &Profile, weights: Weights) -> String {
+    match weights {
+        Weights::F32 => profile.id(),
+        w => format!("{}+{}", profile.id(), w.as_str()),
     }
 }
 

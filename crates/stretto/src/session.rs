@@ -95,6 +95,14 @@ impl SessionBuilder {
         self
     }
 
+    /// Whether the LLM ladder also offers each catalog model's int8-weight rung (8-bit `MatMulNBits` weights over
+    /// the f32 model's caches, converted on first use; default off). The optimizer profiles and certifies it like
+    /// any other rung.
+    pub fn int8_rungs(mut self, on: bool) -> Self {
+        self.config.operators.int8_rungs = on;
+        self
+    }
+
     /// Intra-op threads per model session (0: ONNX Runtime's choice).
     pub fn threads(mut self, threads: usize) -> Self {
         self.config.operators.threads = threads;
