@@ -73,7 +73,7 @@ impl CertifyingPlanner {
             let _span = tracing::info_span!("cluster_certify", pipeline = %spec.describe()).entered();
             let batch = arrow::compute::concat_batches(&schema, &batches).map_err(stretto::Error::Arrow)?;
             let input = stretto_input(&schema, &names, &batch)?;
-            certify(&session, &spec, &input, &run2)
+            certify(&session, &spec, &input, &run2, None)
         })
         .await
         .map_err(|e| DataFusionError::External(Box::new(e)))?

@@ -59,6 +59,9 @@ pub struct PipelineRun {
     pub timings: BTreeMap<String, f64>,
     /// Whether every input tuple was executed (false when a LIMIT above stopped it early).
     pub finished: bool,
+    /// Why only gold was profiled and run, when profiling could not pay (a small input, or a LIMIT that gold
+    /// reaches within a few tuples).
+    pub gold_only: Option<String>,
 }
 
 impl PipelineRun {
@@ -95,6 +98,9 @@ impl PipelineRun {
         }
         if let Some(b) = bounds {
             s.push_str(&format!("; {b}"));
+        }
+        if let Some(why) = &self.gold_only {
+            s.push_str(&format!("; {why}"));
         }
         s
     }
@@ -191,11 +197,15 @@ pub struct Certified {
 /// Profiles every candidate operator of `spec` on the session's seeded sample of `input` (under Stretto's names,
 /// see [`stretto_input`]) and optimizes under the spec's targets: steps 1–4 of a pipeline, without executing it.
 /// `run` receives the sample size, timings, bounds and plan. `None` when the input is empty.
+///
+/// `fetch` is how many result rows the pipeline's consumer wants at most (a `LIMIT` right above it): profiling is
+/// then weighed against the tuples gold needs to find them (see [`stretto::engine::QueryOptions::fetch`]).
 pub fn certify(
     session: &stretto::Session,
     spec: &PipelineSpec,
     input: &RecordBatch,
     run: &Mutex<PipelineRun>,
+    fetch: Option<usize>,
 ) -> stretto::Result<Option<Certified>> {
     {
         let mut r = run.lock().unwrap_or_else(|p| p.into_inner());
@@ -218,7 +228,7 @@ pub fn certify(
     let mut q = QueryOptions::new("sql", &spec.describe());
     (q.precision, q.recall, q.credible, q.method) = (o.precision, o.recall, o.credible, o.method.clone());
     (q.seed, q.sample_fraction, q.min_sample, q.screen) = (c.seed, c.sample_fraction, c.min_sample, c.screen);
-    (q.models, q.run_dir, q.progress) = (c.models.clone(), c.run_dir.clone(), c.progress);
+    (q.models, q.run_dir, q.progress, q.fetch) = (c.models.clone(), c.run_dir.clone(), c.progress, fetch);
     let strategy = stretto::optim::strategy::strategy(&q.method)?;
     let registry = session.registry();
     let profiled = engine::profile_to_run(&registry, &pulled, input, &q)?;
@@ -226,6 +236,7 @@ pub fn certify(
     {
         let mut r = run.lock().unwrap_or_else(|p| p.into_inner());
         r.sample_rows = profiled.sample_rows;
+        r.gold_only = profiled.gold_only.clone();
         r.timings = profiled.timings.clone();
         r.timings.remove("prepare_total");
         r.timings.insert("optimization".into(), planned.seconds);
@@ -239,19 +250,18 @@ pub fn certify(
     Ok(Some(Certified { plan: planned.plan, tasks: profiled.tasks }))
 }
 
-/// Profiles, optimizes and binds the pipeline over all of its input (`None` when the input is empty).
+/// Profiles, optimizes and binds the pipeline over all of its input `batch` (`None` when the input is empty).
 fn prepare(
     session: &stretto::Session,
     spec: &PipelineSpec,
-    input_schema: &SchemaRef,
     input_names: &[String],
     output: SchemaRef,
-    batches: Vec<RecordBatch>,
+    batch: RecordBatch,
     run: &Mutex<PipelineRun>,
+    fetch: Option<usize>,
 ) -> stretto::Result<Option<Prepared>> {
-    let batch = concat_batches(input_schema, &batches).map_err(|e| arrow_err("reading the pipeline input", e))?;
-    let input = stretto_input(input_schema, input_names, &batch)?;
-    let Some(certified) = certify(session, spec, &input, run)? else { return Ok(None) };
+    let input = stretto_input(&batch.schema(), input_names, &batch)?;
+    let Some(certified) = certify(session, spec, &input, run, fetch)? else { return Ok(None) };
     let registry = session.registry();
     let cascade = CascadePlan::bind(&certified.plan, certified.tasks, |n| registry.get(n))?;
     Ok(Some(Prepared {
@@ -272,6 +282,8 @@ pub struct SemanticPipelineExec {
     properties: Arc<PlanProperties>,
     run: Arc<Mutex<PipelineRun>>,
     metrics: ExecutionPlanMetricsSet,
+    /// At most this many rows out (a `LIMIT` DataFusion pushed into the pipeline): execution stops there.
+    fetch: Option<usize>,
 }
 
 impl SemanticPipelineExec {
@@ -289,7 +301,16 @@ impl SemanticPipelineExec {
             EmissionType::Incremental,
             Boundedness::Bounded,
         ));
-        Self { input, spec, input_names, session, properties, run, metrics: ExecutionPlanMetricsSet::new() }
+        Self {
+            input,
+            spec,
+            input_names,
+            session,
+            properties,
+            run,
+            metrics: ExecutionPlanMetricsSet::new(),
+            fetch: None,
+        }
     }
 
     /// What the pipeline did so far (complete once the query's stream is drained or dropped).
@@ -325,6 +346,9 @@ impl DisplayAs for SemanticPipelineExec {
                     o.method,
                     o.batch_rows
                 )?;
+                if let Some(k) = self.fetch {
+                    write!(f, ", fetch {k}")?;
+                }
                 // After a run (EXPLAIN ANALYZE), what the optimizer certified and what the cascade did.
                 let run = self.run.lock().unwrap_or_else(|p| p.into_inner());
                 if run.plan.is_some() {
@@ -374,14 +398,37 @@ impl ExecutionPlan for SemanticPipelineExec {
         if children.len() != 1 {
             return internal_err!("SemanticPipelineExec takes one input, got {}", children.len());
         }
-        Ok(Arc::new(Self::new(
-            children.swap_remove(0),
-            self.spec.clone(),
-            self.input_names.clone(),
-            self.schema(),
-            self.session.clone(),
-            self.run.clone(),
-        )))
+        Ok(Arc::new(Self {
+            fetch: self.fetch,
+            ..Self::new(
+                children.swap_remove(0),
+                self.spec.clone(),
+                self.input_names.clone(),
+                self.schema(),
+                self.session.clone(),
+                self.run.clone(),
+            )
+        }))
+    }
+
+    fn fetch(&self) -> Option<usize> {
+        self.fetch
+    }
+
+    /// A `LIMIT k` right above the pipeline becomes its fetch: it stops executing once k rows are out, and its
+    /// pay check knows that gold need only find k ([`certify`]).
+    fn with_fetch(&self, limit: Option<usize>) -> Option<Arc<dyn ExecutionPlan>> {
+        Some(Arc::new(Self {
+            fetch: limit,
+            ..Self::new(
+                self.input.clone(),
+                self.spec.clone(),
+                self.input_names.clone(),
+                self.schema(),
+                self.session.clone(),
+                self.run.clone(),
+            )
+        }))
     }
 
     fn metrics(&self) -> Option<MetricsSet> {
@@ -400,6 +447,7 @@ impl ExecutionPlan for SemanticPipelineExec {
         let executed = MetricBuilder::new(&self.metrics).counter("tuples_executed", partition);
         let out_rows = MetricBuilder::new(&self.metrics).output_rows(partition);
         let batch_rows = spec.options.batch_rows.max(1);
+        let fetch = self.fetch;
         {
             let mut r = run.lock().unwrap_or_else(|p| p.into_inner());
             *r = PipelineRun { pipeline: spec.describe(), ..Default::default() };
@@ -410,7 +458,9 @@ impl ExecutionPlan for SemanticPipelineExec {
             let run2 = run.clone();
             let p = tokio::task::spawn_blocking(move || {
                 let _span = tracing::info_span!("sql_pipeline_prepare", pipeline = %spec.describe()).entered();
-                prepare(&session, &spec, &input_schema, &names, output, batches, &run2)
+                let batch =
+                    concat_batches(&input_schema, &batches).map_err(|e| arrow_err("reading the pipeline input", e))?;
+                prepare(&session, &spec, &names, output, batch, &run2, fetch)
             })
             .await
             .map_err(|e| DataFusionError::External(Box::new(e)))?
@@ -425,9 +475,12 @@ impl ExecutionPlan for SemanticPipelineExec {
                 };
                 let p = Arc::new(p);
                 let (executed, out_rows) = (executed.clone(), out_rows.clone());
-                stream::try_unfold(0usize, move |start| {
+                stream::try_unfold((0usize, 0usize), move |(start, emitted)| {
                     let (p, run, executed, out_rows) = (p.clone(), run.clone(), executed.clone(), out_rows.clone());
                     async move {
+                        if fetch.is_some_and(|k| emitted >= k) {
+                            return Ok(None);
+                        }
                         if start >= p.rows() {
                             run.lock().unwrap_or_else(|p| p.into_inner()).finished = true;
                             return Ok(None);
@@ -441,6 +494,10 @@ impl ExecutionPlan for SemanticPipelineExec {
                         .await
                         .map_err(|e| DataFusionError::External(Box::new(e)))?
                         .map_err(external)?;
+                        let batch = match fetch {
+                            Some(k) if emitted + batch.num_rows() > k => batch.slice(0, k - emitted),
+                            _ => batch,
+                        };
                         executed.add(end - start);
                         out_rows.add(batch.num_rows());
                         let mut r = run.lock().unwrap_or_else(|p| p.into_inner());
@@ -460,7 +517,8 @@ impl ExecutionPlan for SemanticPipelineExec {
                             }
                         }
                         drop(r);
-                        Ok(Some((batch, end)))
+                        let emitted = emitted + batch.num_rows();
+                        Ok(Some((batch, (end, emitted))))
                     }
                 })
                 .boxed()

@@ -233,6 +233,35 @@ fn explain_analyze_shows_the_certified_cascade_with_rules_bounds_and_skipped_tup
     assert!(below.contains("FilterExec"), "{after}");
 }
 
+/// A `LIMIT k` right above the pipeline is pushed into it: it stops once k rows are out, and its pay check weighs
+/// profiling against the few tuples gold needs to find k rows instead of the whole input, so a small LIMIT runs gold
+/// on the first tuples and profiles nothing else (SemBench's Q1 asks for 5 of 1000 reviews).
+#[test]
+fn a_limit_is_pushed_into_the_pipeline_and_its_pay_check() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = session(dir.path());
+    let ctx = SqlContext::new(&s).unwrap();
+    ctx.sql("SET stretto.precision = 0.8; SET stretto.recall = 0.8; SET stretto.batch_rows = 4").unwrap();
+    let query = "SELECT reviewid FROM (SELECT * FROM movie.reviews LIMIT 200) AS reviews \
+                 WHERE sem_filter('{reviews.reviewtext} is clearly positive') LIMIT 3";
+    let explain = ctx.sql(&format!("EXPLAIN {query}")).unwrap().collect().unwrap();
+    let b = explain.batch().unwrap();
+    let plans = arrow::compute::cast(b.column_by_name("plan").unwrap(), &DataType::Utf8).unwrap();
+    let text = plans.as_string::<i32>().iter().flatten().collect::<Vec<_>>().join("\n");
+    assert!(text.contains("SemanticPipelineExec") && text.contains("fetch 3"), "{text}");
+
+    let r = ctx.sql(query).unwrap().collect().unwrap();
+    let [run] = r.pipelines() else { panic!("one pipeline: {:?}", r.pipelines()) };
+    assert_eq!((run.input_rows, run.output_rows), (200, 3), "{}", run.summary());
+    assert_eq!(r.batch().unwrap().num_rows(), 3);
+    let why = run.gold_only.as_deref().unwrap_or_else(|| panic!("profiled every candidate: {}", run.summary()));
+    assert!(why.contains("LIMIT 3") && run.summary().contains("LIMIT 3"), "{why}");
+    // Gold was profiled on the first tuples execution reads, not on a 40-tuple sample across all 200.
+    assert!(run.sample_rows < 40 && run.executed_rows < 40, "{}", run.summary());
+    let plan = run.plan.as_ref().unwrap();
+    assert_eq!(plan.stages.len(), 1, "gold alone: {}", plan.describe_stages());
+}
+
 #[test]
 fn aggregates_and_ordering_run_above_the_pipeline() {
     let dir = tempfile::tempdir().unwrap();

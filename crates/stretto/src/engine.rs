@@ -53,6 +53,10 @@ pub struct QueryOptions {
     pub screen: usize,
     /// Rows read from each table.
     pub limit: Option<usize>,
+    /// Result rows wanted, when the pipeline's consumer stops after that many (SQL's `LIMIT k` right above the
+    /// pipeline): the pay check then weighs profiling against the tuples gold needs to find `k` rows, not against
+    /// the whole input, and KV caches are built up front only for the screening tuples (the rest on demand).
+    pub fetch: Option<usize>,
     /// Models physical operators may use (operators without a model are always allowed).
     pub models: Vec<String>,
     /// Also run the gold plan on everything and measure precision and recall.
@@ -80,6 +84,7 @@ impl QueryOptions {
             min_sample: 40,
             screen: 20,
             limit: None,
+            fetch: None,
             models: vec!["smollm2-135m".into(), "minilm".into(), "efficientnet-lite0".into()],
             check: false,
             labels: None,
@@ -523,8 +528,17 @@ fn profile_candidates(
     let budget = disk_budget(ctx)?;
     let _lease = budget.lease()?;
 
-    // 2. KV caches of every item for every LLM model in play, found by content (built once, reused by every
-    //    later query over the same texts), within the disk budget.
+    // The seeded sample (step 3) and the screening tuples (3a), drawn first so that a fetch knows what to cache.
+    let n = input.num_rows();
+    let mut order: Vec<usize> = (0..n).collect();
+    order.shuffle(&mut rand::rngs::StdRng::seed_from_u64(o.seed));
+    let want = sample_size(o, n);
+    let mut sample: Vec<usize> = order[..want].to_vec();
+    let screen_rows = if gold_only.is_none() && cands.iter().any(|c| c.len() > 2) { o.screen.min(n - want) } else { 0 };
+    sample.sort_unstable();
+
+    // 2. KV caches of every item for every LLM model in play (with a fetch, of the screening tuples), found
+    //    by content (built once, reused by every later query over the same texts), within the disk budget.
     let t0 = Instant::now();
     {
         let _span = tracing::info_span!("kv_caches").entered();
@@ -535,7 +549,15 @@ fn profile_candidates(
             if models.is_empty() {
                 continue;
             }
-            let texts = t.item_texts(&input)?;
+            // With a fetch, execution may stop long before the end, and the pay check may decide that the sample
+            // is not worth profiling: only the screening tuples are built now, the rest on demand.
+            let texts = match o.fetch {
+                Some(_) => {
+                    let rows = order[want..want + screen_rows].iter().map(|&r| t.item_text(&input, r));
+                    rows.collect::<stretto_core::Result<Vec<_>>>()?
+                }
+                None => t.item_texts(&input)?,
+            };
             for m in models {
                 let dec = stretto_kv::pool::decoder(
                     &ctx.model_home,
@@ -556,26 +578,18 @@ fn profile_candidates(
     }
     timings.insert("kv_caches".into(), t0.elapsed().as_secs_f64());
 
-    // 3. Profile every candidate on a seeded sample; logical operators in parallel.
+    // 3. Profile every candidate on the sample; logical operators in parallel.
     let t0 = Instant::now();
-    let n = input.num_rows();
-    let mut order: Vec<usize> = (0..n).collect();
-    order.shuffle(&mut rand::rngs::StdRng::seed_from_u64(o.seed));
-    let want = sample_size(o, n);
-    let mut sample: Vec<usize> = order[..want].to_vec();
-    sample.sort_unstable();
-
     // 3a. Screening: every candidate on tuples outside the sample; the hopeless and the dominated go no further.
     //     Only tuples the optimizer never sees decide which candidates it gets, so its fit and its certificate
     //     stand as they would on a profile of those candidates alone.
-    let screen_rows = if gold_only.is_none() && cands.iter().any(|c| c.len() > 2) { o.screen.min(n - want) } else { 0 };
     let screening = if screen_rows >= 8 {
         let t1 = Instant::now();
         let mut rows: Vec<usize> = order[want..want + screen_rows].to_vec();
         rows.sort_unstable();
         let batch = take_record_batch(&input, &UInt32Array::from_iter_values(rows.iter().map(|&r| r as u32)))?;
         let _span = tracing::info_span!("screening", tuples = rows.len()).entered();
-        type Outcome = (Vec<Dropped>, f64, Vec<usize>, Vec<f64>);
+        type Outcome = (Vec<Dropped>, f64, Vec<usize>, Vec<f64>, Option<Vec<bool>>);
         let results: Vec<Outcome> = std::thread::scope(|s| {
             let handles: Vec<_> = tasks
                 .iter()
@@ -612,6 +626,11 @@ fn profile_candidates(
                             })
                             .collect();
                         let keep = (0..ops.len()).filter(|i| !dropped_idx.contains(i)).collect();
+                        // Which tuples gold lets through (a filter's rule: score > 0; a map passes everything).
+                        let passes = match &gold_out {
+                            Some(OpOutput::Scores(g)) => Some(g.iter().map(|&v| v > 0.0).collect()),
+                            _ => None,
+                        };
                         // Seconds per tuple of what is kept, gold first.
                         let costs = kept_idx
                             .iter()
@@ -619,7 +638,7 @@ fn profile_candidates(
                             .filter(|(i, _)| !dropped_idx.contains(i))
                             .map(|(_, f)| f.cost)
                             .collect();
-                        Ok((dropped, seconds, keep, costs))
+                        Ok((dropped, seconds, keep, costs, passes))
                     })
                 })
                 .collect();
@@ -630,8 +649,28 @@ fn profile_candidates(
         })?;
         let mut screening = Screening { tuples: rows.len(), rows: rows.clone(), ..Screening::default() };
         let (mut profiling, mut saving) = (0.0, 0.0);
-        let rest = (n - want - rows.len()) as f64;
-        for (ops, (dropped, seconds, keep, costs)) in cands.iter_mut().zip(results) {
+        let mut rest = (n - want - rows.len()) as f64;
+        let mut through = vec![true; rows.len()];
+        for (_, _, _, _, passes) in &results {
+            for (t, p) in through.iter_mut().zip(passes.iter().flatten()) {
+                *t &= *p;
+            }
+        }
+        let mut limit_note = String::new();
+        if let Some(k) = o.fetch {
+            // Gold finds k result rows after about k / (share of tuples it lets through) tuples; twice that, so
+            // that a low estimate does not talk the optimizer out of a plan that would have paid.
+            let share = (through.iter().filter(|&&t| t).count() as f64).max(1.0) / rows.len() as f64;
+            let needed = 2.0 * k as f64 / share;
+            if needed < rest {
+                rest = needed.ceil();
+                limit_note = format!(
+                    " (LIMIT {k}: gold let {:.0}% of the screening tuples through, so about {rest} tuples are needed)",
+                    100.0 * share
+                );
+            }
+        }
+        for (ops, (dropped, seconds, keep, costs, _)) in cands.iter_mut().zip(results) {
             if let Some((gold, others)) = costs.split_first() {
                 profiling += want as f64 * others.iter().sum::<f64>();
                 saving += rest * (gold - others.iter().cloned().fold(*gold, f64::min)).max(0.0);
@@ -650,8 +689,8 @@ fn profile_candidates(
         if pay_check && profiling >= saving {
             let why = format!(
                 "profiling the {} candidates left after screening on {want} tuples would cost {profiling:.1} s, and no \
-                 plan can save more than {saving:.1} s on the other {rest} tuples (every tuple decided by the \
-                 cheapest candidate), so gold ran directly",
+                 plan can save more than {saving:.1} s on the other {rest} tuples{limit_note} (every tuple decided by \
+                 the cheapest candidate), so gold ran directly",
                 cands.iter().map(|c| c.len().saturating_sub(1)).sum::<usize>()
             );
             tracing::info!(%why, "profiling cannot pay");
@@ -659,6 +698,11 @@ fn profile_candidates(
                 ops.truncate(1);
             }
             gold_only = Some(why);
+            if o.fetch.is_some() {
+                // Execution reads the input in order and stops at the fetch: gold is profiled on the first tuples it
+                // will read anyway, whose memoised answers execution then reuses, not on a sample it may never reach.
+                sample = (0..want.min(rest as usize).max(1)).collect();
+            }
         }
         Some(screening)
     } else {
