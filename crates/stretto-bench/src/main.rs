@@ -582,6 +582,19 @@ enum KvAction {
 /// The operators' settings from the environment (`STRETTO_HOME`, `STRETTO_KV_DIR`, `STRETTO_MEMO_DIR`,
 /// `STRETTO_LADDER`, `STRETTO_THREADS`): the binary is the only place that reads them. A build with the `cuda`
 /// feature runs models on the CUDA execution provider.
+/// Writes a bench's rows as `<out>/<name>.json` and its table as `<out>/<name>.md` (atomically), and prints the
+/// table.
+fn write_table(out: &std::path::Path, name: &str, rows: &impl serde::Serialize, md: &str) -> Result<(), BoxError> {
+    std::fs::create_dir_all(out)?;
+    stretto::core::format::write_atomic(
+        &out.join(format!("{name}.json")),
+        serde_json::to_string_pretty(rows)?.as_bytes(),
+    )?;
+    stretto::core::format::write_atomic(&out.join(format!("{name}.md")), md.as_bytes())?;
+    print!("{md}");
+    Ok(())
+}
+
 fn context() -> stretto::OpContext {
     let mut ctx = stretto::OpContext::from_env();
     if cfg!(feature = "cuda") {
@@ -819,27 +832,13 @@ fn run(cli: Cli) -> Result<(), BoxError> {
                     use stretto_bench::peer;
                     let o = peer::PeerOptions { models, items, threads };
                     let rows = peer::measure(&context().model_home, &o)?;
-                    std::fs::create_dir_all(&out)?;
-                    let md = peer::markdown(&rows, &o);
-                    stretto::core::format::write_atomic(
-                        &out.join("peer.json"),
-                        serde_json::to_string_pretty(&rows)?.as_bytes(),
-                    )?;
-                    stretto::core::format::write_atomic(&out.join("peer.md"), md.as_bytes())?;
-                    print!("{md}");
+                    write_table(&out, "peer", &rows, &peer::markdown(&rows, &o))?;
                 }
                 BenchAction::Quant { models, items, threads, seed, batch, out } => {
                     use stretto_bench::quant;
                     let o = quant::QuantOptions { models, items, threads, seed, batch };
                     let rows = quant::measure(&context().model_home, &o)?;
-                    std::fs::create_dir_all(&out)?;
-                    let md = quant::markdown(&rows, &o);
-                    stretto::core::format::write_atomic(
-                        &out.join("quant.json"),
-                        serde_json::to_string_pretty(&rows)?.as_bytes(),
-                    )?;
-                    stretto::core::format::write_atomic(&out.join("quant.md"), md.as_bytes())?;
-                    print!("{md}");
+                    write_table(&out, "quant", &rows, &quant::markdown(&rows, &o))?;
                 }
                 BenchAction::Cluster { rows, files, executors, ladder, out, work } => {
                     use stretto_bench::cluster;

@@ -313,6 +313,13 @@ impl SemanticPipelineExec {
         }
     }
 
+    /// This pipeline over `input`, stopping after `fetch` rows (fresh metrics; the same run report).
+    fn rebuilt(&self, input: Arc<dyn ExecutionPlan>, fetch: Option<usize>) -> Self {
+        let (spec, names, session, run) =
+            (self.spec.clone(), self.input_names.clone(), self.session.clone(), self.run.clone());
+        Self { fetch, ..Self::new(input, spec, names, self.schema(), session, run) }
+    }
+
     /// What the pipeline did so far (complete once the query's stream is drained or dropped).
     pub fn run(&self) -> PipelineRun {
         self.run.lock().unwrap_or_else(|p| p.into_inner()).clone()
@@ -398,17 +405,7 @@ impl ExecutionPlan for SemanticPipelineExec {
         if children.len() != 1 {
             return internal_err!("SemanticPipelineExec takes one input, got {}", children.len());
         }
-        Ok(Arc::new(Self {
-            fetch: self.fetch,
-            ..Self::new(
-                children.swap_remove(0),
-                self.spec.clone(),
-                self.input_names.clone(),
-                self.schema(),
-                self.session.clone(),
-                self.run.clone(),
-            )
-        }))
+        Ok(Arc::new(self.rebuilt(children.swap_remove(0), self.fetch)))
     }
 
     fn fetch(&self) -> Option<usize> {
@@ -418,17 +415,7 @@ impl ExecutionPlan for SemanticPipelineExec {
     /// A `LIMIT k` right above the pipeline becomes its fetch: it stops executing once k rows are out, and its
     /// pay check knows that gold need only find k ([`certify`]).
     fn with_fetch(&self, limit: Option<usize>) -> Option<Arc<dyn ExecutionPlan>> {
-        Some(Arc::new(Self {
-            fetch: limit,
-            ..Self::new(
-                self.input.clone(),
-                self.spec.clone(),
-                self.input_names.clone(),
-                self.schema(),
-                self.session.clone(),
-                self.run.clone(),
-            )
-        }))
+        Some(Arc::new(self.rebuilt(self.input.clone(), limit)))
     }
 
     fn metrics(&self) -> Option<MetricsSet> {
