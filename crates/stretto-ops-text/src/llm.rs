@@ -182,7 +182,8 @@ impl LlmOp {
         } else {
             0.05
         };
-        // Measured by `stretto bench quant`: int8 question passes take about half the f32 time.
+        // A prior, replaced by profiled costs: the probe's bare question pass took about half the f32 time; the
+        // operator as a whole measured 0.66-0.83x of f32 (`stretto bench quant`, bench/results/quant/).
         let per_item = if config.weights == Weights::Int8 { per_item * 0.55 } else { per_item };
         let props = OpProperties {
             kind,

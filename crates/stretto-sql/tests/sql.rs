@@ -24,6 +24,13 @@ fn ints(batch: &RecordBatch, column: &str) -> Vec<i64> {
     c.as_primitive::<Int64Type>().iter().map(|v| v.expect("no nulls")).collect()
 }
 
+/// The `plan` column of an `EXPLAIN` result, one plan per line.
+fn plan_column(batch: &RecordBatch) -> String {
+    let plans = arrow::compute::cast(batch.column_by_name("plan").expect("EXPLAIN has a plan column"), &DataType::Utf8)
+        .unwrap();
+    plans.as_string::<i32>().iter().flatten().collect::<Vec<_>>().join("\n")
+}
+
 fn texts(batch: &RecordBatch, column: &str) -> Vec<Option<String>> {
     let c = batch.column_by_name(column).unwrap_or_else(|| panic!("no column {column} in {:?}", batch.schema()));
     let c = arrow::compute::cast(c, &DataType::Utf8).unwrap();
@@ -209,10 +216,7 @@ fn explain_analyze_shows_the_certified_cascade_with_rules_bounds_and_skipped_tup
     );
     let plan_text = |sql: &str| {
         let r = ctx.sql(sql).unwrap().collect().unwrap();
-        let b = r.batch().unwrap();
-        let plans = b.column_by_name("plan").unwrap();
-        let plans = arrow::compute::cast(plans, &DataType::Utf8).unwrap();
-        (plans.as_string::<i32>().iter().flatten().collect::<Vec<_>>().join("\n"), r)
+        (plan_column(&r.batch().unwrap()), r)
     };
     let (before, r) = plan_text(&format!("EXPLAIN {query}"));
     assert!(before.contains("SemanticPipelineExec") && !before.contains("ran:"), "{before}");
@@ -244,10 +248,7 @@ fn a_limit_is_pushed_into_the_pipeline_and_its_pay_check() {
     ctx.sql("SET stretto.precision = 0.8; SET stretto.recall = 0.8; SET stretto.batch_rows = 4").unwrap();
     let query = "SELECT reviewid FROM (SELECT * FROM movie.reviews LIMIT 200) AS reviews \
                  WHERE sem_filter('{reviews.reviewtext} is clearly positive') LIMIT 3";
-    let explain = ctx.sql(&format!("EXPLAIN {query}")).unwrap().collect().unwrap();
-    let b = explain.batch().unwrap();
-    let plans = arrow::compute::cast(b.column_by_name("plan").unwrap(), &DataType::Utf8).unwrap();
-    let text = plans.as_string::<i32>().iter().flatten().collect::<Vec<_>>().join("\n");
+    let text = plan_column(&ctx.sql(&format!("EXPLAIN {query}")).unwrap().collect().unwrap().batch().unwrap());
     assert!(text.contains("SemanticPipelineExec") && text.contains("fetch 3"), "{text}");
 
     let r = ctx.sql(query).unwrap().collect().unwrap();
