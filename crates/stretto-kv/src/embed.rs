@@ -103,7 +103,8 @@ impl Embedder {
         self.config.hidden_size
     }
 
-    /// Unit-length embeddings of `texts`, `batch` at a time (texts are truncated to [`MAX_TOKENS`] tokens).
+    /// Unit-length embeddings of `texts`, `batch` at a time (texts are truncated to the encoder's
+    /// [`max_tokens`](EncoderConfig::max_tokens)).
     pub fn embed(&self, texts: &[&str], batch: usize) -> Result<Vec<Vec<f32>>> {
         let _span = tracing::info_span!("embed", texts = texts.len()).entered();
         let mut out = Vec::with_capacity(texts.len());

@@ -294,6 +294,7 @@ impl Export {
         // RoBERTa-style position tables reserve the first two rows for padding.
         let offset =
             if ["roberta", "xlm-roberta", "mpnet", "camembert"].contains(&self.model_type.as_str()) { 2 } else { 0 };
+        let max_tokens = positions.saturating_sub(offset).clamp(1, 512);
         let config = EncoderConfig {
             hidden_size: field(c, &cpath, "hidden_size")?,
             num_hidden_layers: field(c, &cpath, "num_hidden_layers").unwrap_or(0),
@@ -301,9 +302,12 @@ impl Export {
             intermediate_size: field(c, &cpath, "intermediate_size").unwrap_or(0),
             max_position_embeddings: positions,
             layer_norm_eps: c.get("layer_norm_eps").and_then(Value::as_f64).unwrap_or(1e-12),
+            model_type: self.model_type.clone(),
+            relative_attention_num_buckets: field(c, &cpath, "relative_attention_num_buckets").unwrap_or(0),
+            max_tokens,
             converter: ENCODER_VERSION,
         };
-        Ok((config, positions.saturating_sub(offset).clamp(1, 512)))
+        Ok((config, max_tokens))
     }
 
     /// The link a registration stores.

@@ -13,7 +13,8 @@
 //! - readers: [`gguf`] (weights and metadata), [`tokenizer`] (a GGUF vocabulary as a `tokenizers` tokenizer),
 //!   [`torch`] (legacy PyTorch pickles, without Python);
 //! - converters, written with [`onnx`]: [`convert`] (llama/qwen2 decoders with KV-past I/O, in f32 or as an
-//!   int8-weight `MatMulNBits` variant), [`bert`] (sentence encoders), [`efficientnet`] (the image classifier).
+//!   int8-weight `MatMulNBits` variant), [`bert`] (BERT and MPNet sentence encoders), [`efficientnet`] (the image
+//!   classifier).
 //!
 //! ```no_run
 //! use stretto_models::{gguf::Gguf, prepare};

