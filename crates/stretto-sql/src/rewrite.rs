@@ -7,6 +7,11 @@
 //! ON clauses of inner joins, and puts the pipeline there: relational filters and joins stay below it (Stretto's
 //! pull-up), aggregates, ordering and limits above. WHERE conjuncts that read a map's value become a filter just
 //! above the pipeline.
+//!
+//! The block is the one that holds the query's semantic functions: the outermost SELECT, or a CTE, a derived table
+//! or a UNION branch below it (the rule passes through the blocks above, which stay relational). Semantic
+//! functions in two blocks (two CTEs, a CTE read twice, both sides of a join) or in an IN / EXISTS / scalar subquery
+//! are an error: one query, one pipeline, one certificate.
 
 use std::sync::Arc;
 
@@ -88,9 +93,55 @@ fn rewrite_top(plan: LogicalPlan, options: &StrettoOptions) -> Result<LogicalPla
         let input = rewrite_top(plan.inputs()[0].clone(), options)?;
         return plan.with_new_exprs(plan.expressions(), vec![input]);
     }
+    if !block_has_semantic(&plan)? {
+        return rewrite_below(plan, options);
+    }
     let mut maps = Vec::new();
     let aliases = map_aliases(&plan)?;
     rewrite_block(plan, options, &mut maps, &aliases)
+}
+
+/// What a query that splits its semantic functions over several blocks is told.
+const ONE_BLOCK: &str = "Stretto runs one semantic pipeline per query, in the one SELECT block that holds its \
+     semantic functions (the outermost, or one CTE, derived table or UNION branch): they belong in that block's WHERE \
+     (as AND-ed conditions), JOIN ... ON of inner joins, SELECT list, GROUP BY, HAVING or ORDER BY, not in two \
+     blocks (a CTE read twice counts twice), an IN / EXISTS / scalar subquery or a non-inner join";
+
+/// Whether the block's own clauses call a semantic function: its upper part, WHERE, and the ON clauses of its join
+/// tree, not the CTEs, derived tables or UNION branches it reads.
+fn block_has_semantic(plan: &LogicalPlan) -> Result<bool> {
+    if node_has_semantic(plan)? {
+        return Ok(true);
+    }
+    if is_upper(plan) || matches!(plan, LogicalPlan::Filter(_) | LogicalPlan::Join(_)) {
+        for input in plan.inputs() {
+            if block_has_semantic(input)? {
+                return Ok(true);
+            }
+        }
+    }
+    Ok(false)
+}
+
+/// A block without semantic functions of its own: the pipeline goes into the one input that holds them.
+fn rewrite_below(plan: LogicalPlan, options: &StrettoOptions) -> Result<LogicalPlan> {
+    let mut holder = None;
+    for (i, input) in plan.inputs().into_iter().enumerate() {
+        if plan_has_semantic(input)? {
+            if holder.is_some() {
+                return plan_err!("{ONE_BLOCK}");
+            }
+            holder = Some(i);
+        }
+    }
+    let Some(holder) = holder else { return plan_err!("{ONE_BLOCK}") };
+    let inputs = plan
+        .inputs()
+        .into_iter()
+        .enumerate()
+        .map(|(i, input)| if i == holder { rewrite_top(input.clone(), options) } else { Ok(input.clone()) })
+        .collect::<Result<Vec<_>>>()?;
+    plan.with_new_exprs(plan.expressions(), inputs)
 }
 
 /// The SQL alias of each `sem_map` call of the block, by its prompt and type: `sem_map(..) AS title` in the
@@ -240,11 +291,7 @@ fn rewrite_core(
         other => strip_joins(other, &mut filters)?,
     };
     if plan_has_semantic(&relational)? {
-        return plan_err!(
-            "Stretto runs one semantic pipeline per query, over its outermost SELECT block: semantic functions \
-             belong in its WHERE (as AND-ed conditions), JOIN ... ON of inner joins, SELECT list, GROUP BY, HAVING \
-             or ORDER BY, not inside a subquery, a derived table, a UNION or a non-inner join"
-        );
+        return plan_err!("{ONE_BLOCK}");
     }
     if filters.is_empty() && maps.is_empty() {
         return Ok(relational);

@@ -100,9 +100,25 @@ fn misplaced_or_malformed_semantic_functions_are_named() {
         ),
         (format!("SELECT sem_filter('{{reviews.reviewtext}} is positive') FROM {FIRST_40}"), "sem_map('...', 'boolean')"),
         (
-            "SELECT * FROM (SELECT * FROM movie.reviews WHERE sem_filter('{reviews.reviewtext} is positive')) r"
-                .to_string(),
-            "outermost SELECT block",
+            format!(
+                "WITH p AS (SELECT reviewid FROM {FIRST_40} WHERE sem_filter('{{reviews.reviewtext}} is positive')) \
+                 SELECT * FROM p a JOIN p b ON a.reviewid = b.reviewid"
+            ),
+            "not in two blocks (a CTE read twice counts twice)",
+        ),
+        (
+            format!(
+                "SELECT * FROM (SELECT * FROM {FIRST_40} WHERE sem_filter('{{reviews.reviewtext}} is positive')) r \
+                 WHERE sem_filter('{{r.reviewtext}} is long')"
+            ),
+            "one semantic pipeline per query",
+        ),
+        (
+            format!(
+                "SELECT * FROM {FIRST_40} WHERE reviewid IN \
+                 (SELECT reviewid FROM movie.reviews WHERE sem_filter('{{reviews.reviewtext}} is positive'))"
+            ),
+            "an IN / EXISTS / scalar subquery",
         ),
         (format!("SELECT * FROM {FIRST_40} WHERE sem_filter('{{reviews.nope}} is positive')"), "nope"),
         (format!("SELECT * FROM {FIRST_40} WHERE sem_filter('is positive')"), "references no column"),
@@ -261,6 +277,37 @@ fn a_limit_is_pushed_into_the_pipeline_and_its_pay_check() {
     assert!(run.sample_rows < 40 && run.executed_rows < 40, "{}", run.summary());
     let plan = run.plan.as_ref().unwrap();
     assert_eq!(plan.stages.len(), 1, "gold alone: {}", plan.describe_stages());
+}
+
+#[test]
+fn a_cte_or_derived_table_holding_the_semantic_functions_gets_the_pipeline() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = session(dir.path());
+    let ctx = SqlContext::new(&s).unwrap();
+    ctx.sql("SET stretto.method = 'gold'").unwrap();
+    let filter = "sem_filter('{reviews.reviewtext} is clearly positive')";
+    let count = |sql: &str| ints(&ctx.sql(sql).unwrap().collect().unwrap().batch().unwrap(), "n")[0];
+    let direct = count(&format!("SELECT count(*) AS n FROM {FIRST_40} WHERE {filter}"));
+    assert!(direct > 0, "the comparisons below need accepted rows");
+    // A CTE: the pipeline runs inside it, the count above it.
+    let cte = format!(
+        "WITH positive AS (SELECT reviewid, istopcritic FROM {FIRST_40} WHERE {filter}) \
+         SELECT count(*) AS n FROM positive"
+    );
+    let nodes = spine(&ctx, &cte);
+    let at = |name: &str| nodes.iter().position(|n| n.starts_with(name)).unwrap_or_else(|| panic!("{name}: {nodes:?}"));
+    assert!(at("Aggregate") < at("SubqueryAlias") && at("SubqueryAlias") < at("SemanticPipeline"), "{nodes:?}");
+    assert_eq!(nodes.iter().filter(|n| n.starts_with("SemanticPipeline")).count(), 1, "{nodes:?}");
+    assert_eq!(count(&cte), direct);
+    // A derived table under a relational WHERE and ORDER BY: the same rows as one block.
+    let reviewids = |sql: &str| texts(&ctx.sql(sql).unwrap().collect().unwrap().batch().unwrap(), "reviewid");
+    let nested = reviewids(&format!(
+        "SELECT reviewid FROM (SELECT reviewid, istopcritic FROM {FIRST_40} WHERE {filter}) p \
+         WHERE p.istopcritic ORDER BY reviewid"
+    ));
+    let flat = reviewids(&format!("SELECT reviewid FROM {FIRST_40} WHERE {filter} AND istopcritic ORDER BY reviewid"));
+    assert!(!flat.is_empty());
+    assert_eq!(nested, flat);
 }
 
 #[test]
