@@ -3,9 +3,9 @@
 //!
 //! On its first poll the node reads its whole input (profiling samples from all of it), profiles every candidate
 //! operator on the session's seeded sample, optimizes under the query's targets and binds the certified cascade.
-//! Then it executes the cascade `stretto.batch_rows` tuples at a time, yielding a record batch each time: a LIMIT
-//! above it stops pulling once it has its rows, and the tuples never pulled are never run ([`PipelineRun`] counts
-//! them).
+//! Then it executes the cascade `stretto.batch_rows` tuples at a time (under a LIMIT k, chunks of 2k, 4k, … up to
+//! that), yielding a record batch each time: a LIMIT above it stops pulling once it has its rows, and the tuples
+//! never pulled are never run ([`PipelineRun`] counts them).
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -462,7 +462,11 @@ impl ExecutionPlan for SemanticPipelineExec {
                 };
                 let p = Arc::new(p);
                 let (executed, out_rows) = (executed.clone(), out_rows.clone());
-                stream::try_unfold((0usize, 0usize), move |(start, emitted)| {
+                // With a fetch, the first chunk is twice the rows wanted and each next one twice the last (up to
+                // batch_rows): a LIMIT 5 over a filter that keeps half its input stops after about 10 tuples, not
+                // after a whole batch.
+                let first = fetch.map_or(batch_rows, |k| k.saturating_mul(2).clamp(1, batch_rows));
+                stream::try_unfold((0usize, 0usize, first), move |(start, emitted, chunk)| {
                     let (p, run, executed, out_rows) = (p.clone(), run.clone(), executed.clone(), out_rows.clone());
                     async move {
                         if fetch.is_some_and(|k| emitted >= k) {
@@ -472,7 +476,7 @@ impl ExecutionPlan for SemanticPipelineExec {
                             run.lock().unwrap_or_else(|p| p.into_inner()).finished = true;
                             return Ok(None);
                         }
-                        let end = (start + batch_rows).min(p.rows());
+                        let end = (start + chunk).min(p.rows());
                         let p2 = p.clone();
                         let (batch, stats, secs) = tokio::task::spawn_blocking(move || {
                             let _span = tracing::info_span!("sql_pipeline_execute", start, end).entered();
@@ -505,7 +509,7 @@ impl ExecutionPlan for SemanticPipelineExec {
                         }
                         drop(r);
                         let emitted = emitted + batch.num_rows();
-                        Ok(Some((batch, (end, emitted))))
+                        Ok(Some((batch, (end, emitted, chunk.saturating_mul(2).min(batch_rows)))))
                     }
                 })
                 .boxed()

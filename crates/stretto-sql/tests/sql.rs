@@ -277,6 +277,12 @@ fn a_limit_is_pushed_into_the_pipeline_and_its_pay_check() {
     assert!(run.sample_rows < 40 && run.executed_rows < 40, "{}", run.summary());
     let plan = run.plan.as_ref().unwrap();
     assert_eq!(plan.stages.len(), 1, "gold alone: {}", plan.describe_stages());
+    // With a large batch, the first chunk is sized from the LIMIT (2k tuples, then 4k, ...), not a whole batch.
+    ctx.sql("SET stretto.batch_rows = 64").unwrap();
+    let r = ctx.sql(query).unwrap().collect().unwrap();
+    let [run] = r.pipelines() else { panic!("one pipeline: {:?}", r.pipelines()) };
+    assert_eq!(run.output_rows, 3, "{}", run.summary());
+    assert!(run.executed_rows < 64 && run.executed_rows >= 6, "{}", run.summary());
 }
 
 #[test]
