@@ -264,6 +264,13 @@ enum Command {
         /// now plus half of the free disk); least-recently-used ad-hoc caches are evicted to stay within it.
         #[arg(long)]
         disk_budget: Option<u64>,
+        /// Also offer each ladder model's int8-weight rung (as `stretto query --int8-rungs`).
+        #[arg(long)]
+        int8_rungs: bool,
+        /// Sentence encoders of the embedding filters, one rung each (default: minilm; e.g. minilm,mpnet). They are
+        /// allowed in this query.
+        #[arg(long, value_delimiter = ',')]
+        encoders: Option<Vec<String>>,
         /// Run on a Ballista cluster: the scheduler at `HOST:PORT` (`stretto-scheduler`, with `stretto-executor`s).
         /// The pipeline is profiled and optimized here and executed there; `--input` files (or directories of
         /// them, one partition per file) must be on a file system the executors share.
@@ -628,6 +635,25 @@ fn context() -> stretto::OpContext {
         ctx.provider = stretto::ExecutionProvider::Cuda;
     }
     ctx
+}
+
+/// The rung options `stretto query` and `stretto sql` share: int8-weight rungs, and the sentence encoders (which
+/// the query may then use).
+fn rung_options(
+    ctx: &mut stretto::OpContext,
+    models: &mut Vec<String>,
+    int8_rungs: bool,
+    encoders: Option<Vec<String>>,
+) {
+    ctx.int8_rungs = int8_rungs;
+    if let Some(encoders) = encoders {
+        for e in &encoders {
+            if !models.contains(e) {
+                models.push(e.clone());
+            }
+        }
+        ctx.encoders = encoders;
+    }
 }
 
 /// `path` relative to the working directory where it lies below it (what a report should show), else as given.
@@ -1005,15 +1031,7 @@ fn run(cli: Cli) -> Result<(), BoxError> {
             if let Some(b) = disk_budget {
                 ctx.disk_budget = Some(b);
             }
-            ctx.int8_rungs = int8_rungs;
-            if let Some(encoders) = encoders {
-                for e in &encoders {
-                    if !models.contains(e) {
-                        models.push(e.clone());
-                    }
-                }
-                ctx.encoders = encoders;
-            }
+            rung_options(&mut ctx, &mut models, int8_rungs, encoders);
             for spec in &user_models {
                 let (name, path) = spec.split_once('=').ok_or_else(|| {
                     format!("--model {spec}: write it as NAME=PATH (a GGUF file or an ONNX export folder)")
@@ -1128,13 +1146,15 @@ fn run(cli: Cli) -> Result<(), BoxError> {
             output,
             json,
             explain,
-            models,
+            mut models,
             ladder,
             sample,
             screen,
             seed,
             show,
             disk_budget,
+            int8_rungs,
+            encoders,
             cluster,
         } => {
             let out_format = match &output {
@@ -1155,6 +1175,7 @@ fn run(cli: Cli) -> Result<(), BoxError> {
             if let Some(b) = disk_budget {
                 ctx.disk_budget = Some(b);
             }
+            rung_options(&mut ctx, &mut models, int8_rungs, encoders);
             let session = stretto::Session::builder(ctx.model_home.clone())
                 .operators(ctx)
                 .models(models)

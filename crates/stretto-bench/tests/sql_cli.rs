@@ -117,6 +117,11 @@ fn explain_and_bad_sql_are_answered_before_any_model_work() {
     assert!(!ok && err.contains("recall"), "{err}");
     let (ok, _, err) = stretto(&["sql", "SELECT * FROM t", "--input", "absent.csv"], dir.path());
     assert!(!ok && err.contains("absent.csv"), "{err}");
+    // Encoders are the session's: a decoder or an unknown name there is refused up front, naming it.
+    for (encoders, needle) in [("minilm,smollm2-135m", "`smollm2-135m` is not a sentence encoder"), ("nope", "nope")] {
+        let (ok, _, err) = stretto(&["sql", "SELECT 1", "--encoders", encoders, "--int8-rungs"], dir.path());
+        assert!(!ok && err.contains(needle), "{encoders}: {err}");
+    }
     // Nothing was prepared or cached for any of them.
     assert!(!dir.path().join("kv").exists() && !dir.path().join("memo").exists());
 }

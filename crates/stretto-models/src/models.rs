@@ -70,6 +70,20 @@ pub struct ModelSpec {
     pub filter: Option<FilterSetting>,
 }
 
+impl ModelSpec {
+    /// Whether it is a decoder LLM (a rung of the ladder): decoders carry the protocol their filters ask with.
+    pub fn is_decoder(&self) -> bool {
+        self.filter.is_some()
+    }
+
+    /// Whether it is a sentence encoder (an embedding filter's model): a BERT-family checkpoint with its
+    /// `model.safetensors`, `tokenizer.json` and `config.json`.
+    pub fn is_encoder(&self) -> bool {
+        let has = |file: &str| self.artifacts.iter().any(|a| a.file == file);
+        !self.is_decoder() && has("model.safetensors") && has("tokenizer.json") && has("config.json")
+    }
+}
+
 /// The words a filter question asks a decoder to answer with.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum AnswerWords {

