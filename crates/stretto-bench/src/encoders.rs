@@ -11,13 +11,11 @@ use std::fmt::Write as _;
 use std::path::Path;
 use std::time::Instant;
 
-use arrow::array::{Array, AsArray};
-use stretto::core::datasets::Dataset;
 use stretto::core::metrics::auc;
 use stretto::kv::embed::{cosine, Embedder};
 
 use crate::experiments::Error;
-use crate::protocols::{mean, slice_texts, slice_truth, ProbeTask, Slice, TASKS};
+use crate::protocols::{mean, LabelledTexts, Slice};
 
 /// What to measure.
 #[derive(Debug, Clone)]
@@ -65,27 +63,18 @@ pub fn measure(home: &Path, threads: usize, o: &EncoderOptions) -> Result<Vec<En
         let _span = tracing::info_span!("encoder_probe", encoder = %name).entered();
         let enc = Embedder::load(home, name, stretto::kv::runtime::RuntimeOptions::new(threads, false))?;
         for dataset in &o.datasets {
-            let tasks: Vec<&ProbeTask> = TASKS.iter().filter(|t| t.dataset == dataset).collect();
-            let first = tasks.first().ok_or_else(|| format!("no labelled predicates for dataset `{dataset}`"))?;
-            let ds = Dataset::load(dataset)?;
-            let table = ds.table(first.table)?;
-            let labels = ds.table("labels")?;
-            let text = table
-                .column_by_name(first.column)
-                .and_then(|c| c.as_string_opt::<i32>())
-                .ok_or_else(|| format!("{dataset}.{} has no text column `{}`", first.table, first.column))?;
+            let data = LabelledTexts::load(dataset)?;
             let sentences: Vec<String> =
-                tasks.iter().map(|t| stretto::ops_text::embedding::predicate_sentence(t.predicate)).collect();
+                data.tasks.iter().map(|t| stretto::ops_text::embedding::predicate_sentence(t.predicate)).collect();
             let predicates = enc.embed(&sentences.iter().map(String::as_str).collect::<Vec<_>>(), o.batch)?;
             for slice in [Slice::Dev, Slice::Eval] {
-                let (n, other) = if slice == Slice::Dev { (o.dev, o.eval) } else { (o.eval, o.dev) };
-                let range = slice.rows(text.len(), n, other);
-                let items = slice_texts(text, range.clone(), 0);
+                let range = data.rows(slice, o.dev, o.eval);
+                let items = data.texts(range.clone(), 0);
                 let start = Instant::now();
                 let vecs = enc.embed(&items.iter().map(String::as_str).collect::<Vec<_>>(), o.batch)?;
                 let ms = start.elapsed().as_secs_f64() * 1e3 / items.len().max(1) as f64;
-                for (t, p) in tasks.iter().zip(&predicates) {
-                    let truth = slice_truth(labels, t, range.clone())?;
+                for (t, p) in data.tasks.iter().zip(&predicates) {
+                    let truth = data.truth(t, range.clone())?;
                     let scores: Vec<f64> = vecs.iter().map(|v| cosine(v, p) as f64).collect();
                     let positives = truth.iter().filter(|&&y| y).count();
                     rows.push(EncoderRow {

@@ -224,17 +224,11 @@ pub fn measure(home: &Path, threads: usize, o: &ProbeOptions) -> Result<Vec<Prot
         let _span = tracing::info_span!("protocol_probe", model = %model).entered();
         let dec = Decoder::load(home, model, stretto::kv::runtime::RuntimeOptions::new(threads, false))?;
         for dataset in &o.datasets {
-            let tasks: Vec<ProbeTask> = TASKS.iter().filter(|t| t.dataset == dataset).copied().collect();
-            if tasks.is_empty() {
-                return Err(format!("no labelled predicates for dataset `{dataset}`").into());
-            }
-            let ds = Dataset::load(dataset)?;
-            let table = ds.table(tasks[0].table)?;
-            let labels = ds.table("labels")?;
-            let text = table.column_by_name(tasks[0].column).ok_or("no text column")?.as_string::<i32>().clone();
+            let data = LabelledTexts::load(dataset)?;
+            let tasks = &data.tasks;
             let answer_words = [AnswerWords::Digits, AnswerWords::YesNo];
             let mut prompts = Vec::new();
-            for t in &tasks {
+            for t in tasks {
                 let statement = stretto::ops_text::llm::about_the_text(t.predicate);
                 for words in answer_words {
                     let p = FilterProtocol { answers: words, calibrated: true };
@@ -242,12 +236,11 @@ pub fn measure(home: &Path, threads: usize, o: &ProbeOptions) -> Result<Vec<Prot
                 }
             }
             for slice in [Slice::Dev, Slice::Eval] {
-                let (n, other) = if slice == Slice::Dev { (o.dev, o.eval) } else { (o.eval, o.dev) };
-                let range = slice.rows(text.len(), n, other);
-                let items = slice_texts(&text, range.clone(), o.max_chars);
+                let range = data.rows(slice, o.dev, o.eval);
+                let items = data.texts(range.clone(), o.max_chars);
                 let scored = score(&dec, &items, &prompts)?;
                 for (ti, t) in tasks.iter().enumerate() {
-                    let truth = slice_truth(labels, t, range.clone())?;
+                    let truth = data.truth(t, range.clone())?;
                     for (wi, words) in answer_words.iter().enumerate() {
                         let raw = &scored.raw[ti * answer_words.len() + wi];
                         let base = scored.base[ti * answer_words.len() + wi];
@@ -275,36 +268,64 @@ pub fn measure(home: &Path, threads: usize, o: &ProbeOptions) -> Result<Vec<Prot
     Ok(rows)
 }
 
-/// The texts of rows `range` of a text column (null as empty), each cut to `max_chars` characters (0 keeps all).
-pub(crate) fn slice_texts(
-    text: &arrow::array::StringArray,
-    range: std::ops::Range<usize>,
-    max_chars: usize,
-) -> Vec<String> {
-    range
-        .map(|i| {
-            let t = if text.is_null(i) { "" } else { text.value(i) };
-            if max_chars > 0 {
-                t.chars().take(max_chars).collect()
-            } else {
-                t.to_string()
-            }
-        })
-        .collect()
+/// A dataset's labelled predicates (of [`TASKS`]), the text column they read and its `labels` table: what both
+/// the protocols and the encoders bench score against.
+pub(crate) struct LabelledTexts {
+    /// The dataset's predicates.
+    pub(crate) tasks: Vec<ProbeTask>,
+    text: arrow::array::StringArray,
+    labels: arrow::record_batch::RecordBatch,
 }
 
-/// The truth of `task` for rows `range`, from its dataset's `labels` table.
-pub(crate) fn slice_truth(
-    labels: &arrow::record_batch::RecordBatch,
-    task: &ProbeTask,
-    range: std::ops::Range<usize>,
-) -> Result<Vec<bool>, crate::experiments::Error> {
-    let col = labels
-        .column_by_name(task.label)
-        .ok_or_else(|| format!("the labels table has no column `{}`", task.label))?
-        .as_primitive_opt::<Int64Type>()
-        .ok_or_else(|| format!("label column `{}` is not an integer column", task.label))?;
-    Ok(range.map(|i| col.value(i) == 1).collect())
+impl LabelledTexts {
+    /// Loads the bundled `dataset`; an error when it has no labelled predicates or its text column is missing.
+    pub(crate) fn load(dataset: &str) -> Result<Self, crate::experiments::Error> {
+        let tasks: Vec<ProbeTask> = TASKS.iter().filter(|t| t.dataset == dataset).copied().collect();
+        let first = tasks.first().ok_or_else(|| format!("no labelled predicates for dataset `{dataset}`"))?;
+        let ds = Dataset::load(dataset)?;
+        let table = ds.table(first.table)?;
+        let text = table
+            .column_by_name(first.column)
+            .and_then(|c| c.as_string_opt::<i32>())
+            .ok_or_else(|| format!("{dataset}.{} has no text column `{}`", first.table, first.column))?
+            .clone();
+        Ok(Self { text, labels: ds.table("labels")?.clone(), tasks })
+    }
+
+    /// Row indices of `slice`, with development and evaluation slices of `dev` and `eval` rows.
+    pub(crate) fn rows(&self, slice: Slice, dev: usize, eval: usize) -> std::ops::Range<usize> {
+        let (n, other) = if slice == Slice::Dev { (dev, eval) } else { (eval, dev) };
+        slice.rows(self.text.len(), n, other)
+    }
+
+    /// The texts of rows `range` (null as empty), each cut to `max_chars` characters (0 keeps all).
+    pub(crate) fn texts(&self, range: std::ops::Range<usize>, max_chars: usize) -> Vec<String> {
+        range
+            .map(|i| {
+                let t = if self.text.is_null(i) { "" } else { self.text.value(i) };
+                if max_chars > 0 {
+                    t.chars().take(max_chars).collect()
+                } else {
+                    t.to_string()
+                }
+            })
+            .collect()
+    }
+
+    /// The truth of `task` for rows `range`.
+    pub(crate) fn truth(
+        &self,
+        task: &ProbeTask,
+        range: std::ops::Range<usize>,
+    ) -> Result<Vec<bool>, crate::experiments::Error> {
+        let col = self
+            .labels
+            .column_by_name(task.label)
+            .ok_or_else(|| format!("the labels table has no column `{}`", task.label))?
+            .as_primitive_opt::<Int64Type>()
+            .ok_or_else(|| format!("label column `{}` is not an integer column", task.label))?;
+        Ok(range.map(|i| col.value(i) == 1).collect())
+    }
 }
 
 pub(crate) fn mean(v: impl Iterator<Item = f64>) -> f64 {

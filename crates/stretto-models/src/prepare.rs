@@ -89,10 +89,8 @@ pub fn ensure_encoder(home: &Path, name: &str) -> Result<EncoderFiles> {
         }
     }
     let s = spec(name)?;
-    if !s.artifacts.iter().any(|a| a.file == "model.safetensors") {
-        return Err(ModelError::Usage(format!(
-            "`{name}` is not a sentence encoder (it has no encoder weights); try minilm or mpnet"
-        )));
+    if !s.is_encoder() {
+        return Err(ModelError::Usage(format!("`{name}` is not a sentence encoder; try minilm or mpnet")));
     }
     let dir = decoder_dir(home, name);
     if let Ok(files) = EncoderFiles::open(&dir) {
