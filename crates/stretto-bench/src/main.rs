@@ -193,6 +193,10 @@ enum Command {
         /// now plus half of the free disk); least-recently-used ad-hoc caches are evicted to stay within it.
         #[arg(long)]
         disk_budget: Option<u64>,
+        /// Bytes of working memory one model run may take beyond the model's weights (default:
+        /// STRETTO_MEMORY_BUDGET, else 1 GiB); long items are prefilled in chunks that fit it.
+        #[arg(long)]
+        memory_budget: Option<u64>,
         /// Also offer each ladder model's int8-weight rung (8-bit MatMulNBits weights over the f32 model's caches;
         /// converted on first use). The optimizer certifies it like any other rung.
         #[arg(long)]
@@ -264,6 +268,10 @@ enum Command {
         /// now plus half of the free disk); least-recently-used ad-hoc caches are evicted to stay within it.
         #[arg(long)]
         disk_budget: Option<u64>,
+        /// Bytes of working memory one model run may take beyond the model's weights (default:
+        /// STRETTO_MEMORY_BUDGET, else 1 GiB); long items are prefilled in chunks that fit it.
+        #[arg(long)]
+        memory_budget: Option<u64>,
         /// Also offer each ladder model's int8-weight rung (as `stretto query --int8-rungs`).
         #[arg(long)]
         int8_rungs: bool,
@@ -1010,6 +1018,7 @@ fn run(cli: Cli) -> Result<(), BoxError> {
             run_dir,
             show,
             disk_budget,
+            memory_budget,
             int8_rungs,
             encoders,
         } => {
@@ -1030,6 +1039,9 @@ fn run(cli: Cli) -> Result<(), BoxError> {
             }
             if let Some(b) = disk_budget {
                 ctx.disk_budget = Some(b);
+            }
+            if let Some(b) = memory_budget {
+                ctx.memory_budget = Some(b);
             }
             rung_options(&mut ctx, &mut models, int8_rungs, encoders);
             for spec in &user_models {
@@ -1153,6 +1165,7 @@ fn run(cli: Cli) -> Result<(), BoxError> {
             seed,
             show,
             disk_budget,
+            memory_budget,
             int8_rungs,
             encoders,
             cluster,
@@ -1174,6 +1187,9 @@ fn run(cli: Cli) -> Result<(), BoxError> {
             }
             if let Some(b) = disk_budget {
                 ctx.disk_budget = Some(b);
+            }
+            if let Some(b) = memory_budget {
+                ctx.memory_budget = Some(b);
             }
             rung_options(&mut ctx, &mut models, int8_rungs, encoders);
             let session = stretto::Session::builder(ctx.model_home.clone())

@@ -28,6 +28,8 @@ pub const LADDER_ENV: &str = "STRETTO_LADDER";
 pub const THREADS_ENV: &str = "STRETTO_THREADS";
 /// Environment variable: the disk budget in bytes of the KV directory and the memo together.
 pub const DISK_BUDGET_ENV: &str = "STRETTO_DISK_BUDGET";
+/// Environment variable: bytes of working memory a model run may take (see [`OpContext::memory_budget`]).
+pub const MEMORY_BUDGET_ENV: &str = "STRETTO_MEMORY_BUDGET";
 
 /// The decoders of the LLM ladder when nothing else is said.
 pub const DEFAULT_LADDER: &[&str] = &["smollm2-135m", "qwen2.5-coder-0.5b"];
@@ -76,6 +78,10 @@ pub struct OpContext {
     /// Bytes the KV directory and the memo may hold together; queries evict least-recently-used ad-hoc caches to
     /// stay within it. `None`: what they hold now plus half of the free space of the KV directory's file system.
     pub disk_budget: Option<u64>,
+    /// Bytes of working memory one model run may take beyond the model's weights: a long item's prefill runs in
+    /// chunks that fit it, so peak memory does not grow with the square of an item's length. `None`: 1 GiB
+    /// (`stretto_kv::decoder::DEFAULT_MEMORY_BUDGET`).
+    pub memory_budget: Option<u64>,
     /// Whether the LLM ladder also offers each model's int8-weight rungs (its question passes on 8-bit
     /// `MatMulNBits` weights, over the f32 model's caches). Off by default: such a rung joins the default ladder only
     /// once it is measured fast and faithful enough (`bench/results/quant/`).
@@ -95,12 +101,14 @@ impl OpContext {
             encoders: DEFAULT_ENCODERS.iter().map(|s| s.to_string()).collect(),
             provider: ExecutionProvider::Cpu,
             disk_budget: None,
+            memory_budget: None,
             int8_rungs: false,
         }
     }
 
     /// The context the environment describes (`STRETTO_HOME`, `STRETTO_KV_DIR`, `STRETTO_MEMO_DIR`,
-    /// `STRETTO_LADDER`, `STRETTO_THREADS`, `STRETTO_DISK_BUDGET`), for binaries and tests; libraries take a context instead.
+    /// `STRETTO_LADDER`, `STRETTO_THREADS`, `STRETTO_DISK_BUDGET`,
+    /// `STRETTO_MEMORY_BUDGET`), for binaries and tests; libraries take a context instead.
     pub fn from_env() -> Self {
         let mut ctx = Self::new(default_home());
         if let Some(d) = std::env::var_os(KV_DIR_ENV) {
@@ -122,6 +130,9 @@ impl OpContext {
         }
         if let Some(b) = std::env::var(DISK_BUDGET_ENV).ok().and_then(|v| v.trim().parse().ok()) {
             ctx.disk_budget = Some(b);
+        }
+        if let Some(b) = std::env::var(MEMORY_BUDGET_ENV).ok().and_then(|v| v.trim().parse().ok()) {
+            ctx.memory_budget = Some(b);
         }
         ctx
     }
@@ -152,6 +163,12 @@ impl OpContext {
     /// With a disk budget of `bytes` for the KV directory and the memo together.
     pub fn with_disk_budget(mut self, bytes: u64) -> Self {
         self.disk_budget = Some(bytes);
+        self
+    }
+
+    /// With `bytes` of working memory per model run (see [`OpContext::memory_budget`]).
+    pub fn with_memory_budget(mut self, bytes: u64) -> Self {
+        self.memory_budget = Some(bytes);
         self
     }
 

@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use crate::budget::{touch, DiskBudget};
-use crate::decoder::{Decoder, KvPast, Step, Want};
+use crate::decoder::{Decoder, KvPast};
 use crate::error::{KvError, Result};
 use crate::press::compress_ladder;
 use crate::store::{decode_record, encode_record, read_meta, sha256_text, write_atomic, Profile, RecordMeta};
@@ -37,6 +37,8 @@ pub struct PastSource {
     prefill: Option<PrefillModel>,
     /// Whether the user was told that the budget is full (once per source, not once per record).
     told_full: std::sync::atomic::AtomicBool,
+    /// Working memory a prefill may take (see [`Decoder::prefill_within`]).
+    memory_budget: u64,
 }
 
 fn adhoc_path(kv_dir: &Path, profile: &Profile, source: &str) -> PathBuf {
@@ -56,13 +58,28 @@ impl std::fmt::Debug for PastSource {
 impl PastSource {
     /// A source for `profile` over the cache directory `kv_dir`.
     pub fn new(profile: Profile, kv_dir: PathBuf) -> Self {
-        Self { profile, kv_dir, index: Mutex::new(None), budget: None, prefill: None, told_full: Default::default() }
+        Self {
+            profile,
+            kv_dir,
+            index: Mutex::new(None),
+            budget: None,
+            prefill: None,
+            told_full: Default::default(),
+            memory_budget: crate::decoder::DEFAULT_MEMORY_BUDGET,
+        }
     }
 
     /// Missing pasts are prefilled by the decoder `model` loads (same tokenizer and architecture; loaded only when
     /// a past is missing) instead of the one asking.
     pub fn with_prefill(mut self, model: PrefillModel) -> Self {
         self.prefill = Some(model);
+        self
+    }
+
+    /// Prefills missing pasts within `bytes` of working memory (default
+    /// [`crate::decoder::DEFAULT_MEMORY_BUDGET`]): long items are prefilled in chunks.
+    pub fn with_memory_budget(mut self, bytes: u64) -> Self {
+        self.memory_budget = bytes;
         self
     }
 
@@ -171,21 +188,13 @@ impl PastSource {
         let dec = parent.as_deref().unwrap_or(dec);
         let tokens = dec.encode(prompt)?;
         let query_stats = self.profile.press == crate::press::Press::ExpectedAttention;
-        let rows = dec.run(&[Step { past: None, tokens: &tokens }], Want { present: true, query_stats })?;
-        let row = rows.into_iter().next().ok_or_else(|| KvError::Runtime("empty prefill".into()))?;
-        let past = row.present.ok_or_else(|| KvError::Runtime("prefill returned no cache".into()))?;
+        let (past, stats) = dec.prefill_within(&tokens, query_stats, self.memory_budget)?;
         let mut ratios: Vec<f64> = LADDER.to_vec();
         if !ratios.contains(&self.profile.ratio) {
             ratios.push(self.profile.ratio);
         }
-        let ladder = compress_ladder(
-            self.profile.press,
-            self.profile.positions,
-            dec.config(),
-            &past,
-            row.query_stats.as_ref(),
-            &ratios,
-        )?;
+        let ladder =
+            compress_ladder(self.profile.press, self.profile.positions, dec.config(), &past, stats.as_ref(), &ratios)?;
         let mut mine = None;
         for (r, c) in ratios.iter().zip(ladder) {
             let profile = Profile { ratio: *r, ..self.profile.clone() };

@@ -21,7 +21,7 @@ use safetensors::{Dtype, SafeTensors};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use crate::decoder::{Decoder, KvPast, Want};
+use crate::decoder::{Decoder, KvPast};
 use crate::error::{KvError, Result};
 use crate::press::{compress_ladder, Positions, Press};
 
@@ -442,21 +442,9 @@ impl KvStore {
                     return Err(KvError::Usage(format!("item {item} of {} is empty", spec.column)));
                 }
                 let needs_stats = spec.press == Press::ExpectedAttention;
-                let out = dec.run(
-                    &[crate::decoder::Step { past: None, tokens: &tokens }],
-                    Want { present: true, query_stats: needs_stats },
-                )?;
-                let row = out.into_iter().next().ok_or_else(|| KvError::Runtime("empty prefill".into()))?;
-                let past = row.present.ok_or_else(|| KvError::Runtime("prefill returned no cache".into()))?;
+                let (past, stats) = dec.prefill(&tokens, needs_stats)?;
                 let ratios: Vec<f64> = profiles.iter().map(|p| p.ratio).collect();
-                let ladder = compress_ladder(
-                    spec.press,
-                    spec.positions,
-                    dec.config(),
-                    &past,
-                    row.query_stats.as_ref(),
-                    &ratios,
-                )?;
+                let ladder = compress_ladder(spec.press, spec.positions, dec.config(), &past, stats.as_ref(), &ratios)?;
                 let source = sha256_text(&prompt);
                 for (p, c) in profiles.iter().zip(&ladder) {
                     let meta = RecordMeta::of(p, dec.config().layers, tokens.len(), c, &source);

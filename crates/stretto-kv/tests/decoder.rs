@@ -99,6 +99,43 @@ fn prefill_then_question_equals_one_full_pass() {
 }
 
 #[test]
+fn a_chunked_prefill_equals_one_whole_prefill() {
+    let dec = decoder();
+    let review = "Review: I wanted to like it, but the plot made no sense at all, the dialogue was wooden and the \
+                  ending dragged on for another forty minutes after the story had clearly run out of ideas.";
+    let item = dec.encode(&dec.chat_prompt(review)).unwrap();
+    let whole = dec.run(&[Step { past: None, tokens: &item }], Want { present: true, query_stats: true }).unwrap();
+    let (wp, ws) = (whole[0].present.as_ref().unwrap(), whole[0].query_stats.as_ref().unwrap());
+    // Uneven chunks: the last one is shorter, so the merged statistics must weight chunks by their token counts.
+    let chunk = item.len() / 3 + 1;
+    let (past, stats) = dec.prefill_chunked(&item, true, chunk).unwrap();
+    let stats = stats.unwrap();
+    assert_eq!((past.len, past.next_position), (wp.len, wp.next_position));
+    for l in [0, 7, 29] {
+        let (k, v) = (max_rel(&past.keys[l], &wp.keys[l]), max_rel(&past.values[l], &wp.values[l]));
+        assert!(k <= 1e-4 && v <= 1e-4, "layer {l}: keys {k:.2e}, values {v:.2e}");
+        let (m, c) = (max_rel(&stats.mean[l], &ws.mean[l]), max_rel(&stats.cov[l], &ws.cov[l]));
+        eprintln!("layer {l}: chunked vs whole query mean {m:.2e}, covariance {c:.2e}");
+        assert!(m <= 1e-4 && c <= 1e-3, "layer {l}: mean {m:.2e}, covariance {c:.2e}");
+    }
+    // A question over the chunked cache answers as over the whole one.
+    let question = dec.encode("Is the review positive? Answer 1 or 0. Answer:").unwrap();
+    let ask = |p: &KvPast| dec.run(&[Step { past: Some(p), tokens: &question }], Want::default()).unwrap().remove(0);
+    assert!(max_rel(&ask(&past).logits, &ask(wp).logits) <= 1e-4);
+    // Within a budget that holds the item, the prefill is one run; a tiny one still answers, in minimal chunks.
+    let c = dec.config();
+    assert_eq!(stretto_kv::decoder::prefill_chunk(c, item.len(), 1 << 30), item.len());
+    assert_eq!(stretto_kv::decoder::prefill_chunk(c, 13_000, 0), stretto_kv::decoder::MIN_PREFILL_CHUNK);
+    assert_eq!(stretto_kv::decoder::prefill_chunk(c, 13_000, 16 << 30), stretto_kv::decoder::MAX_PREFILL_CHUNK);
+    // 13,000 tokens of SmolLM2's cache are 0.6 GB, held three times over; what is left of 2.04 GB sets the chunk.
+    let mid = stretto_kv::decoder::prefill_chunk(c, 13_000, 2_040_000_000);
+    assert!(stretto_kv::decoder::MIN_PREFILL_CHUNK < mid && mid < stretto_kv::decoder::MAX_PREFILL_CHUNK, "{mid}");
+    let (tiny, _) = dec.prefill_within(&item, false, 0).unwrap();
+    assert!(max_rel(&tiny.keys[3], &wp.keys[3]) <= 1e-4);
+    assert!(dec.prefill_chunked(&[], false, 8).is_err());
+}
+
+#[test]
 fn a_batch_of_left_padded_pasts_equals_per_item_runs() {
     let dec = decoder();
     let items = [

@@ -100,3 +100,38 @@ fn a_compressed_ladder_keeps_its_token_budget_and_the_answer() {
     let p = Profile::parse("smollm2-135m@key-norm-0.80").unwrap();
     assert_eq!(p.press, Press::KeyNorm);
 }
+
+/// A query's ad-hoc caches of a long item, prefilled within a tiny memory budget (chunks of 128 tokens), are the
+/// caches one whole prefill gives: at ratio 0 and, through the merged query statistics, at ratio 0.5.
+#[test]
+fn a_past_source_within_a_memory_budget_caches_what_a_whole_prefill_does() {
+    use stretto_kv::cache::PastSource;
+    let dec = decoder();
+    let item = REVIEWS.iter().cycle().take(20).copied().collect::<Vec<_>>().join(" ");
+    let tokens = dec.encode(&dec.item_prefix(&item)).unwrap();
+    assert!(tokens.len() > 2 * stretto_kv::decoder::MIN_PREFILL_CHUNK, "{} tokens", tokens.len());
+    let whole = dec.run(&[Step { past: None, tokens: &tokens }], Want { present: true, query_stats: true }).unwrap();
+    let (past, stats) = (whole[0].present.as_ref().unwrap(), whole[0].query_stats.as_ref().unwrap());
+    let ratios = [0.0, 0.5];
+    let want =
+        compress_ladder(Press::ExpectedAttention, Positions::Keep, dec.config(), past, Some(stats), &ratios).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    for (ratio, want) in ratios.iter().zip(&want) {
+        let profile = Profile {
+            model: "smollm2-135m".into(),
+            press: Press::ExpectedAttention,
+            ratio: *ratio,
+            positions: Positions::Keep,
+        };
+        let source = PastSource::new(profile, dir.path().join(format!("kv-{ratio}"))).with_memory_budget(0);
+        let (got, computed) = source.get(dec, std::slice::from_ref(&item)).unwrap();
+        assert_eq!(computed, [true]);
+        let (got, want) = (&got[0], f16_rounded(want));
+        assert_eq!((got.len, got.next_position), (want.len, want.next_position), "ratio {ratio}");
+        for l in [0, 15, 29] {
+            let scale = want.keys[l].iter().fold(0f32, |m, v| m.max(v.abs()));
+            let err = got.keys[l].iter().zip(&want.keys[l]).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
+            assert!(err <= 2e-3 * scale, "ratio {ratio}, layer {l}: {err} of {scale}");
+        }
+    }
+}

@@ -197,9 +197,11 @@ impl LlmOp {
             score_range: if kind == LogicalKind::Filter { (-10.0, 10.0) } else { (0.0, 1.0) },
         };
         let kv_dir = config.kv_dir.clone().unwrap_or_else(|| ctx.kv_dir.clone());
-        let mut source = PastSource::new(profile, kv_dir.clone()).with_budget(
-            stretto_kv::budget::shared(&kv_dir, ctx.memo_dir(), ctx.disk_budget).map_err(|e| bad(e.to_string()))?,
-        );
+        let mut source = PastSource::new(profile, kv_dir.clone())
+            .with_budget(
+                stretto_kv::budget::shared(&kv_dir, ctx.memo_dir(), ctx.disk_budget).map_err(|e| bad(e.to_string()))?,
+            )
+            .with_memory_budget(ctx.memory_budget.unwrap_or(stretto_kv::decoder::DEFAULT_MEMORY_BUDGET));
         if config.weights != Weights::F32 {
             // The same pasts as the f32 rungs: only the question pass runs on the quantized weights.
             let (home, options, model) = (ctx.model_home.clone(), crate::runtime(ctx), config.model.clone());

@@ -572,6 +572,7 @@ fn profile_candidates(
                 };
                 stretto_kv::cache::PastSource::new(profile, ctx.kv_dir.clone())
                     .with_budget(budget.clone())
+                    .with_memory_budget(ctx.memory_budget.unwrap_or(stretto_kv::decoder::DEFAULT_MEMORY_BUDGET))
                     .ensure(&dec, &texts)?;
             }
         }

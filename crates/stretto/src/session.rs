@@ -95,6 +95,13 @@ impl SessionBuilder {
         self
     }
 
+    /// Bytes of working memory one model run may take beyond the model's weights (default 1 GiB): a long item is
+    /// prefilled in chunks that fit it, so peak memory stays bounded whatever the input's lengths.
+    pub fn memory_budget(mut self, bytes: u64) -> Self {
+        self.config.operators.memory_budget = Some(bytes);
+        self
+    }
+
     /// Whether the LLM ladder also offers each catalog model's int8-weight rung (8-bit `MatMulNBits` weights over
     /// the f32 model's caches, converted on first use; default off). The optimizer profiles and certifies it like
     /// any other rung.
