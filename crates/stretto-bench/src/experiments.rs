@@ -50,6 +50,8 @@ pub struct Scale {
     pub sample_fraction: f64,
     /// Fewest tuples profiled per query.
     pub min_sample: usize,
+    /// Only generated queries whose every filter has true labels ([`query_truth`]).
+    pub labelled: bool,
     /// Where models, caches and memoised answers live (from the environment, as the CLI is a binary's edge).
     pub context: stretto::OpContext,
 }
@@ -87,6 +89,7 @@ impl Scale {
                 models: all_models(),
                 sample_fraction: 0.15,
                 min_sample: 120,
+                labelled: false,
                 context: stretto::OpContext::from_env(),
             }),
             "tiny" => Ok(Self {
@@ -98,6 +101,7 @@ impl Scale {
                 models: vec!["smollm2-135m".into(), "minilm".into()],
                 sample_fraction: 0.15,
                 min_sample: 40,
+                labelled: false,
                 context: stretto::OpContext::from_env(),
             }),
             "paper" => Ok(Self {
@@ -109,6 +113,7 @@ impl Scale {
                 models: all_models(),
                 sample_fraction: 0.15,
                 min_sample: 40,
+                labelled: false,
                 context: stretto::OpContext::from_env(),
             }),
             other => Err(format!("unknown scale `{other}`; choose tiny, small or paper").into()),
@@ -119,10 +124,11 @@ impl Scale {
     pub fn describe(&self) -> String {
         let rows: Vec<String> = self.datasets.iter().map(|d| format!("{d} {}", self.rows_for(d))).collect();
         format!(
-            "scale `{}`: rows {}; {} queries per dataset; {:.0}% of each query's input profiled (at least {}); models {}",
+            "scale `{}`: rows {}; {} {}queries per dataset; {:.0}% of each query's input profiled (at least {}); models {}",
             self.name,
             rows.join(", "),
             self.queries,
+            if self.labelled { "labelled " } else { "" },
             self.sample_fraction * 100.0,
             self.min_sample,
             self.models.join(", ")
@@ -310,6 +316,81 @@ pub struct Outcome {
     pub profiling_seconds: f64,
     /// Optimizer seconds.
     pub optimizer_seconds: f64,
+    /// Where every filter of the query has a true label ([`query_truth`]): the plan's result against the labels,
+    /// `(precision, recall, F1)` (each `None` where undefined, e.g. precision of an empty result).
+    pub truth: Option<TruthFigures>,
+    /// The gold plan's result against the same labels.
+    pub gold_truth: Option<TruthFigures>,
+}
+
+/// Precision, recall and F1 against true labels (`None` where undefined).
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
+pub struct TruthFigures {
+    /// Precision.
+    pub precision: Option<f64>,
+    /// Recall.
+    pub recall: Option<f64>,
+    /// F1.
+    pub f1: Option<f64>,
+}
+
+impl TruthFigures {
+    fn of(v: &serde_json::Value) -> Option<Self> {
+        v.is_object().then(|| Self {
+            precision: v["precision"].as_f64(),
+            recall: v["recall"].as_f64(),
+            f1: v["f1"].as_f64(),
+        })
+    }
+}
+
+/// Normalises a predicate for matching a pool operator with a labelled one: the published pools abbreviate the
+/// fraud predicate's list of schemes (`(i.e., 'Raptor', ...)`), so the part from ` (i.e.,` on is left out.
+fn predicate_key(p: &str) -> &str {
+    p.split(" (i.e.,").next().unwrap_or(p).trim()
+}
+
+/// The true labels of a generated query's answer over the first `rows` rows of `dataset`, when every filter of the
+/// query is one of the labelled predicates ([`crate::protocols::TASKS`]): a tuple belongs in the answer when every
+/// filter's label says so (maps do not decide membership). `None` when a filter has no label, or there is no filter.
+pub fn query_truth(dataset: &str, query: &str, rows: usize) -> Result<Option<crate::query::TruthLabels>, Error> {
+    let filters: Vec<&str> = query.split(" -- ").filter(|op| !op.contains('[')).collect();
+    let mut labels = Vec::new();
+    for f in &filters {
+        match crate::protocols::TASKS
+            .iter()
+            .find(|t| t.dataset == dataset && predicate_key(t.predicate) == predicate_key(f))
+        {
+            Some(t) => labels.push(t),
+            None => return Ok(None),
+        }
+    }
+    if labels.is_empty() {
+        return Ok(None);
+    }
+    let ds = Dataset::load(dataset)?;
+    let mut out: Option<crate::query::TruthLabels> = None;
+    for t in labels {
+        let l = crate::query::TruthLabels::bundled(&ds, t.table, t.label, rows)?;
+        out = Some(match out {
+            None => l,
+            Some(acc) => crate::query::TruthLabels {
+                column: format!("{} AND {}", acc.column, l.column),
+                values: acc
+                    .values
+                    .iter()
+                    .zip(&l.values)
+                    .map(|(a, b)| match (a, b) {
+                        (Some(a), Some(b)) => Some(*a && *b),
+                        // One false label decides; an unlabelled tuple otherwise stays out of the figures.
+                        (Some(false), None) | (None, Some(false)) => Some(false),
+                        _ => None,
+                    })
+                    .collect(),
+            },
+        });
+    }
+    Ok(out)
 }
 
 /// Runs `methods` at every target on generated queries; writes `results.csv`, `summary.md` and the figures
@@ -331,6 +412,9 @@ pub fn run_methods(methods: &[&str], scale: &Scale, runs: &Path) -> Result<(Vec<
         for q in queries {
             if done >= scale.queries {
                 break;
+            }
+            if scale.labelled && query_truth(dataset, &q, scale.rows_for(dataset))?.is_none() {
+                continue;
             }
             let _span = tracing::info_span!("bench_query", dataset = %dataset, n = done).entered();
             // One query failing (a model error, an item the model cannot take) must not lose the others' results.
@@ -361,12 +445,13 @@ fn run_query_methods(
 ) -> Result<Option<Vec<Outcome>>, Error> {
     let tasks = parse_query(q)?;
     let (input, pulled) = input_of(dataset, &tasks, Some(scale.rows_for(dataset)))?;
-    let o = scale.options(dataset, q, runs.join(format!("{dataset}-{n}")));
+    let mut o = scale.options(dataset, q, runs.join(format!("{dataset}-{n}")));
+    o.labels = query_truth(dataset, q, input.num_rows())?;
     let registry = stretto::registry_for(&scale.context)?;
     let profiled = profile_pipeline(&registry, &pulled, &input, &o)?;
     let gold_cost: f64 = {
         let mut og = o.clone();
-        (og.method, og.check) = ("gold".into(), false);
+        (og.method, og.check, og.labels) = ("gold".into(), false, None);
         finish_pipeline(&registry, &pulled, &profiled, &og)?.stages.iter().map(|s| s.cost_seconds).sum()
     };
     let mut rows = Vec::new();
@@ -399,6 +484,8 @@ fn run_query_methods(
                 fell_back: r.bounds["fell_back_to_gold"] == true,
                 profiling_seconds: profiling_cost(&profiled),
                 optimizer_seconds: r.timings.get("optimization").copied().unwrap_or(0.0),
+                truth: r.truth.as_ref().and_then(|t| TruthFigures::of(&t["plan"])),
+                gold_truth: r.truth.as_ref().and_then(|t| TruthFigures::of(&t["gold"])),
             });
         }
     }
@@ -466,14 +553,19 @@ fn plot_experiment(name: &str, methods: &[&str], rows: &[Outcome], out: &Path) -
     Ok(())
 }
 
+/// A figure with four decimals, empty where undefined.
+fn opt4(v: Option<f64>) -> String {
+    v.map_or(String::new(), |v| format!("{v:.4}"))
+}
+
 fn write_csv(path: &PathBuf, rows: &[Outcome]) -> Result<(), Error> {
     let mut s = String::from(
-        "dataset,query,method,target,precision,recall,cost_seconds,gold_cost_seconds,stages,operators,fell_back,profiling_seconds,optimizer_seconds\n",
+        "dataset,query,method,target,precision,recall,cost_seconds,gold_cost_seconds,stages,operators,fell_back,profiling_seconds,optimizer_seconds,truth_precision,truth_recall,truth_f1,gold_truth_f1\n",
     );
     for r in rows {
         let _ = writeln!(
             s,
-            "{},\"{}\",{},{},{:.4},{:.4},{:.4},{:.4},{},{},{},{:.2},{:.3}",
+            "{},\"{}\",{},{},{:.4},{:.4},{:.4},{:.4},{},{},{},{:.2},{:.3},{},{},{},{}",
             r.dataset,
             r.query.replace('"', "\"\""),
             r.method,
@@ -486,10 +578,71 @@ fn write_csv(path: &PathBuf, rows: &[Outcome]) -> Result<(), Error> {
             r.operators,
             r.fell_back,
             r.profiling_seconds,
-            r.optimizer_seconds
+            r.optimizer_seconds,
+            opt4(r.truth.and_then(|t| t.precision)),
+            opt4(r.truth.and_then(|t| t.recall)),
+            opt4(r.truth.and_then(|t| t.f1)),
+            opt4(r.gold_truth.and_then(|t| t.f1)),
         );
     }
     std::fs::write(path, s).map_err(|e| format!("cannot write {}: {e}", path.display()).into())
+}
+
+/// Mean truth F1 of the plans and of gold over the outcomes `rs` whose plan and gold both have one: `(queries, plan,
+/// gold)`; `None` when no outcome has both.
+fn truth_means(rs: &[&Outcome]) -> Option<(usize, f64, f64)> {
+    let pairs: Vec<(f64, f64)> = rs.iter().filter_map(|r| Some((r.truth?.f1?, r.gold_truth?.f1?))).collect();
+    (!pairs.is_empty()).then(|| {
+        let n = pairs.len() as f64;
+        (pairs.len(), pairs.iter().map(|p| p.0).sum::<f64>() / n, pairs.iter().map(|p| p.1).sum::<f64>() / n)
+    })
+}
+
+/// Gold's own F1 against the true labels per dataset: the mean over the distinct labelled queries, and how many.
+pub fn gold_truth_by_dataset(rows: &[Outcome]) -> BTreeMap<String, (usize, f64)> {
+    let mut seen = std::collections::BTreeSet::new();
+    let mut by: BTreeMap<String, Vec<f64>> = BTreeMap::new();
+    for r in rows {
+        if let Some(f1) = r.gold_truth.and_then(|t| t.f1) {
+            if seen.insert((r.dataset.clone(), r.query.clone())) {
+                by.entry(r.dataset.clone()).or_default().push(f1);
+            }
+        }
+    }
+    by.into_iter().map(|(d, v)| (d, (v.len(), v.iter().sum::<f64>() / v.len() as f64))).collect()
+}
+
+/// The summary's section on true labels: gold's own F1 per dataset, and per method and target how far the
+/// chosen plans' truth F1 is from gold's on the same queries. Empty when no query has labels.
+pub fn truth_section(methods: &[&str], rows: &[Outcome]) -> String {
+    let gold = gold_truth_by_dataset(rows);
+    if gold.is_empty() {
+        return String::new();
+    }
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "\n## Against the true labels\n\nQueries whose every filter is a labelled predicate (`stretto bench protocols`' \
+         list: movie sentiment, the e-commerce description labels, the Enron labels) are also scored against the \
+         bundled human labels; a tuple belongs in the true answer when every filter's label says so (maps do not \
+         decide membership). Other queries have no truth figures.\n"
+    );
+    let _ = writeln!(s, "| dataset | labelled queries | gold's F1 against the labels |");
+    let _ = writeln!(s, "|---|---|---|");
+    for (d, (n, f1)) in &gold {
+        let _ = writeln!(s, "| {d} | {n} | {f1:.3} |");
+    }
+    let _ = writeln!(s, "\n| method | target | labelled queries | plan's truth F1 | gold's truth F1 | plan − gold |");
+    let _ = writeln!(s, "|---|---|---|---|---|---|");
+    for m in methods {
+        for t in TARGETS {
+            let rs: Vec<&Outcome> = rows.iter().filter(|r| r.method == *m && r.target == t).collect();
+            if let Some((n, plan, gold)) = truth_means(&rs) {
+                let _ = writeln!(s, "| {m} | {t} | {n} | {plan:.3} | {gold:.3} | {:+.3} |", plan - gold);
+            }
+        }
+    }
+    s
 }
 
 /// The markdown summary: per method and target, how often targets were met and what the plans cost.
@@ -555,6 +708,7 @@ pub fn summary(name: &str, methods: &[&str], scale: &Scale, rows: &[Outcome], sk
             let _ = writeln!(s, "| {} | {imp} | {k} |", methods[mi]);
         }
     }
+    s.push_str(&truth_section(methods, rows));
     if !skipped.is_empty() {
         let _ = writeln!(s, "\nSkipped (the benchmark keeps only queries with a non-empty gold result):\n");
         for k in skipped {
@@ -603,7 +757,11 @@ pub fn run_exp2(scale: &Scale, out: &Path) -> Result<Exp2, Error> {
     let mut scatter: Vec<(String, f64, f64)> = Vec::new();
     let mut n = 0usize;
     for dataset in &scale.datasets {
-        for q in single_filter_queries(dataset)?.into_iter().take(scale.queries) {
+        let mut singles = single_filter_queries(dataset)?;
+        if scale.labelled {
+            singles.retain(|q| query_truth(dataset, q, 1).is_ok_and(|t| t.is_some()));
+        }
+        for q in singles.into_iter().take(scale.queries) {
             let _span = tracing::info_span!("bench_exp2_query", dataset = %dataset, n).entered();
             let tasks = parse_query(&q)?;
             let (input, pulled) = input_of(dataset, &tasks, Some(scale.rows_for(dataset)))?;
@@ -810,12 +968,28 @@ pub fn comparison(scale: &Scale, outcomes: &[Outcome], exp2: &Exp2, wall_seconds
     let _ = writeln!(s, "| Stretto-Local / Stretto cost at 0.9 | 1.2× | {} |", ratio("local", "global", 0.9));
     let _ = writeln!(s, "| Stretto-Independent / Stretto cost at 0.9 | – | {} |", ratio("independent", "global", 0.9));
     let _ = writeln!(s, "| global plans that fell back to gold | – | {} |", pct(&of("global", None), &|r| r.fell_back));
+    for (d, (n, f1)) in gold_truth_by_dataset(outcomes) {
+        let _ = writeln!(s, "| gold's F1 against the true labels, {d} | – | {f1:.3} over {n} labelled queries |");
+    }
+    for m in ["global", "lotus"] {
+        for t in TARGETS {
+            if let Some((n, plan, gold)) = truth_means(&of(m, Some(t))) {
+                let _ = writeln!(
+                    s,
+                    "| {m} plan's truth F1 − gold's at {t} | – | {:+.3} ({plan:.3} vs {gold:.3}, {n} labelled queries) |",
+                    plan - gold
+                );
+            }
+        }
+    }
     let _ = writeln!(
         s,
         "\n## Where our setting changes the comparison\n\n\
          - **Gold is a small model.** The published gold is a large LLM on GPUs; ours is the largest LLM of the \
          scale's ladder ({}), run on 2 CPU cores. Precision and recall are measured \
-         against that gold, as in the paper, so they say how faithfully a plan reproduces gold, not how right gold is.\n\
+         against that gold, as in the paper, so they say how faithfully a plan reproduces gold, not how right gold is; \
+         the truth rows (queries whose every filter is a labelled predicate; `--labelled` draws only those) say how \
+         right: gold's own F1 against the bundled human labels, and how far the plans' F1 is from it.\n\
          - **Cost is CPU seconds.** Costs are the operators' measured seconds per tuple on this machine (question \
          tokens over a cached past, embedding lookups), so ratios between models follow CPU throughput, not GPU \
          batching; KV compression saves little on short items (a movie review is ~60 tokens) because the question \
@@ -872,6 +1046,72 @@ mod tests {
             "llm-contrast smollm2-135m 0.00"
         );
         assert_eq!(profile_family("embed:minilm"), "embed:minilm");
+    }
+
+    #[test]
+    fn a_query_has_true_labels_only_when_every_filter_is_a_labelled_predicate() {
+        let movie = Dataset::load("movie").unwrap();
+        let positive = crate::query::TruthLabels::bundled(&movie, "reviews", "is_positive", 60).unwrap();
+        let negative = crate::query::TruthLabels::bundled(&movie, "reviews", "is_negative", 60).unwrap();
+        let one = query_truth("movie", "{reviews.reviewtext} is clearly positive", 60).unwrap().unwrap();
+        assert_eq!(one.values, positive.values);
+        assert!(one.values.contains(&Some(true)) && one.values.contains(&Some(false)));
+        // A map beside the filter leaves the answer's membership to the filter.
+        let with_map = "{reviews.reviewtext} is clearly positive -- [title] the movie title of {reviews.reviewtext}";
+        assert_eq!(query_truth("movie", with_map, 60).unwrap().unwrap().values, positive.values);
+        // Two filters: a tuple is in the answer when both labels say so.
+        let both = "{reviews.reviewtext} is clearly positive -- {reviews.reviewtext} is clearly negative";
+        let both = query_truth("movie", both, 60).unwrap().unwrap();
+        assert_eq!(both.column, "is_positive AND is_negative");
+        for ((b, p), n) in both.values.iter().zip(&positive.values).zip(&negative.values) {
+            assert_eq!(*b, p.zip(*n).map(|(p, n)| p && n));
+        }
+        // The pools abbreviate the fraud predicate's list of schemes; it is still the labelled one.
+        let fraud = "{emails.text} refers to a fraudulent scheme (i.e., 'Raptor', ...)";
+        let fraud = query_truth("email", fraud, 40).unwrap().unwrap();
+        assert_eq!(fraud.column, "fraudulent");
+        assert_eq!(fraud.values.iter().filter(|v| **v == Some(true)).count(), 16);
+        // An unlabelled filter, or no filter at all: no truth.
+        let mixed = "{reviews.reviewtext} is clearly positive -- {reviews.reviewtext} mentions excellent acting";
+        assert!(query_truth("movie", mixed, 60).unwrap().is_none());
+        assert!(query_truth("movie", "[title] the movie title of {reviews.reviewtext}", 60).unwrap().is_none());
+        assert!(query_truth("email", "{reviews.reviewtext} is clearly positive", 60).unwrap().is_none());
+    }
+
+    #[test]
+    fn the_truth_section_compares_each_method_with_gold_on_the_same_labelled_queries() {
+        let f = |f1: f64| Some(TruthFigures { precision: None, recall: None, f1: Some(f1) });
+        let row = |query: &str, method: &str, target: f64, truth, gold_truth| Outcome {
+            dataset: "movie".into(),
+            query: query.into(),
+            method: method.into(),
+            target,
+            precision: 1.0,
+            recall: 1.0,
+            cost_seconds: 1.0,
+            gold_cost_seconds: 1.0,
+            stages: 1,
+            operators: String::new(),
+            fell_back: false,
+            profiling_seconds: 0.0,
+            optimizer_seconds: 0.0,
+            truth,
+            gold_truth,
+        };
+        let rows = vec![
+            row("q1", "global", 0.5, f(0.6), f(0.8)),
+            row("q2", "global", 0.5, f(0.9), f(0.7)),
+            row("q1", "lotus", 0.5, f(0.8), f(0.8)),
+            row("q3", "global", 0.5, None, None),
+        ];
+        assert_eq!(gold_truth_by_dataset(&rows)["movie"], (2, 0.75));
+        let s = truth_section(&["global", "lotus"], &rows);
+        assert!(s.contains("| movie | 2 | 0.750 |"), "{s}");
+        assert!(s.contains("| global | 0.5 | 2 | 0.750 | 0.750 | +0.000 |"), "{s}");
+        assert!(s.contains("| lotus | 0.5 | 1 | 0.800 | 0.800 | +0.000 |"), "{s}");
+        let worse = vec![row("q1", "global", 0.9, f(0.5), f(0.8))];
+        assert!(truth_section(&["global"], &worse).contains("| global | 0.9 | 1 | 0.500 | 0.800 | -0.300 |"));
+        assert!(truth_section(&["global"], &rows[3..]).is_empty());
     }
 
     #[test]

@@ -358,11 +358,17 @@ struct ScaleArgs {
     /// Queries per dataset, instead of the scale's.
     #[arg(long)]
     queries: Option<usize>,
+    /// Draw only the generated queries whose every filter has true labels in the bundled data (so every figure
+    /// also has its truth columns).
+    #[arg(long)]
+    labelled: bool,
 }
 
 impl ScaleArgs {
     fn scale(self) -> Result<stretto_bench::experiments::Scale, BoxError> {
-        Ok(stretto_bench::experiments::Scale::named(&self.scale)?.with(self.datasets, self.queries))
+        let mut scale = stretto_bench::experiments::Scale::named(&self.scale)?.with(self.datasets, self.queries);
+        scale.labelled = self.labelled;
+        Ok(scale)
     }
 }
 
@@ -454,7 +460,10 @@ enum BenchAction {
         #[arg(long, default_value = "email")]
         dataset: String,
         /// The semantic query.
-        #[arg(long, default_value = "{emails.text} refers to a fraudulent scheme")]
+        #[arg(
+            long,
+            default_value = "{emails.text} refers to a fraudulent scheme (i.e., 'Raptor', 'Deathstar', 'Chewco', and/or 'Fat Boy')"
+        )]
         query: String,
         /// Rows read (1000: all the bundled emails).
         #[arg(long, default_value_t = 1000)]

@@ -18,8 +18,10 @@ fn exp1_and_exp3_write_results_and_a_summary() {
             assert!(stdout.contains(&format!("| {m} |")), "{stdout}");
         }
         for line in csv.lines().skip(1) {
-            // From the right: optimizer s, profiling s, fell_back, operators, stages, gold cost, cost, recall, precision.
-            let precision: f64 = line.rsplit(',').nth(8).unwrap().parse().unwrap();
+            // From the right: the four truth columns (empty: this query's filter has no labels), optimizer s,
+            // profiling s, fell_back, operators, stages, gold cost, cost, recall, precision.
+            let precision: f64 = line.rsplit(',').nth(TRUTH + 8).unwrap().parse().unwrap();
+            assert!(line.ends_with(",,,,"), "{line}");
             assert!((0.0..=1.0).contains(&precision), "{line}");
         }
         check_measured(&csv, &stdout);
@@ -30,17 +32,48 @@ fn exp1_and_exp3_write_results_and_a_summary() {
     }
 }
 
+/// Columns after `optimizer_seconds` in results.csv: truth precision, recall, F1 and gold's truth F1.
+const TRUTH: usize = 4;
+
 /// One results.csv row: method, target, precision, recall, cost, gold cost (read from the right: the query text
 /// holds commas).
 fn rows(csv: &str) -> Vec<(String, f64, f64, f64, f64, f64)> {
     csv.lines()
         .skip(1)
         .map(|line| {
-            let f: Vec<&str> = line.rsplit(',').collect();
+            let f: Vec<&str> = line.rsplit(',').skip(TRUTH).collect();
             let n = |i: usize| f[i].parse::<f64>().unwrap_or_else(|_| panic!("field {i} of {line}"));
             (f[10].to_string(), n(9), n(8), n(7), n(6), n(5))
         })
         .collect()
+}
+
+/// `--labelled` draws a query whose filter is a labelled predicate: every plan and gold are scored against the
+/// human labels, and the summaries report gold's F1 and each method's beside it, from the CSV's figures.
+#[test]
+fn a_labelled_run_scores_plans_and_gold_against_the_human_labels() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("exp1");
+    let args = ["bench", "exp1", "--scale", "tiny", "--labelled", "--out", out.to_str().unwrap()];
+    let (ok, stdout, err) = stretto(&args, dir.path());
+    assert!(ok, "{err}");
+    let csv = std::fs::read_to_string(out.join("results.csv")).unwrap();
+    assert!(csv.lines().next().unwrap().ends_with(",truth_precision,truth_recall,truth_f1,gold_truth_f1"));
+    assert_eq!(csv.lines().count(), 1 + 9, "{csv}");
+    let mut gold = Vec::new();
+    for line in csv.lines().skip(1) {
+        // The query's filters are labelled predicates only (every one in the labelled list).
+        assert!(line.contains("is clearly positive") || line.contains("is clearly negative"), "{line}");
+        let f: Vec<&str> = line.rsplit(',').take(TRUTH).collect();
+        let (plan_f1, gold_f1): (f64, f64) = (f[1].parse().unwrap(), f[0].parse().unwrap());
+        assert!((0.0..=1.0).contains(&plan_f1) && (0.0..=1.0).contains(&gold_f1), "{line}");
+        gold.push(gold_f1);
+    }
+    // Gold is one plan: the same figure on every row of the query.
+    assert!(gold.iter().all(|g| (g - gold[0]).abs() < 1e-9), "{gold:?}");
+    assert!(stdout.contains("## Against the true labels"), "{stdout}");
+    assert!(stdout.contains(&format!("| movie | 1 | {:.3} |", gold[0])), "{stdout}");
+    assert!(stdout.contains("| global | 0.9 | 1 |"), "{stdout}");
 }
 
 /// Our measured figures, not literals: the certified global plan meets both targets against gold at every target
