@@ -77,10 +77,16 @@ impl PastSource {
     }
 
     /// Prefills missing pasts within `bytes` of working memory (default
-    /// [`crate::decoder::DEFAULT_MEMORY_BUDGET`]): long items are prefilled in chunks.
+    /// [`crate::decoder::DEFAULT_MEMORY_BUDGET`]): long items are prefilled in chunks, and questions over the pasts
+    /// run in groups that fit it ([`crate::tasks::group_chars`]).
     pub fn with_memory_budget(mut self, bytes: u64) -> Self {
         self.memory_budget = bytes;
         self
+    }
+
+    /// The working memory a model run over this source's pasts may take, bytes.
+    pub fn memory_budget(&self) -> u64 {
+        self.memory_budget
     }
 
     /// Keeps ad-hoc records within `budget` (evicting the least recently used ones, or not keeping a new one).

@@ -80,9 +80,28 @@ pub fn field_label(field: &str) -> String {
 /// left-padded to its longest row, so eight long emails would hold gigabytes of keys and values at once.
 pub const GROUP_CHARS: usize = 16_000;
 
+/// Fewest characters per token assumed when sizing a group (Enron emails measured 2.1: 24,842 characters, 11,689
+/// SmolLM2 tokens; reviews about 4.5).
+pub const MIN_CHARS_PER_TOKEN: u64 = 2;
+
+/// Most characters a group of questions over `config`'s pasts may hold once padded, so that it fits
+/// `memory_budget` bytes: [`GROUP_CHARS`], or fewer when the budget is small. The padded pasts are held about three
+/// times (as loaded, in the padded batch, and as the run's concatenated keys and values), at no fewer than
+/// [`MIN_CHARS_PER_TOKEN`] characters a token.
+pub fn group_chars(config: &crate::convert::DecoderConfig, memory_budget: u64) -> usize {
+    let kv_per_token = (config.layers * 2 * config.kv_heads * config.head_dim * 4) as u64;
+    let tokens = memory_budget / (3 * kv_per_token).max(1);
+    (tokens.saturating_mul(MIN_CHARS_PER_TOKEN)).min(GROUP_CHARS as u64) as usize
+}
+
 /// Groups of item indices: items ordered by length (so a group pads little), at most `batch` per group and at most
 /// [`GROUP_CHARS`] once padded, an item longer than that alone.
 pub fn groups(items: &[String], batch: usize) -> Vec<Vec<usize>> {
+    groups_within(items, batch, GROUP_CHARS)
+}
+
+/// [`groups`] of at most `max_chars` once padded.
+pub fn groups_within(items: &[String], batch: usize, max_chars: usize) -> Vec<Vec<usize>> {
     let mut idx: Vec<usize> = (0..items.len()).collect();
     idx.sort_by_key(|&i| items[i].len());
     let mut out: Vec<Vec<usize>> = Vec::new();
@@ -90,7 +109,7 @@ pub fn groups(items: &[String], batch: usize) -> Vec<Vec<usize>> {
     for i in idx {
         // Sorted ascending: the new item is the group's longest.
         let padded = (current.len() + 1) * items[i].len();
-        if !current.is_empty() && (current.len() >= batch.max(1) || padded > GROUP_CHARS) {
+        if !current.is_empty() && (current.len() >= batch.max(1) || padded > max_chars) {
             out.push(std::mem::take(&mut current));
         }
         current.push(i);
@@ -111,7 +130,7 @@ fn grouped(
     mut f: impl FnMut(&[usize], &[KvPast]) -> Result<()>,
 ) -> Result<Vec<f64>> {
     let mut seconds = vec![0.0; items.len()];
-    for group in groups(items, batch) {
+    for group in groups_within(items, batch, group_chars(dec.config(), source.memory_budget())) {
         let group = group.as_slice();
         let start = Instant::now();
         let texts: Vec<String> = group.iter().map(|&i| items[i].clone()).collect();
@@ -206,5 +225,38 @@ mod tests {
         assert_eq!(gs[0], vec![5, 1, 7]);
         assert!(gs.contains(&vec![4]));
         assert!(groups(&[], 8).is_empty());
+        // A tighter bound splits the short ones too; zero leaves every item alone.
+        assert_eq!(
+            groups_within(&items, 3, 60),
+            vec![vec![5, 1], vec![7], vec![3], vec![0], vec![6], vec![2], vec![4]]
+        );
+        assert_eq!(groups_within(&items, 8, 0).len(), items.len());
+    }
+
+    #[test]
+    fn a_group_fits_the_memory_budget() {
+        // SmolLM2-135M: 30 layers, 3 KV heads of 64, so 46,080 bytes of keys and values a token.
+        let c = crate::convert::DecoderConfig {
+            arch: "llama".into(),
+            layers: 30,
+            hidden: 576,
+            heads: 9,
+            kv_heads: 3,
+            head_dim: 64,
+            ffn: 1536,
+            vocab: 49152,
+            rope_base: 100000.0,
+            eps: 1e-5,
+            stop_tokens: vec![2],
+            system_prompt: String::new(),
+            converter: 1,
+            weights: Default::default(),
+        };
+        // The default budget allows about the usual bound (7,767 tokens, 15,534 characters); a large one the bound
+        // itself; 100 MB about 723 tokens (1,446 characters); none, no grouping.
+        assert_eq!(group_chars(&c, crate::decoder::DEFAULT_MEMORY_BUDGET), 15_534);
+        assert_eq!(group_chars(&c, 16 << 30), GROUP_CHARS);
+        assert_eq!(group_chars(&c, 100_000_000), 2 * (100_000_000 / (3 * 46_080)));
+        assert_eq!(group_chars(&c, 0), 0);
     }
 }
