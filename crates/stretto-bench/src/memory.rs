@@ -13,7 +13,7 @@ use serde::Serialize;
 use crate::experiments::Error;
 
 /// What to run.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Serialize)]
 pub struct MemoryOptions {
     /// Bundled dataset.
     pub dataset: String,
@@ -34,20 +34,9 @@ pub struct MemoryOptions {
 /// What one run measured.
 #[derive(Debug, Clone, Serialize)]
 pub struct MemoryReport {
-    /// Dataset.
-    pub dataset: String,
-    /// Query.
-    pub query: String,
-    /// Rows read.
-    pub rows: usize,
-    /// Ladder.
-    pub ladder: Vec<String>,
-    /// Memory budget given, bytes.
-    pub memory_budget: u64,
-    /// Disk budget given, bytes.
-    pub disk_budget: u64,
-    /// Peak resident limit checked, bytes.
-    pub rss_limit: u64,
+    /// What ran, with its budgets and limit.
+    #[serde(flatten)]
+    pub options: MemoryOptions,
     /// Whether the query exited 0.
     pub succeeded: bool,
     /// Wall seconds of the run.
@@ -65,7 +54,9 @@ pub struct MemoryReport {
 impl MemoryReport {
     /// Whether the run succeeded within both limits.
     pub fn respected(&self) -> bool {
-        self.succeeded && self.peak_rss <= self.rss_limit && self.kv_bytes + self.memo_bytes <= self.disk_budget
+        self.succeeded
+            && self.peak_rss <= self.options.rss_limit
+            && self.kv_bytes + self.memo_bytes <= self.options.disk_budget
     }
 }
 
@@ -133,13 +124,7 @@ pub fn measure(exe: &Path, o: &MemoryOptions, out: &Path) -> Result<MemoryReport
         .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
         .and_then(|v| v["rows"].as_array().map(|r| r.len() as u64));
     Ok(MemoryReport {
-        dataset: o.dataset.clone(),
-        query: o.query.clone(),
-        rows: o.rows,
-        ladder: o.ladder.clone(),
-        memory_budget: o.memory_budget,
-        disk_budget: o.disk_budget,
-        rss_limit: o.rss_limit,
+        options: o.clone(),
         succeeded: status.success(),
         seconds,
         peak_rss,
@@ -182,6 +167,7 @@ fn bytes_under(dir: &Path) -> Result<u64, Error> {
 /// The report as markdown.
 pub fn markdown(r: &MemoryReport) -> String {
     let gb = |b: u64| b as f64 / 1e9;
+    let o = &r.options;
     format!(
         "# Memory and disk of one cold `stretto query`\n\n\
          `{}` over the first {} rows of {}, ladder {}, empty KV directory and memo; {} build. Command: `stretto \
@@ -189,23 +175,23 @@ pub fn markdown(r: &MemoryReport) -> String {
          | exit | seconds | peak resident | limit | KV directory | memo | disk budget | result rows | within both |\n\
          |---|---|---|---|---|---|---|---|---|\n\
          | {} | {:.1} | {:.2} GB | {:.2} GB | {:.2} GB | {:.4} GB | {:.2} GB | {} | {} |\n",
-        r.query,
-        r.rows,
-        r.dataset,
-        r.ladder.join(", "),
+        o.query,
+        o.rows,
+        o.dataset,
+        o.ladder.join(", "),
         if cfg!(debug_assertions) { "debug" } else { "release" },
-        r.dataset,
-        r.rows,
-        r.memory_budget,
-        r.disk_budget,
-        r.rss_limit,
+        o.dataset,
+        o.rows,
+        o.memory_budget,
+        o.disk_budget,
+        o.rss_limit,
         if r.succeeded { "ok" } else { "failed (see query.log)" },
         r.seconds,
         gb(r.peak_rss),
-        gb(r.rss_limit),
+        gb(o.rss_limit),
         gb(r.kv_bytes),
         gb(r.memo_bytes),
-        gb(r.disk_budget),
+        gb(o.disk_budget),
         r.result_rows.map_or("-".into(), |n| n.to_string()),
         if r.respected() { "yes" } else { "no" },
     )
