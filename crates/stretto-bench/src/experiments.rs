@@ -350,24 +350,26 @@ fn predicate_key(p: &str) -> &str {
     p.split(" (i.e.,").next().unwrap_or(p).trim()
 }
 
+/// The labelled predicates ([`crate::protocols::TASKS`]) of a generated query's filters, when every filter is one
+/// (maps do not decide membership); `None` when a filter has no label, or there is no filter. Reads no data.
+pub fn labelled_filters(dataset: &str, query: &str) -> Option<Vec<&'static crate::protocols::ProbeTask>> {
+    let labels = query
+        .split(" -- ")
+        .filter(|op| !op.contains('['))
+        .map(|f| {
+            crate::protocols::TASKS
+                .iter()
+                .find(|t| t.dataset == dataset && predicate_key(t.predicate) == predicate_key(f))
+        })
+        .collect::<Option<Vec<_>>>()?;
+    (!labels.is_empty()).then_some(labels)
+}
+
 /// The true labels of a generated query's answer over the first `rows` rows of `dataset`, when every filter of the
-/// query is one of the labelled predicates ([`crate::protocols::TASKS`]): a tuple belongs in the answer when every
-/// filter's label says so (maps do not decide membership). `None` when a filter has no label, or there is no filter.
+/// query is one of the labelled predicates ([`labelled_filters`]): a tuple belongs in the answer when every
+/// filter's label says so. `None` when a filter has no label, or there is no filter.
 pub fn query_truth(dataset: &str, query: &str, rows: usize) -> Result<Option<crate::query::TruthLabels>, Error> {
-    let filters: Vec<&str> = query.split(" -- ").filter(|op| !op.contains('[')).collect();
-    let mut labels = Vec::new();
-    for f in &filters {
-        match crate::protocols::TASKS
-            .iter()
-            .find(|t| t.dataset == dataset && predicate_key(t.predicate) == predicate_key(f))
-        {
-            Some(t) => labels.push(t),
-            None => return Ok(None),
-        }
-    }
-    if labels.is_empty() {
-        return Ok(None);
-    }
+    let Some(labels) = labelled_filters(dataset, query) else { return Ok(None) };
     let ds = Dataset::load(dataset)?;
     let mut out: Option<crate::query::TruthLabels> = None;
     for t in labels {
@@ -413,7 +415,7 @@ pub fn run_methods(methods: &[&str], scale: &Scale, runs: &Path) -> Result<(Vec<
             if done >= scale.queries {
                 break;
             }
-            if scale.labelled && query_truth(dataset, &q, scale.rows_for(dataset))?.is_none() {
+            if scale.labelled && labelled_filters(dataset, &q).is_none() {
                 continue;
             }
             let _span = tracing::info_span!("bench_query", dataset = %dataset, n = done).entered();
@@ -759,7 +761,7 @@ pub fn run_exp2(scale: &Scale, out: &Path) -> Result<Exp2, Error> {
     for dataset in &scale.datasets {
         let mut singles = single_filter_queries(dataset)?;
         if scale.labelled {
-            singles.retain(|q| query_truth(dataset, q, 1).is_ok_and(|t| t.is_some()));
+            singles.retain(|q| labelled_filters(dataset, q).is_some());
         }
         for q in singles.into_iter().take(scale.queries) {
             let _span = tracing::info_span!("bench_exp2_query", dataset = %dataset, n).entered();

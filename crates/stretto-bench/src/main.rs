@@ -701,6 +701,12 @@ fn rung_options(
     }
 }
 
+/// The disk and memory budgets `stretto query` and `stretto sql` share; a flag left out keeps the environment's.
+fn budgets(ctx: &mut stretto::OpContext, disk: Option<u64>, memory: Option<u64>) {
+    ctx.disk_budget = disk.or(ctx.disk_budget);
+    ctx.memory_budget = memory.or(ctx.memory_budget);
+}
+
 /// `path` relative to the working directory where it lies below it (what a report should show), else as given.
 fn shown_path(path: &std::path::Path) -> PathBuf {
     let here = std::env::current_dir().and_then(|d| d.canonicalize());
@@ -1084,12 +1090,7 @@ fn run(cli: Cli) -> Result<(), BoxError> {
             if let Some(l) = ladder {
                 ctx.ladder = l;
             }
-            if let Some(b) = disk_budget {
-                ctx.disk_budget = Some(b);
-            }
-            if let Some(b) = memory_budget {
-                ctx.memory_budget = Some(b);
-            }
+            budgets(&mut ctx, disk_budget, memory_budget);
             rung_options(&mut ctx, &mut models, int8_rungs, encoders);
             for spec in &user_models {
                 let (name, path) = spec.split_once('=').ok_or_else(|| {
@@ -1232,12 +1233,7 @@ fn run(cli: Cli) -> Result<(), BoxError> {
             if let Some(l) = ladder {
                 ctx.ladder = l;
             }
-            if let Some(b) = disk_budget {
-                ctx.disk_budget = Some(b);
-            }
-            if let Some(b) = memory_budget {
-                ctx.memory_budget = Some(b);
-            }
+            budgets(&mut ctx, disk_budget, memory_budget);
             rung_options(&mut ctx, &mut models, int8_rungs, encoders);
             let session = stretto::Session::builder(ctx.model_home.clone())
                 .operators(ctx)

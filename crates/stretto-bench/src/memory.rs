@@ -128,8 +128,8 @@ pub fn measure(exe: &Path, o: &MemoryOptions, out: &Path) -> Result<MemoryReport
         succeeded: status.success(),
         seconds,
         peak_rss,
-        kv_bytes: bytes_under(&kv)?,
-        memo_bytes: bytes_under(&memo)?,
+        kv_bytes: stretto::doctor::tree_bytes(&kv)?,
+        memo_bytes: stretto::doctor::tree_bytes(&memo)?,
         result_rows,
     })
 }
@@ -139,29 +139,6 @@ fn vm_hwm(status: &str) -> Option<u64> {
     let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
     let kb: u64 = line.trim_start_matches("VmHWM:").trim().trim_end_matches("kB").trim().parse().ok()?;
     Some(kb * 1024)
-}
-
-/// Bytes of every file under `dir` (0 when it does not exist).
-fn bytes_under(dir: &Path) -> Result<u64, Error> {
-    let mut total = 0;
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        let entries = match std::fs::read_dir(&d) {
-            Ok(e) => e,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
-            Err(e) => return Err(e.into()),
-        };
-        for entry in entries {
-            let entry = entry?;
-            let meta = entry.metadata()?;
-            if meta.is_dir() {
-                stack.push(entry.path());
-            } else {
-                total += meta.len();
-            }
-        }
-    }
-    Ok(total)
 }
 
 /// The report as markdown.
@@ -202,15 +179,9 @@ mod tests {
     use super::*;
 
     #[test]
-    fn reads_the_high_water_mark_and_sums_a_folder() {
+    fn reads_the_high_water_mark() {
         let status = "Name:\tstretto\nVmPeak:\t 9000 kB\nVmHWM:\t    2048 kB\nVmRSS:\t 1024 kB\n";
         assert_eq!(vm_hwm(status), Some(2048 * 1024));
         assert_eq!(vm_hwm("Name:\tx\n"), None);
-        let dir = tempfile::tempdir().unwrap();
-        std::fs::create_dir_all(dir.path().join("a/b")).unwrap();
-        std::fs::write(dir.path().join("a/b/x"), [0u8; 300]).unwrap();
-        std::fs::write(dir.path().join("y"), [0u8; 12]).unwrap();
-        assert_eq!(bytes_under(dir.path()).unwrap(), 312);
-        assert_eq!(bytes_under(&dir.path().join("missing")).unwrap(), 0);
     }
 }

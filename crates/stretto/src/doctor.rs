@@ -189,7 +189,7 @@ impl fmt::Display for DoctorReport {
 }
 
 /// Bytes of every file under `dir` (0 when it does not exist).
-fn tree_bytes(dir: &Path) -> Result<u64> {
+pub fn tree_bytes(dir: &Path) -> Result<u64> {
     let mut total = 0;
     let mut stack = vec![dir.to_path_buf()];
     while let Some(d) = stack.pop() {
