@@ -333,8 +333,16 @@ pub fn measure(home: &Path, o: &PeerOptions) -> Result<Vec<PeerRow>, PeerError> 
         }
         let protocol = stretto::kv::models::filter_protocol(model);
         for (dataset, table, column, predicate) in CASES {
-            let prompt = stretto::kv::tasks::filter_prompt(&dec, protocol, predicate)?;
-            let words = protocol.answers.tokens();
+            let (prompt, asked) = stretto::kv::tasks::protocol_prompt(&dec, protocol, "the text above", predicate)?;
+            // A contrast question's answer words are the first tokens where its two answers differ.
+            let decoded;
+            let words = match asked.answers.tokens() {
+                Some(w) => w,
+                None => {
+                    decoded = (dec.decode(&[prompt.answers.0])?, dec.decode(&[prompt.answers.1])?);
+                    (decoded.0.as_str(), decoded.1.as_str())
+                }
+            };
             let items: Vec<(String, String)> = texts(dataset, table, column, o.items)?
                 .iter()
                 .map(|t| (dec.item_prefix(t), prompt.suffix.clone()))

@@ -1,9 +1,11 @@
 //! Which answer protocol each decoder's filters use, chosen by measurement against the human labels of the bundled
 //! data (`stretto bench protocols`).
 //!
-//! Every catalog decoder has a filter protocol ([`FilterProtocol`]): the answer words ('1'/'0' or Yes/No) and
-//! whether its scores are calibrated by a content-free item. This module measures each protocol the way the filter
-//! operator asks it (the same question tokens, answer tokens and calibration: [`stretto::kv::tasks::filter_prompt`]),
+//! Every catalog decoder has a filter protocol ([`FilterProtocol`]): the answer words ('1'/'0', Yes/No, or the
+//! contrast question against an opposite the model derives) and whether its scores are calibrated by a content-free
+//! item. This module measures each protocol the way the filter operator asks it (the same question tokens, answer
+//! tokens and calibration, and the same Yes/No fallback for a predicate without a derivable opposite:
+//! [`stretto::kv::tasks::protocol_prompt`]),
 //! on labelled predicates of three datasets, and picks per model:
 //! - the answer words with the highest mean AUC on the **development slice**;
 //! - then calibrated or not, by the higher mean balanced accuracy at the operator's own decision rule (score > 0).
@@ -122,6 +124,9 @@ pub struct ProtocolRow {
     pub model: String,
     /// Protocol.
     pub protocol: FilterProtocol,
+    /// The question as the model was asked it (a contrast protocol's derived question, or the Yes/No question it
+    /// fell back to).
+    pub question: String,
     /// The predicate.
     pub task: ProbeTask,
     /// Slice.
@@ -226,13 +231,15 @@ pub fn measure(home: &Path, threads: usize, o: &ProbeOptions) -> Result<Vec<Prot
         for dataset in &o.datasets {
             let data = LabelledTexts::load(dataset)?;
             let tasks = &data.tasks;
-            let answer_words = [AnswerWords::Digits, AnswerWords::YesNo];
+            let answer_words = [AnswerWords::Digits, AnswerWords::YesNo, AnswerWords::Contrast];
             let mut prompts = Vec::new();
             for t in tasks {
                 let statement = stretto::ops_text::llm::about_the_text(t.predicate);
                 for words in answer_words {
+                    // As the filter asks: a contrast question where the model derives an opposite, Yes/No where not.
                     let p = FilterProtocol { answers: words, calibrated: true };
-                    prompts.push(stretto::kv::tasks::filter_prompt(&dec, p, &statement)?);
+                    let (prompt, _) = stretto::kv::tasks::protocol_prompt(&dec, p, "the text above", &statement)?;
+                    prompts.push(prompt);
                 }
             }
             for slice in [Slice::Dev, Slice::Eval] {
@@ -242,6 +249,7 @@ pub fn measure(home: &Path, threads: usize, o: &ProbeOptions) -> Result<Vec<Prot
                 for (ti, t) in tasks.iter().enumerate() {
                     let truth = data.truth(t, range.clone())?;
                     for (wi, words) in answer_words.iter().enumerate() {
+                        let question = prompts[ti * answer_words.len() + wi].text.replace('\n', " ");
                         let raw = &scored.raw[ti * answer_words.len() + wi];
                         let base = scored.base[ti * answer_words.len() + wi];
                         for calibrated in [true, false] {
@@ -250,6 +258,7 @@ pub fn measure(home: &Path, threads: usize, o: &ProbeOptions) -> Result<Vec<Prot
                             rows.push(ProtocolRow {
                                 model: model.clone(),
                                 protocol: FilterProtocol { answers: *words, calibrated },
+                                question: question.clone(),
                                 task: *t,
                                 slice,
                                 n: s.len(),
@@ -356,10 +365,11 @@ pub fn choose(rows: &[ProtocolRow]) -> Vec<Choice> {
                     .expect("candidates")
             };
             let (words, dev_auc) = best(
-                vec![
-                    FilterProtocol { answers: AnswerWords::Digits, calibrated: true },
-                    FilterProtocol { answers: AnswerWords::YesNo, calibrated: true },
-                ],
+                [AnswerWords::Digits, AnswerWords::YesNo, AnswerWords::Contrast]
+                    .into_iter()
+                    .map(|answers| FilterProtocol { answers, calibrated: true })
+                    .filter(|&p| rows.iter().any(|r| r.model == m && r.protocol == p))
+                    .collect(),
                 &|r| r.auc,
             );
             let (protocol, dev_balanced) =
@@ -430,6 +440,13 @@ pub fn markdown(rows: &[ProtocolRow], choices: &[Choice], o: &ProbeOptions) -> S
             eval(&|r| r.balanced)
         );
     }
+    s.push_str("\n## Contrast questions\n\nThe question each model derived for each predicate (a predicate without a usable opposite is asked with Yes/No).\n\n| model | predicate | question |\n|---|---|---|\n");
+    let mut seen = std::collections::HashSet::new();
+    for r in rows.iter().filter(|r| r.protocol.answers == AnswerWords::Contrast) {
+        if seen.insert((r.model.as_str(), r.task.predicate)) {
+            let _ = writeln!(s, "| {} | {} | {} |", r.model, r.task.predicate, r.question.replace('|', "/"));
+        }
+    }
     s.push_str("\n## Every protocol, every predicate\n\n| model | protocol | predicate | label | slice | n (positive) | AUC | accepted | accuracy | balanced |\n|---|---|---|---|---|---|---|---|---|---|\n");
     for r in rows {
         let _ = writeln!(
@@ -478,6 +495,7 @@ mod tests {
         ProtocolRow {
             model: model.into(),
             protocol,
+            question: String::new(),
             task: TASKS[0],
             slice,
             n: 10,
@@ -504,5 +522,10 @@ mod tests {
         assert_eq!(c.len(), 1);
         assert_eq!(c[0].protocol, p("yes-no-raw"));
         assert!((c[0].dev_auc - 0.8).abs() < 1e-12 && (c[0].dev_balanced - 0.65).abs() < 1e-12);
+        // A measured contrast question competes like the other answer words.
+        let mut with_contrast = rows.clone();
+        with_contrast.push(row("m", p("contrast"), Slice::Dev, 0.85, 0.7));
+        with_contrast.push(row("m", p("contrast-raw"), Slice::Dev, 0.85, 0.6));
+        assert_eq!(choose(&with_contrast)[0].protocol, p("contrast"));
     }
 }

@@ -42,23 +42,63 @@ pub struct FilterPrompt {
 }
 
 /// The question part of a filter for `predicate` under `protocol` (its calibration is the caller's: see
-/// [`FilterProtocol::calibrated`]).
+/// [`FilterProtocol::calibrated`]). A contrast protocol's question is derived by the model ([`contrast_prompt`]),
+/// so it is a usage error here.
 pub fn filter_prompt(dec: &Decoder, protocol: FilterProtocol, predicate: &str) -> Result<FilterPrompt> {
+    let Some((yes, no)) = protocol.answers.tokens() else {
+        return Err(crate::error::KvError::Usage(format!(
+            "the `{protocol}` protocol's question is derived by the model for each predicate: ask for it with \
+             tasks::contrast_prompt or tasks::protocol_prompt"
+        )));
+    };
     let (text, suffix) = match protocol.answers {
         AnswerWords::Digits => {
             let text = filter_question(predicate);
             let suffix = dec.question_suffix(&text);
             (text, suffix)
         }
-        AnswerWords::YesNo => {
+        AnswerWords::YesNo | AnswerWords::Contrast => {
             // "Answer:" without the trailing space: the answer word carries its own (" Yes"), as models write it.
             let text = yes_no_question(predicate);
             let suffix = dec.answer_suffix(&text, "").trim_end().to_string();
             (text, suffix)
         }
     };
-    let (yes, no) = protocol.answers.tokens();
     Ok(FilterPrompt { tokens: dec.encode(&suffix)?, suffix, text, answers: (dec.token_id(yes)?, dec.token_id(no)?) })
+}
+
+/// The contrast question for `statement` (about `subject`, e.g. "the text above") as a filter's question part: the
+/// statement against an opposite the model derives ([`crate::contrast`]), scored by the first tokens where the two
+/// answers differ. `None` where the model derives no usable opposite. The derivation generates text (seconds with
+/// a 0.5B model), so callers keep the prompt for every batch.
+pub fn contrast_prompt(dec: &Decoder, subject: &str, statement: &str) -> Result<Option<FilterPrompt>> {
+    let Some(opposite) = crate::contrast::derive_opposite(dec, subject, statement)? else {
+        return Ok(None);
+    };
+    Ok(crate::contrast::ContrastQuestion::new(dec, subject, statement, &opposite)?.map(|c| FilterPrompt {
+        text: format!("{}\n{}", c.question, c.lead),
+        suffix: dec.decode(&c.tokens).unwrap_or_else(|_| dec.answer_suffix(&c.question, &c.lead)),
+        tokens: c.tokens,
+        answers: (c.yes, c.no),
+    }))
+}
+
+/// The question part of a filter for `statement` (about `subject`) under `protocol`, and the protocol it was asked
+/// under: a contrast protocol whose opposite the model cannot derive asks with [`FilterProtocol::fallback`].
+pub fn protocol_prompt(
+    dec: &Decoder,
+    protocol: FilterProtocol,
+    subject: &str,
+    statement: &str,
+) -> Result<(FilterPrompt, FilterProtocol)> {
+    if protocol.answers == AnswerWords::Contrast {
+        if let Some(p) = contrast_prompt(dec, subject, statement)? {
+            return Ok((p, protocol));
+        }
+        tracing::info!(model = dec.name(), statement, "no usable opposite: the filter asks Yes/No instead");
+    }
+    let asked = protocol.fallback();
+    Ok((filter_prompt(dec, asked, statement)?, asked))
 }
 
 /// The map question for an extraction whose column references were replaced by "the text above".

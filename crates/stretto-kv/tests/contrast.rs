@@ -2,7 +2,7 @@
 //! tells reviews apart by the answer words' meaning.
 
 use stretto_core::context::default_home;
-use stretto_kv::contrast::{derive_opposite, ContrastQuestion};
+use stretto_kv::contrast::{derive_opposite, propose_opposite, ContrastQuestion};
 use stretto_kv::decoder::{Decoder, Step, Want};
 
 const SUBJECT: &str = "the text above";
@@ -46,4 +46,44 @@ fn a_statement_without_a_copula_becomes_a_choice_and_identical_answers_have_none
         ContrastQuestion::new(&dec, SUBJECT, "the text above is long", "The text above is long.").unwrap(),
         None
     );
+}
+
+#[test]
+fn a_contrast_protocol_asks_the_derived_question_and_falls_back_to_yes_no_without_an_opposite() {
+    use stretto_kv::models::FilterProtocol;
+    use stretto_kv::tasks::{filter_prompt, protocol_prompt};
+    let dec = Decoder::load(&default_home(), "smollm2-135m", 2).unwrap();
+    let (contrast, yes_no) = (FilterProtocol::parse("contrast").unwrap(), FilterProtocol::parse("yes-no").unwrap());
+    // Its words come from the predicate: the fixed-words prompt refuses it with a usage error, not a panic.
+    let e = filter_prompt(&dec, contrast, "the text above is clearly positive").unwrap_err().to_string();
+    assert!(e.contains("contrast_prompt"), "{e}");
+
+    let (p, asked) = protocol_prompt(&dec, contrast, SUBJECT, "the text above is clearly positive").unwrap();
+    assert_eq!(asked, contrast);
+    assert_eq!(p.text, "Question: is the text above clearly positive or clearly negative?\nthe text above is clearly");
+    assert_eq!(p.answers, (dec.token_id(" positive").unwrap(), dec.token_id(" negative").unwrap()));
+    assert_eq!(
+        p.tokens,
+        dec.encode(&dec.answer_suffix(
+            "Question: is the text above clearly positive or clearly negative?",
+            "the text above is clearly"
+        ))
+        .unwrap()
+    );
+
+    // SmolLM2 only echoes a few-shot example for this one: the Yes/No question, exactly as that protocol asks it.
+    let statement = "the text above praises the acting or the cast";
+    let (p, asked) = protocol_prompt(&dec, contrast, SUBJECT, statement).unwrap();
+    assert_eq!(asked, yes_no);
+    assert_eq!(p, filter_prompt(&dec, yes_no, statement).unwrap());
+}
+
+#[test]
+fn a_near_synonym_offered_as_an_opposite_is_refused_on_the_way_back() {
+    let dec = Decoder::load(&default_home(), "smollm2-135m", 2).unwrap();
+    let statement = "the text above describes footwear";
+    // One way, SmolLM2 offers a synonym; its "opposite" is not footwear again, so there is no contrast.
+    let one_way = propose_opposite(&dec, SUBJECT, statement).unwrap().expect("a proposal");
+    assert_eq!(one_way, "the text above describes a shoe");
+    assert_eq!(derive_opposite(&dec, SUBJECT, statement).unwrap(), None);
 }

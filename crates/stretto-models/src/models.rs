@@ -91,15 +91,21 @@ pub enum AnswerWords {
     Digits,
     /// "… with Yes or No", scored " Yes" over " No".
     YesNo,
+    /// The contrast question: the predicate against an opposite the model derives itself, scored by the first
+    /// answer token of one over the other (`stretto_kv::contrast`). Its words depend on the predicate, so it has no
+    /// fixed tokens; a predicate whose opposite the model cannot derive is asked with Yes/No instead.
+    Contrast,
 }
 
 impl AnswerWords {
     /// The (yes, no) answer tokens as text, each one token for the catalog's decoders: `("1", "0")` or
-    /// `(" Yes", " No")` (the word carries its own leading space, as models write it after "Answer:").
-    pub fn tokens(self) -> (&'static str, &'static str) {
+    /// `(" Yes", " No")` (the word carries its own leading space, as models write it after "Answer:"); `None` for
+    /// [`AnswerWords::Contrast`], whose words come from the predicate.
+    pub fn tokens(self) -> Option<(&'static str, &'static str)> {
         match self {
-            Self::Digits => ("1", "0"),
-            Self::YesNo => (" Yes", " No"),
+            Self::Digits => Some(("1", "0")),
+            Self::YesNo => Some((" Yes", " No")),
+            Self::Contrast => None,
         }
     }
 }
@@ -119,20 +125,33 @@ impl FilterProtocol {
     /// What filters used before protocols were chosen per model, and what models outside the catalog get.
     pub const DEFAULT: Self = Self { answers: AnswerWords::Digits, calibrated: true };
     /// Every protocol, in a fixed order.
-    pub const ALL: [Self; 4] = [
+    pub const ALL: [Self; 6] = [
         Self::DEFAULT,
         Self { answers: AnswerWords::Digits, calibrated: false },
         Self { answers: AnswerWords::YesNo, calibrated: true },
         Self { answers: AnswerWords::YesNo, calibrated: false },
+        Self { answers: AnswerWords::Contrast, calibrated: true },
+        Self { answers: AnswerWords::Contrast, calibrated: false },
     ];
 
-    /// Its name: `digits`, `digits-raw`, `yes-no`, `yes-no-raw`.
+    /// Its name: `digits`, `digits-raw`, `yes-no`, `yes-no-raw`, `contrast`, `contrast-raw`.
     pub fn name(&self) -> &'static str {
         match (self.answers, self.calibrated) {
             (AnswerWords::Digits, true) => "digits",
             (AnswerWords::Digits, false) => "digits-raw",
             (AnswerWords::YesNo, true) => "yes-no",
             (AnswerWords::YesNo, false) => "yes-no-raw",
+            (AnswerWords::Contrast, true) => "contrast",
+            (AnswerWords::Contrast, false) => "contrast-raw",
+        }
+    }
+
+    /// What a predicate without a derivable opposite is asked with: Yes/No under the same calibration for a
+    /// contrast protocol, the protocol itself otherwise.
+    pub fn fallback(self) -> Self {
+        match self.answers {
+            AnswerWords::Contrast => Self { answers: AnswerWords::YesNo, ..self },
+            _ => self,
         }
     }
 
@@ -915,5 +934,11 @@ mod tests {
         }
         let e = FilterProtocol::parse("yes").unwrap_err().to_string();
         assert!(e.contains("unknown filter protocol `yes`") && e.contains("yes-no-raw"), "{e}");
+        // A contrast question without an opposite is asked Yes/No under the same calibration; the others as named.
+        let p = |n: &str| FilterProtocol::parse(n).unwrap();
+        assert_eq!(p("contrast").fallback(), p("yes-no"));
+        assert_eq!(p("contrast-raw").fallback(), p("yes-no-raw"));
+        assert_eq!(p("digits-raw").fallback(), p("digits-raw"));
+        assert!(AnswerWords::Contrast.tokens().is_none());
     }
 }

@@ -2,7 +2,8 @@
 //!
 //! The item (the referenced columns) is the cached past; the question appends the predicate or instruction, with
 //! its column references written as "the text above". A filter scores the log-odds of its model's answer protocol
-//! (a model setting in the catalog, chosen by measurement: '1' over '0', or " Yes" over " No"), calibrated where
+//! (a model setting in the catalog, chosen by measurement: '1' over '0', " Yes" over " No", or the contrast
+//! question below, with Yes/No for a predicate that has no derivable opposite), calibrated where
 //! the protocol says by those of a content-free item ("N/A") so that its sign means something for small models
 //! ([`stretto_kv::models::FilterProtocol`]); a map decodes
 //! greedily and reports the answer's probability as its confidence, normalised to the output type.
@@ -25,7 +26,7 @@ use stretto_core::{CoreError, OpContext, Result};
 use stretto_kv::cache::PastSource;
 use stretto_kv::contrast::ContrastQuestion;
 use stretto_kv::convert::Weights;
-use stretto_kv::models::FilterProtocol;
+use stretto_kv::models::{AnswerWords, FilterProtocol};
 use stretto_kv::press::{Positions, Press};
 use stretto_kv::store::Profile;
 
@@ -58,8 +59,8 @@ pub struct LlmConfig {
     /// Whether this rung is its family's reference (gold candidate).
     #[serde(default)]
     pub gold: bool,
-    /// A filter's answer protocol (`digits`, `digits-raw`, `yes-no`, `yes-no-raw`): default, the catalog's setting
-    /// for the model ([`stretto_kv::models::filter_protocol`]).
+    /// A filter's answer protocol (`digits`, `digits-raw`, `yes-no`, `yes-no-raw`, `contrast`, `contrast-raw`):
+    /// default, the catalog's setting for the model ([`stretto_kv::models::filter_protocol`]).
     #[serde(default)]
     pub protocol: Option<String>,
     /// The decoder's linear weights: `f32` (default) or `int8` (8-bit `MatMulNBits`, converted on first use). An
@@ -279,12 +280,16 @@ impl LlmOp {
         Ok(question)
     }
 
+    /// What column references become in its questions.
+    fn subject(&self) -> &'static str {
+        self.bridge.as_ref().map_or("the text above", |b| b.subject)
+    }
+
     /// The contrast filter's question for `statement`, or [`CoreError::NotApplicable`] without an opposite:
     /// this operator would then only repeat the '1'/'0' filter of the same rung.
     fn contrast_or_decline(&self, statement: &str) -> Result<ContrastQuestion> {
         let dec = self.decoder()?;
-        let subject = self.bridge.as_ref().map_or("the text above", |b| b.subject);
-        self.contrast(&dec, subject, statement)?.ok_or_else(|| CoreError::NotApplicable {
+        self.contrast(&dec, self.subject(), statement)?.ok_or_else(|| CoreError::NotApplicable {
             operator: self.name.clone(),
             reason: format!("{} derives no usable opposite of \"{statement}\"", self.config.model),
         })
@@ -299,11 +304,14 @@ impl LlmOp {
         todo: &[String],
     ) -> Result<(Vec<f64>, Vec<f64>)> {
         let kv = kv_err(&self.name);
+        // The contrast family always calibrates; a contrast protocol as its protocol says.
+        let calibrated_contrast = self.contrastive || self.protocol.calibrated;
         let (key, q, answers, calibrated) = match contrast {
-            Some(c) => (format!("{}\n{}", c.question, c.lead), c.tokens, (c.yes, c.no), true),
+            Some(c) => (format!("{}\n{}", c.question, c.lead), c.tokens, (c.yes, c.no), calibrated_contrast),
             None => {
-                let p = stretto_kv::tasks::filter_prompt(dec, self.protocol, statement).map_err(&kv)?;
-                (p.text, p.tokens, p.answers, self.protocol.calibrated)
+                let asked = self.protocol.fallback();
+                let p = stretto_kv::tasks::filter_prompt(dec, asked, statement).map_err(&kv)?;
+                (p.text, p.tokens, p.answers, asked.calibrated)
             }
         };
         let (scores, secs) =
@@ -407,6 +415,15 @@ impl PhysicalOp for LlmOp {
             let c = self.contrast_or_decline(&self.question(task))?;
             return Ok(format!("{}#{}#{}", self.name, c.question, c.lead));
         }
+        // Under a contrast protocol, the same: answers are kept under the derived question, or under the protocol
+        // the filter falls back to where there is none.
+        if task.kind == LogicalKind::Filter && self.protocol.answers == AnswerWords::Contrast {
+            let dec = self.decoder()?;
+            return Ok(match self.contrast(&dec, self.subject(), &self.question(task))? {
+                Some(c) => format!("{}#{}#{}#{}", self.name, self.protocol, c.question, c.lead),
+                None => format!("{}#{}", self.name, self.protocol.fallback()),
+            });
+        }
         // A filter's answers depend on its protocol: answers memoised under another protocol are never read. The
         // default protocol keeps the bare name, which answers memoised before protocols existed were stored under.
         if task.kind == LogicalKind::Filter && self.protocol != FilterProtocol::DEFAULT {
@@ -417,12 +434,15 @@ impl PhysicalOp for LlmOp {
 
     fn evaluate_items(&self, task: &SemanticTask, items: &[String]) -> Result<(OpOutput, Vec<f64>)> {
         let question = self.question(task);
+        let dec = self.decoder()?;
         let contrast = if self.contrastive && task.kind == LogicalKind::Filter {
             Some(self.contrast_or_decline(&question)?)
+        } else if self.protocol.answers == AnswerWords::Contrast && task.kind == LogicalKind::Filter {
+            // None: the fallback protocol's question (see `filter`).
+            self.contrast(&dec, self.subject(), &question)?
         } else {
             None
         };
-        let dec = self.decoder()?;
         let (todo, bridge_secs) = match &self.bridge {
             Some(b) => (b.transform)(items)?,
             None => (items.to_vec(), vec![0.0; items.len()]),
@@ -479,11 +499,15 @@ stretto_core::inventory::submit! {
 /// Family of the contrast filters.
 pub const CONTRAST_FAMILY: &str = "llm-contrast-filter";
 
-/// The contrast filter's rungs: every ladder model, uncompressed. None is a gold candidate: gold stays the filter
-/// question of the model's protocol, as the method specifies. Compressed contrast filters can be built from a
-/// configuration.
+/// The contrast filter's rungs: every ladder model whose own filter protocol is not already the contrast question
+/// (its `llm-filter` rungs ask exactly that), uncompressed. None is a gold candidate: gold stays the filter question
+/// of the model's protocol, as the method specifies. Compressed contrast filters can be built from a configuration.
 pub fn contrast_ladder(ctx: &OpContext) -> Vec<serde_json::Value> {
-    ctx.ladder.iter().map(|m| serde_json::json!({"model": m, "ratio": 0.0})).collect()
+    ctx.ladder
+        .iter()
+        .filter(|m| stretto_kv::models::filter_protocol(m).answers != AnswerWords::Contrast)
+        .map(|m| serde_json::json!({"model": m, "ratio": 0.0}))
+        .collect()
 }
 
 stretto_core::inventory::submit! {

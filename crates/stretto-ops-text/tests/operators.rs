@@ -226,6 +226,61 @@ fn a_filter_asks_the_protocol_its_catalog_entry_or_config_names() {
 }
 
 #[test]
+fn a_filter_under_the_contrast_protocol_asks_the_derived_question_or_falls_back_to_yes_no() {
+    use stretto_core::op::PhysicalOp;
+    use stretto_ops_text::llm::{LlmConfig, LlmOp};
+    setup();
+    let ctx = context();
+    let config = |protocol: Option<&str>| LlmConfig {
+        model: "smollm2-135m".into(),
+        ratio: 0.0,
+        press: "expected-attention".into(),
+        rerotate: false,
+        batch: 4,
+        max_tokens: 12,
+        kv_dir: None,
+        gold: false,
+        protocol: protocol.map(str::to_string),
+        weights: Default::default(),
+    };
+    let build = |protocol: &str| LlmOp::new(LogicalKind::Filter, config(Some(protocol)), &ctx).unwrap();
+    let (batch, _) = reviews(6);
+    let scores = |op: &LlmOp, task: &SemanticTask| {
+        let items = task.item_texts(&batch).unwrap();
+        match op.evaluate_items(task, &items).unwrap().0 {
+            OpOutput::Scores(s) => s,
+            other => panic!("not scores: {other:?}"),
+        }
+    };
+    let close = |a: &[f64], b: &[f64]| a.iter().zip(b).all(|(x, y)| (x - y).abs() < 1e-4);
+
+    // With an opposite: the contrast family's question and scores, memoised under the derived question.
+    let positive = SemanticTask::filter("positive", "{reviews.reviewtext} is clearly positive");
+    let (contrast, raw) = (build("contrast"), build("contrast-raw"));
+    let key = contrast.accept(&positive).unwrap();
+    assert!(
+        key.ends_with(
+            "#contrast#Question: is the text above clearly positive or clearly negative?#the text above is clearly"
+        ),
+        "{key}"
+    );
+    let family = LlmOp::contrastive(config(None), &ctx).unwrap();
+    let (ours, theirs) = (scores(&contrast, &positive), scores(&family, &positive));
+    assert!(close(&ours, &theirs), "contrast protocol {ours:?} vs the contrast filter {theirs:?}");
+    // Uncalibrated: the same question, every score shifted by the content-free item's log-odds.
+    let shift: Vec<f64> = scores(&raw, &positive).iter().zip(&ours).map(|(r, c)| r - c).collect();
+    assert!(shift[0].abs() > 1e-3 && shift.iter().all(|s| (s - shift[0]).abs() < 1e-3), "{shift:?}");
+
+    // Without an opposite (SmolLM2 only echoes an example here), the filter asks Yes/No, and its answers are the
+    // `yes-no` protocol's: memoised under it, and the same scores.
+    let acting = SemanticTask::filter("acting", "{reviews.reviewtext} praises the acting or the cast");
+    let yes_no = build("yes-no");
+    assert_eq!(contrast.accept(&acting).unwrap(), yes_no.accept(&acting).unwrap());
+    let (ours, theirs) = (scores(&contrast, &acting), scores(&yes_no, &acting));
+    assert!(close(&ours, &theirs), "fallback {ours:?} vs yes-no {theirs:?}");
+}
+
+#[test]
 fn an_int8_rung_answers_like_its_f32_parent_over_the_parents_caches() {
     setup();
     let (batch, _) = reviews(16);
