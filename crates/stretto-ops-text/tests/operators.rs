@@ -155,30 +155,32 @@ fn a_contrast_filter_without_an_opposite_declines_the_task() {
     }
 }
 
+/// An uncompressed filter rung of `model` under `protocol` (the catalog's when `None`), batches of 4.
+fn llm_config(model: &str, protocol: Option<&str>) -> stretto_ops_text::llm::LlmConfig {
+    stretto_ops_text::llm::LlmConfig {
+        model: model.into(),
+        ratio: 0.0,
+        press: "expected-attention".into(),
+        rerotate: false,
+        batch: 4,
+        max_tokens: 12,
+        kv_dir: None,
+        gold: false,
+        protocol: protocol.map(str::to_string),
+        weights: Default::default(),
+    }
+}
+
 #[test]
 fn a_filter_asks_the_protocol_its_catalog_entry_or_config_names() {
     use stretto_core::op::PhysicalOp;
     use stretto_kv::decoder::{Step, Want};
     use stretto_kv::models::FilterProtocol;
-    use stretto_ops_text::llm::{LlmConfig, LlmOp};
+    use stretto_ops_text::llm::LlmOp;
     setup();
     let ctx = context();
     let model = "smollm2-135m";
-    let build = |protocol: Option<&str>| {
-        let config = LlmConfig {
-            model: model.into(),
-            ratio: 0.0,
-            press: "expected-attention".into(),
-            rerotate: false,
-            batch: 4,
-            max_tokens: 12,
-            kv_dir: None,
-            gold: false,
-            protocol: protocol.map(str::to_string),
-            weights: Default::default(),
-        };
-        LlmOp::new(LogicalKind::Filter, config, &ctx).unwrap()
-    };
+    let build = |protocol: Option<&str>| LlmOp::new(LogicalKind::Filter, llm_config(model, protocol), &ctx).unwrap();
     // Without a setting in the config, the catalog's protocol for the model.
     assert_eq!(build(None).protocol(), stretto_kv::models::filter_protocol(model));
     let bad = LlmOp::new(
@@ -232,21 +234,10 @@ fn a_filter_asks_the_protocol_its_catalog_entry_or_config_names() {
 #[test]
 fn a_filter_under_the_contrast_protocol_asks_the_derived_question_or_falls_back_to_yes_no() {
     use stretto_core::op::PhysicalOp;
-    use stretto_ops_text::llm::{LlmConfig, LlmOp};
+    use stretto_ops_text::llm::LlmOp;
     setup();
     let ctx = context();
-    let config = |protocol: Option<&str>| LlmConfig {
-        model: "smollm2-135m".into(),
-        ratio: 0.0,
-        press: "expected-attention".into(),
-        rerotate: false,
-        batch: 4,
-        max_tokens: 12,
-        kv_dir: None,
-        gold: false,
-        protocol: protocol.map(str::to_string),
-        weights: Default::default(),
-    };
+    let config = |protocol: Option<&str>| llm_config("smollm2-135m", protocol);
     let build = |protocol: &str| LlmOp::new(LogicalKind::Filter, config(Some(protocol)), &ctx).unwrap();
     let (batch, _) = reviews(6);
     let scores = |op: &LlmOp, task: &SemanticTask| {
