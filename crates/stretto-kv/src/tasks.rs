@@ -57,6 +57,7 @@ pub fn filter_prompt(dec: &Decoder, protocol: FilterProtocol, predicate: &str) -
             let suffix = dec.question_suffix(&text);
             (text, suffix)
         }
+        // (Contrast was refused above: it has no fixed words.)
         AnswerWords::YesNo | AnswerWords::Contrast => {
             // "Answer:" without the trailing space: the answer word carries its own (" Yes"), as models write it.
             let text = yes_no_question(predicate);
@@ -75,9 +76,16 @@ pub fn contrast_prompt(dec: &Decoder, subject: &str, statement: &str) -> Result<
     let Some(opposite) = crate::contrast::derive_opposite(dec, subject, statement)? else {
         return Ok(None);
     };
-    Ok(crate::contrast::ContrastQuestion::new(dec, subject, statement, &opposite)?.map(|c| FilterPrompt {
+    let Some(c) = crate::contrast::ContrastQuestion::new(dec, subject, statement, &opposite)? else {
+        return Ok(None);
+    };
+    Ok(Some(FilterPrompt {
         text: format!("{}\n{}", c.question, c.lead),
-        suffix: dec.decode(&c.tokens).unwrap_or_else(|_| dec.answer_suffix(&c.question, &c.lead)),
+        // The tokens' own text, chat markers kept: what a peer engine is given as the same question part.
+        suffix: dec
+            .tokenizer()
+            .decode(&c.tokens, false)
+            .map_err(|e| crate::error::KvError::Runtime(format!("tokenizer: {e}")))?,
         tokens: c.tokens,
         answers: (c.yes, c.no),
     }))

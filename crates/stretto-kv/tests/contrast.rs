@@ -70,6 +70,14 @@ fn a_contrast_protocol_asks_the_derived_question_and_falls_back_to_yes_no_withou
         ))
         .unwrap()
     );
+    // Its text is what those tokens say, chat markers included, for an engine that takes text.
+    assert_eq!(
+        p.suffix,
+        dec.answer_suffix(
+            "Question: is the text above clearly positive or clearly negative?",
+            "the text above is clearly"
+        )
+    );
 
     // SmolLM2 only echoes a few-shot example for this one: the Yes/No question, exactly as that protocol asks it.
     let statement = "the text above praises the acting or the cast";
