@@ -52,6 +52,7 @@ pub fn build(
     press: &str,
     rerotate: bool,
     limit: Option<usize>,
+    memory_budget: u64,
 ) -> Result<BuildReport, Error> {
     let items = column_items(dataset, column, limit)?;
     let spec = BuildSpec {
@@ -65,7 +66,7 @@ pub fn build(
         stretto::kv::models::spec(m)?;
     }
     let store = KvStore::open(kv_dir, dataset)?;
-    Ok(store.build(&stretto::core::context::default_home(), &spec, &items, 0)?)
+    Ok(store.build_within(&stretto::core::context::default_home(), &spec, &items, 0, memory_budget)?)
 }
 
 /// `stretto kv repair`: removes corrupt records and rebuilds every missing record of items built before.
@@ -103,6 +104,7 @@ pub fn repair(kv_dir: &Path, dataset: &str) -> Result<(Vec<String>, BuildReport)
         total.skipped += r.skipped;
         total.cleaned += r.cleaned;
         total.seconds += r.seconds;
+        total.longest_chunk = total.longest_chunk.max(r.longest_chunk);
     }
     Ok((removed.into_iter().map(|(_, why)| why).collect(), total))
 }

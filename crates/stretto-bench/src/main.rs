@@ -619,6 +619,10 @@ enum KvAction {
         /// Cache directory (default: STRETTO_KV_DIR, else kv/ under STRETTO_HOME).
         #[arg(long)]
         kv_dir: Option<PathBuf>,
+        /// Bytes of working memory one prefill may take beyond the model's weights (default:
+        /// STRETTO_MEMORY_BUDGET, else 1 GiB); long items are prefilled in chunks that fit it.
+        #[arg(long)]
+        memory_budget: Option<u64>,
     },
     /// Read every record and report corrupt ones (exit status 1 if any).
     Verify {
@@ -1390,12 +1394,15 @@ fn run_kv(action: KvAction) -> Result<(), BoxError> {
     use stretto_bench::kv;
     let dir = |d: Option<PathBuf>| d.unwrap_or_else(|| context().kv_dir);
     match action {
-        KvAction::Build { dataset, column, models, ratios, press, rerotate, limit, kv_dir } => {
+        KvAction::Build { dataset, column, models, ratios, press, rerotate, limit, kv_dir, memory_budget } => {
             let ratios = kv::parse_ratios(&ratios)?;
-            let r = kv::build(&dir(kv_dir), &dataset, &column, &models, &ratios, &press, rerotate, limit)?;
+            let budget =
+                memory_budget.or(context().memory_budget).unwrap_or(stretto::kv::decoder::DEFAULT_MEMORY_BUDGET);
+            let r = kv::build(&dir(kv_dir), &dataset, &column, &models, &ratios, &press, rerotate, limit, budget)?;
             println!(
-                "built {} items, {} already present, {} stray temporary files removed, {:.1} s",
-                r.built, r.skipped, r.cleaned, r.seconds
+                "built {} items, {} already present, {} stray temporary files removed, {:.1} s; prefill runs of at \
+                 most {} tokens (memory budget {budget} bytes)",
+                r.built, r.skipped, r.cleaned, r.seconds, r.longest_chunk
             );
         }
         KvAction::Verify { dataset, kv_dir } => {

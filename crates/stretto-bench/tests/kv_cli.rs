@@ -138,6 +138,19 @@ fn stats_report_every_profile_and_bad_arguments_are_clear() {
     let (ok, _, err) =
         stretto(dir.path(), &["kv", "build", "--dataset", "movie", "--column", "reviewtext", "--press", "magic"]);
     assert!(!ok && err.contains("unknown press"), "{err}");
+    // The build's memory budget is a byte count; the report says what it ran under.
+    let build = |budget: &str| {
+        let mut args = build_args();
+        args.extend(["--memory-budget", budget]);
+        stretto(dir.path(), &args)
+    };
+    let (ok, _, err) = build("lots");
+    assert!(!ok && err.contains("invalid value 'lots' for '--memory-budget"), "{err}");
+    let (ok, out, err) = build("0");
+    assert!(
+        ok && out.contains(&format!("0 items, {ITEMS} already present")) && out.contains("memory budget 0 bytes"),
+        "{out}{err}"
+    );
 }
 
 #[test]

@@ -305,6 +305,9 @@ pub struct BuildReport {
     pub cleaned: usize,
     /// Wall time.
     pub seconds: f64,
+    /// Most tokens one prefill run took: items longer than this were prefilled in chunks that fit the build's
+    /// memory budget ([`crate::decoder::prefill_chunk`]). 0 when nothing was built.
+    pub longest_chunk: usize,
 }
 
 /// One profile's footprint.
@@ -395,7 +398,8 @@ impl KvStore {
     }
 
     /// Builds every missing record of `spec` for `items` (`(item id, text)`): one prefill per item and model,
-    /// then the press at every ratio. Existing records whose source text is unchanged are kept.
+    /// then the press at every ratio. Existing records whose source text is unchanged are kept. Prefills run within
+    /// [`crate::decoder::DEFAULT_MEMORY_BUDGET`]; see [`KvStore::build_within`].
     pub fn build(
         &self,
         home: &Path,
@@ -403,7 +407,21 @@ impl KvStore {
         items: &[(usize, String)],
         threads: usize,
     ) -> Result<BuildReport> {
-        let _span = tracing::info_span!("kv_build", column = %spec.column, items = items.len()).entered();
+        self.build_within(home, spec, items, threads, crate::decoder::DEFAULT_MEMORY_BUDGET)
+    }
+
+    /// [`KvStore::build`] with each prefill's working memory (beyond the model's weights) kept within
+    /// `memory_budget` bytes: long items are prefilled in chunks ([`Decoder::prefill_within`]).
+    pub fn build_within(
+        &self,
+        home: &Path,
+        spec: &BuildSpec,
+        items: &[(usize, String)],
+        threads: usize,
+        memory_budget: u64,
+    ) -> Result<BuildReport> {
+        let _span =
+            tracing::info_span!("kv_build", column = %spec.column, items = items.len(), memory_budget).entered();
         let start = Instant::now();
         if spec.models.is_empty() || spec.ratios.is_empty() {
             return Err(KvError::Usage("a KV build needs at least one model and one ratio".into()));
@@ -442,7 +460,10 @@ impl KvStore {
                     return Err(KvError::Usage(format!("item {item} of {} is empty", spec.column)));
                 }
                 let needs_stats = spec.press == Press::ExpectedAttention;
-                let (past, stats) = dec.prefill(&tokens, needs_stats)?;
+                // The chunk the budget allows is both what runs and what the report says ran.
+                let chunk = crate::decoder::prefill_chunk(dec.config(), tokens.len(), memory_budget);
+                let (past, stats) = dec.prefill_chunked(&tokens, needs_stats, chunk)?;
+                report.longest_chunk = report.longest_chunk.max(chunk);
                 let ratios: Vec<f64> = profiles.iter().map(|p| p.ratio).collect();
                 let ladder = compress_ladder(spec.press, spec.positions, dec.config(), &past, stats.as_ref(), &ratios)?;
                 let source = sha256_text(&prompt);

@@ -135,3 +135,38 @@ fn a_past_source_within_a_memory_budget_caches_what_a_whole_prefill_does() {
         }
     }
 }
+
+/// `stretto kv build --memory-budget`: a build within a small budget prefills a long item in the smallest chunks
+/// and stores the cache one whole prefill gives; at the default budget the chunks are larger.
+#[test]
+fn a_store_build_within_a_memory_budget_prefills_in_chunks_and_stores_the_whole_cache() {
+    use stretto_kv::decoder::{MAX_PREFILL_CHUNK, MIN_PREFILL_CHUNK};
+    let dec = decoder();
+    let item = REVIEWS.iter().cycle().take(20).copied().collect::<Vec<_>>().join(" ");
+    let tokens = dec.encode(&dec.item_prefix(&item)).unwrap();
+    assert!(tokens.len() > MAX_PREFILL_CHUNK, "{} tokens", tokens.len());
+    let spec = BuildSpec {
+        column: "reviewtext".into(),
+        models: vec!["smollm2-135m".into()],
+        ratios: vec![0.0],
+        press: Press::ExpectedAttention,
+        positions: Positions::Keep,
+    };
+    let items = vec![(0, item.clone())];
+    let (small, default) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let store = KvStore::open(small.path(), "movie").unwrap();
+    let report = store.build_within(&default_home(), &spec, &items, 2, 0).unwrap();
+    assert_eq!((report.built, report.longest_chunk), (1, MIN_PREFILL_CHUNK));
+    let report = KvStore::open(default.path(), "movie").unwrap().build(&default_home(), &spec, &items, 2).unwrap();
+    assert_eq!((report.built, report.longest_chunk), (1, MAX_PREFILL_CHUNK.min(tokens.len())));
+    // The chunked record holds the whole prefill's cache, up to float rounding.
+    let (whole, _) = dec.prefill_chunked(&tokens, false, tokens.len()).unwrap();
+    let want = f16_rounded(&whole);
+    let got = store.read("reviewtext", &spec.profiles()[0], 0).unwrap().past;
+    assert_eq!(got.len, want.len);
+    for l in [0, 15, 29] {
+        let scale = want.keys[l].iter().fold(0f32, |m, v| m.max(v.abs()));
+        let err = got.keys[l].iter().zip(&want.keys[l]).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
+        assert!(err <= 2e-3 * scale, "layer {l}: {err} of {scale}");
+    }
+}
