@@ -70,7 +70,7 @@ pub fn build(
 }
 
 /// `stretto kv repair`: removes corrupt records and rebuilds every missing record of items built before.
-pub fn repair(kv_dir: &Path, dataset: &str) -> Result<(Vec<String>, BuildReport), Error> {
+pub fn repair(kv_dir: &Path, dataset: &str, memory_budget: u64) -> Result<(Vec<String>, BuildReport), Error> {
     let store = KvStore::open(kv_dir, dataset)?;
     let removed = store.remove_corrupt()?;
     let mut total = BuildReport::default();
@@ -99,7 +99,7 @@ pub fn repair(kv_dir: &Path, dataset: &str) -> Result<(Vec<String>, BuildReport)
         let max = ids.iter().max().map(|m| m + 1);
         let items: Vec<(usize, String)> =
             column_items(dataset, &spec.column, max)?.into_iter().filter(|(i, _)| ids.contains(i)).collect();
-        let r = store.build(&stretto::core::context::default_home(), &spec, &items, 0)?;
+        let r = store.build_within(&stretto::core::context::default_home(), &spec, &items, 0, memory_budget)?;
         total.built += r.built;
         total.skipped += r.skipped;
         total.cleaned += r.cleaned;

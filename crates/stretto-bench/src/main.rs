@@ -1390,14 +1390,14 @@ fn run(cli: Cli) -> Result<(), BoxError> {
 }
 
 fn run_kv(action: KvAction) -> Result<(), BoxError> {
+    use stretto::kv::decoder::DEFAULT_MEMORY_BUDGET;
     use stretto::kv::store::KvStore;
     use stretto_bench::kv;
     let dir = |d: Option<PathBuf>| d.unwrap_or_else(|| context().kv_dir);
     match action {
         KvAction::Build { dataset, column, models, ratios, press, rerotate, limit, kv_dir, memory_budget } => {
             let ratios = kv::parse_ratios(&ratios)?;
-            let budget =
-                memory_budget.or(context().memory_budget).unwrap_or(stretto::kv::decoder::DEFAULT_MEMORY_BUDGET);
+            let budget = memory_budget.or(context().memory_budget).unwrap_or(DEFAULT_MEMORY_BUDGET);
             let r = kv::build(&dir(kv_dir), &dataset, &column, &models, &ratios, &press, rerotate, limit, budget)?;
             println!(
                 "built {} items, {} already present, {} stray temporary files removed, {:.1} s; prefill runs of at \
@@ -1420,7 +1420,9 @@ fn run_kv(action: KvAction) -> Result<(), BoxError> {
             }
         }
         KvAction::Repair { dataset, kv_dir } => {
-            let (removed, r) = kv::repair(&dir(kv_dir), &dataset)?;
+            // Rebuilds within STRETTO_MEMORY_BUDGET, else the default, as `kv build` does without the flag.
+            let budget = context().memory_budget.unwrap_or(DEFAULT_MEMORY_BUDGET);
+            let (removed, r) = kv::repair(&dir(kv_dir), &dataset, budget)?;
             for line in &removed {
                 println!("removed: {line}");
             }

@@ -115,7 +115,7 @@ pub struct LlmOp {
     baselines: Mutex<HashMap<String, f64>>,
     /// Whether filters ask a contrastive question instead of the protocol's.
     contrastive: bool,
-    /// How a (non-contrast) filter asks its question.
+    /// How a filter outside the contrast family asks its question.
     protocol: FilterProtocol,
 }
 
@@ -261,15 +261,25 @@ impl LlmOp {
     }
 
     /// The contrastive question for `statement` (about `subject`), derived once per model and statement.
-    fn contrast(&self, dec: &stretto_kv::Decoder, subject: &str, statement: &str) -> Result<Option<ContrastQuestion>> {
+    ///
+    /// The derivation always runs on the f32 model, whatever this rung's weights: the question is then the same
+    /// for every rung of the model (an int8 rung and its f32 gold ask alike), whichever derives it first.
+    fn contrast(&self, subject: &str, statement: &str) -> Result<Option<ContrastQuestion>> {
         let mut cache = contrasts().lock().map_err(|_| CoreError::operator(&self.name, "contrast lock poisoned"))?;
         let key = (self.config.model.clone(), subject.to_string(), statement.to_string());
         if let Some(c) = cache.get(&key) {
             return Ok(c.clone());
         }
         let kv = kv_err(&self.name);
-        let question = match stretto_kv::contrast::derive_opposite(dec, subject, statement).map_err(&kv)? {
-            Some(opposite) => ContrastQuestion::new(dec, subject, statement, &opposite).map_err(&kv)?,
+        let dec = stretto_kv::pool::decoder_with(
+            &self.ctx.model_home,
+            crate::runtime(&self.ctx),
+            &self.config.model,
+            Weights::F32,
+        )
+        .map_err(&kv)?;
+        let question = match stretto_kv::contrast::derive_opposite(&dec, subject, statement).map_err(&kv)? {
+            Some(opposite) => ContrastQuestion::new(&dec, subject, statement, &opposite).map_err(&kv)?,
             None => None,
         };
         match &question {
@@ -288,8 +298,7 @@ impl LlmOp {
     /// The contrast filter's question for `statement`, or [`CoreError::NotApplicable`] without an opposite:
     /// this operator would then only repeat the '1'/'0' filter of the same rung.
     fn contrast_or_decline(&self, statement: &str) -> Result<ContrastQuestion> {
-        let dec = self.decoder()?;
-        self.contrast(&dec, self.subject(), statement)?.ok_or_else(|| CoreError::NotApplicable {
+        self.contrast(self.subject(), statement)?.ok_or_else(|| CoreError::NotApplicable {
             operator: self.name.clone(),
             reason: format!("{} derives no usable opposite of \"{statement}\"", self.config.model),
         })
@@ -418,8 +427,7 @@ impl PhysicalOp for LlmOp {
         // Under a contrast protocol, the same: answers are kept under the derived question, or under the protocol
         // the filter falls back to where there is none.
         if task.kind == LogicalKind::Filter && self.protocol.answers == AnswerWords::Contrast {
-            let dec = self.decoder()?;
-            return Ok(match self.contrast(&dec, self.subject(), &self.question(task))? {
+            return Ok(match self.contrast(self.subject(), &self.question(task))? {
                 Some(c) => format!("{}#{}#{}#{}", self.name, self.protocol, c.question, c.lead),
                 None => format!("{}#{}", self.name, self.protocol.fallback()),
             });
@@ -439,7 +447,7 @@ impl PhysicalOp for LlmOp {
             Some(self.contrast_or_decline(&question)?)
         } else if self.protocol.answers == AnswerWords::Contrast && task.kind == LogicalKind::Filter {
             // None: the fallback protocol's question (see `filter`).
-            self.contrast(&dec, self.subject(), &question)?
+            self.contrast(self.subject(), &question)?
         } else {
             None
         };
@@ -489,8 +497,8 @@ stretto_core::inventory::submit! {
     OperatorFactory {
         name: "llm-filter",
         plugin: crate::PLUGIN,
-        about: "LLM filter over precomputed KV caches (log-odds of the model's answer protocol: '1' over '0', or \
-                Yes over No), one rung per model and ratio",
+        about: "LLM filter over precomputed KV caches (log-odds of the model's answer protocol: '1' over '0', Yes \
+                over No, or the contrast question), one rung per model and ratio",
         ladder,
         build: |c, ctx| build(LogicalKind::Filter, c, ctx),
     }
@@ -500,7 +508,8 @@ stretto_core::inventory::submit! {
 pub const CONTRAST_FAMILY: &str = "llm-contrast-filter";
 
 /// The contrast filter's rungs: every ladder model whose own filter protocol is not already the contrast question
-/// (its `llm-filter` rungs ask exactly that), uncompressed. None is a gold candidate: gold stays the filter question
+/// (its `llm-filter` rungs ask that question already, calibrated as its protocol says and with Yes/No where there is
+/// no opposite, where this family would always calibrate and decline instead), uncompressed. None is a gold candidate: gold stays the filter question
 /// of the model's protocol, as the method specifies. Compressed contrast filters can be built from a configuration.
 pub fn contrast_ladder(ctx: &OpContext) -> Vec<serde_json::Value> {
     ctx.ladder
