@@ -106,6 +106,15 @@ pub fn derive_opposite(dec: &Decoder, subject: &str, statement: &str) -> Result<
     Ok(kept.then_some(opposite))
 }
 
+/// The contrast question for `statement` (about `subject`) against the model's round-trip opposite
+/// ([`derive_opposite`]); `None` without one, or when the two answers share every token.
+pub fn derive_question(dec: &Decoder, subject: &str, statement: &str) -> Result<Option<ContrastQuestion>> {
+    match derive_opposite(dec, subject, statement)? {
+        Some(opposite) => ContrastQuestion::new(dec, subject, statement, &opposite),
+        None => Ok(None),
+    }
+}
+
 /// The model's one-way opposite of `statement`: its completion of [`opposite_prompt`], if usable
 /// ([`parse_opposite`]).
 pub fn propose_opposite(dec: &Decoder, subject: &str, statement: &str) -> Result<Option<String>> {

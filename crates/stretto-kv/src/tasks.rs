@@ -73,10 +73,7 @@ pub fn filter_prompt(dec: &Decoder, protocol: FilterProtocol, predicate: &str) -
 /// answers differ. `None` where the model derives no usable opposite. The derivation generates text (seconds with
 /// a 0.5B model), so callers keep the prompt for every batch.
 pub fn contrast_prompt(dec: &Decoder, subject: &str, statement: &str) -> Result<Option<FilterPrompt>> {
-    let Some(opposite) = crate::contrast::derive_opposite(dec, subject, statement)? else {
-        return Ok(None);
-    };
-    let Some(c) = crate::contrast::ContrastQuestion::new(dec, subject, statement, &opposite)? else {
+    let Some(c) = crate::contrast::derive_question(dec, subject, statement)? else {
         return Ok(None);
     };
     Ok(Some(FilterPrompt {

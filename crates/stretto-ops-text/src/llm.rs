@@ -278,10 +278,7 @@ impl LlmOp {
             Weights::F32,
         )
         .map_err(&kv)?;
-        let question = match stretto_kv::contrast::derive_opposite(&dec, subject, statement).map_err(&kv)? {
-            Some(opposite) => ContrastQuestion::new(&dec, subject, statement, &opposite).map_err(&kv)?,
-            None => None,
-        };
+        let question = stretto_kv::contrast::derive_question(&dec, subject, statement).map_err(&kv)?;
         match &question {
             Some(q) => tracing::info!(op = %self.name, question = %q.question, lead = %q.lead, "contrastive question"),
             None => tracing::info!(op = %self.name, statement, "the model derived no usable opposite"),
