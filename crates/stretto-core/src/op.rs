@@ -180,9 +180,76 @@ impl SemanticTask {
         Ok((0..batch.num_rows()).map(|row| item_of(batch, &idx, row)).collect())
     }
 
+    /// The two sides of a *join predicate*: a prompt whose column references name exactly two tables
+    /// (`{a.text} and {b.text} express the same sentiment`), each side's references in order of appearance, the
+    /// first-named table's first. `None` for a prompt over one table (or over three or more, read as one item).
+    pub fn join_sides(&self) -> Result<Option<JoinSides>> {
+        let refs = self.references()?;
+        let table = |r: &str| r.rsplit_once('.').map(|(t, _)| t.to_string());
+        let mut tables: Vec<String> = Vec::new();
+        for r in &refs {
+            let Some(t) = table(r) else { return Ok(None) };
+            if !tables.contains(&t) {
+                tables.push(t);
+            }
+        }
+        if tables.len() != 2 {
+            return Ok(None);
+        }
+        let side = |t: &str| refs.iter().filter(|r| table(r).as_deref() == Some(t)).cloned().collect();
+        Ok(Some(JoinSides { left: side(&tables[0]), right: side(&tables[1]) }))
+    }
+
+    /// Whether the prompt is a join predicate ([`SemanticTask::join_sides`]).
+    pub fn is_join(&self) -> bool {
+        matches!(self.join_sides(), Ok(Some(_)))
+    }
+
+    /// The items of a join predicate's rows as pairs ([`pair_item`]: each side's referenced cells joined by
+    /// newlines, the two sides apart), what an operator that [`PhysicalOp::reads_pairs`] is given; an error for a
+    /// prompt over one table.
+    pub fn pair_items(&self, batch: &RecordBatch) -> Result<Vec<String>> {
+        let sides = self.join_sides()?.ok_or_else(|| {
+            self.bad("it names columns of one table; a pair operator needs a join predicate over two tables")
+        })?;
+        let schema = batch.schema();
+        let what = format!("semantic operator `{}`", self.prompt);
+        let resolve = |refs: &[String]| -> Result<Vec<usize>> {
+            refs.iter().map(|r| resolve_column(&schema, r, &what)).collect()
+        };
+        let (left, right) = (resolve(&sides.left)?, resolve(&sides.right)?);
+        Ok((0..batch.num_rows())
+            .map(|row| pair_item(&item_of(batch, &left, row), &item_of(batch, &right, row)))
+            .collect())
+    }
+
     fn bad(&self, message: &str) -> CoreError {
         CoreError::BadPredicate { text: self.prompt.clone(), message: message.into() }
     }
+}
+
+/// The references of each side of a join predicate ([`SemanticTask::join_sides`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JoinSides {
+    /// References to the first-named table's columns.
+    pub left: Vec<String>,
+    /// References to the other table's columns.
+    pub right: Vec<String>,
+}
+
+/// What separates the two sides of a pair item (ASCII's record separator, which text cells do not hold: any in
+/// a cell is read as a space).
+pub const PAIR_SEPARATOR: char = '\u{1e}';
+
+/// The item of one pair: the left side's text, [`PAIR_SEPARATOR`], the right side's.
+pub fn pair_item(left: &str, right: &str) -> String {
+    let clean = |s: &str| s.replace(PAIR_SEPARATOR, " ");
+    format!("{}{PAIR_SEPARATOR}{}", clean(left), clean(right))
+}
+
+/// The two sides of a [`pair_item`]; `None` for an item that is not one.
+pub fn split_pair(item: &str) -> Option<(&str, &str)> {
+    item.split_once(PAIR_SEPARATOR)
 }
 
 fn item_of(batch: &RecordBatch, columns: &[usize], row: usize) -> String {
@@ -271,6 +338,31 @@ pub trait PhysicalOp: Send + Sync + fmt::Debug {
     /// caches (once, offline, found by content) before profiling; operators without one need nothing prepared.
     fn kv_cache_model(&self) -> Option<&str> {
         None
+    }
+
+    /// Whether it judges *pairs*: the join predicates of a semantic join ([`SemanticTask::join_sides`]), each item a
+    /// [`pair_item`] with the two sides apart, so that it can work on each side once (its cached past, its
+    /// embedding, its projected value) rather than on every pair. Such an operator serves join predicates only;
+    /// every other operator serves prompts over one table, and planners keep the two apart (default: no).
+    fn reads_pairs(&self) -> bool {
+        false
+    }
+
+    /// Whether it is the reference implementation of `task`, the gold its cascades are certified against (default:
+    /// its [`OpProperties::gold`]). A family may be the reference for some tasks only: a semantic join's LLM reading
+    /// the pair is gold for most join predicates, and its projection of each side for those that compare one
+    /// property of the two sides.
+    fn is_gold_for(&self, task: &SemanticTask) -> bool {
+        let _ = task;
+        self.properties().gold
+    }
+
+    /// Shown the items of the whole input of a query's `task` before the operator is profiled on a sample of them
+    /// (default: nothing). An operator whose work is per *piece* of an item rather than per item (a pair operator's
+    /// work is per side, and one side is in many pairs) counts how many items share each piece, so that the cost
+    /// it reports per item spreads that work over all of them: what a run over this input pays per tuple.
+    fn observe_input(&self, task: &SemanticTask, items: &[String]) {
+        let _ = (task, items);
     }
 
     /// Whether its answers are worth memoising (default yes; an operator that answers in microseconds says no).
@@ -376,6 +468,31 @@ impl RegisteredOp {
         self.op.kv_cache_model()
     }
 
+    /// Whether it is the reference implementation of `task` ([`PhysicalOp::is_gold_for`]).
+    pub fn is_gold_for(&self, task: &SemanticTask) -> bool {
+        self.op.is_gold_for(task)
+    }
+
+    /// Whether it judges the pairs of join predicates ([`PhysicalOp::reads_pairs`]).
+    pub fn reads_pairs(&self) -> bool {
+        self.op.reads_pairs()
+    }
+
+    /// Shows the operator the items of the whole input of `task` ([`PhysicalOp::observe_input`]), if it serves it.
+    pub fn observe_input(&self, task: &SemanticTask, batch: &RecordBatch) -> Result<()> {
+        if self.serves(task) {
+            let items = if self.op.reads_pairs() { task.pair_items(batch)? } else { task.item_texts(batch)? };
+            self.op.observe_input(task, &items);
+        }
+        Ok(())
+    }
+
+    /// Whether it can serve `task` at all: of the task's kind, and a pair operator exactly when the task is a join
+    /// predicate. (It may still decline the task in [`PhysicalOp::accept`].)
+    pub fn serves(&self, task: &SemanticTask) -> bool {
+        self.op.properties().kind == task.kind && self.op.reads_pairs() == task.is_join()
+    }
+
     fn memo(&self) -> Option<&Memo> {
         self.memo
             .get_or_init(|| {
@@ -404,8 +521,19 @@ impl RegisteredOp {
                 format!("is a {} operator and cannot run the {} `{}`", props.kind, task.kind, task.name),
             ));
         }
+        let is_join = task.is_join();
+        if self.op.reads_pairs() != is_join {
+            return Err(CoreError::NotApplicable {
+                operator: self.op.name().to_string(),
+                reason: if is_join {
+                    format!("`{}` is a join predicate over two tables, and this operator reads one item", task.prompt)
+                } else {
+                    format!("this operator judges pairs of a join predicate, and `{}` names one table", task.prompt)
+                },
+            });
+        }
         let identity = self.op.accept(task)?;
-        let items = task.item_texts(batch)?;
+        let items = if is_join { task.pair_items(batch)? } else { task.item_texts(batch)? };
         memoised(self.memo(), &identity, task, &items, |missing| {
             let todo: Vec<String> = missing.iter().map(|&i| items[i].clone()).collect();
             let (out, seconds) = self.op.evaluate_items(task, &todo)?;
@@ -430,7 +558,8 @@ impl RegisteredOp {
 
 /// Evaluates `task` on `items` through `memo`: memoised answers are reused, the rest are computed by `compute`
 /// (given the indices of the missing items, it returns their output and per-item seconds, in that order) and then
-/// memoised. Returns the output for every item and each item's cost in seconds.
+/// memoised. An item that occurs several times is computed once (a review listed twice, a pair met again). Returns
+/// the output for every item and each item's cost in seconds.
 fn memoised(
     memo: Option<&Memo>,
     operator: &str,
@@ -440,11 +569,13 @@ fn memoised(
 ) -> Result<(OpOutput, Vec<f64>)> {
     let prompt = serde_json::to_string(task).unwrap_or_else(|_| task.prompt.clone());
     let keys: Vec<String> = items.iter().map(|i| memo_key(operator, &prompt, i)).collect();
-    let hits: Vec<Option<MemoEntry>> = keys.iter().map(|k| memo.and_then(|m| m.get(k))).collect();
-    let missing: Vec<usize> = (0..items.len()).filter(|&i| hits[i].is_none()).collect();
-    let (fresh, fresh_seconds) = if missing.is_empty() {
-        (None, Vec::new())
-    } else {
+    let mut hits: Vec<Option<MemoEntry>> = keys.iter().map(|k| memo.and_then(|m| m.get(k))).collect();
+    // The first occurrence of each item the memo does not know.
+    let mut seen = std::collections::HashSet::new();
+    let missing: Vec<usize> =
+        (0..items.len()).filter(|&i| hits[i].is_none() && seen.insert(keys[i].as_str())).collect();
+    let mut new_entries = Vec::new();
+    if !missing.is_empty() {
         let (out, secs) = compute(&missing)?;
         if out.len() != missing.len() || secs.len() != missing.len() {
             return Err(CoreError::operator(
@@ -452,66 +583,46 @@ fn memoised(
                 format!("returned {} outputs and {} costs for {} tuples", out.len(), secs.len(), missing.len()),
             ));
         }
-        (Some(out), secs)
-    };
-    let mut seconds = vec![0.0; items.len()];
-    let mut new_entries = Vec::new();
+        let entry = |i: usize, score, value, confidence, seconds| MemoEntry {
+            key: keys[i].clone(),
+            score,
+            value,
+            confidence,
+            seconds,
+        };
+        new_entries = match (task.kind, out) {
+            (LogicalKind::Filter, OpOutput::Scores(s)) => {
+                missing.iter().zip(s).zip(secs).map(|((&i, v), t)| entry(i, Some(v), None, None, t)).collect()
+            }
+            (LogicalKind::Map, OpOutput::Values { values, confidences }) => missing
+                .iter()
+                .zip(values)
+                .zip(confidences)
+                .zip(secs)
+                .map(|(((&i, v), c), t)| entry(i, None, v, Some(c), t))
+                .collect(),
+            (LogicalKind::Filter, _) => return Err(CoreError::operator(operator, "a filter returned map values")),
+            (LogicalKind::Map, _) => return Err(CoreError::operator(operator, "a map returned filter scores")),
+        };
+        let fresh: std::collections::HashMap<&str, &MemoEntry> =
+            new_entries.iter().map(|e| (e.key.as_str(), e)).collect();
+        for (hit, key) in hits.iter_mut().zip(&keys) {
+            if hit.is_none() {
+                *hit = fresh.get(key.as_str()).map(|e| (*e).clone());
+            }
+        }
+    }
+    let hits: Vec<MemoEntry> = hits
+        .into_iter()
+        .map(|h| h.ok_or_else(|| CoreError::operator(operator, "an item was left without an answer")))
+        .collect::<Result<_>>()?;
+    let seconds = hits.iter().map(|h| h.seconds).collect();
     let out = match task.kind {
-        LogicalKind::Filter => {
-            let mut scores = vec![0.0; items.len()];
-            for (i, h) in hits.iter().enumerate() {
-                if let Some(h) = h {
-                    scores[i] = h.score.unwrap_or(f64::NAN);
-                    seconds[i] = h.seconds;
-                }
-            }
-            if let Some(fresh) = fresh {
-                let OpOutput::Scores(s) = fresh else {
-                    return Err(CoreError::operator(operator, "a filter returned map values"));
-                };
-                for ((&i, v), secs) in missing.iter().zip(s).zip(&fresh_seconds) {
-                    scores[i] = v;
-                    seconds[i] = *secs;
-                    new_entries.push(MemoEntry {
-                        key: keys[i].clone(),
-                        score: Some(v),
-                        value: None,
-                        confidence: None,
-                        seconds: *secs,
-                    });
-                }
-            }
-            OpOutput::Scores(scores)
-        }
-        LogicalKind::Map => {
-            let mut values = vec![None; items.len()];
-            let mut confidences = vec![0.0; items.len()];
-            for (i, h) in hits.iter().enumerate() {
-                if let Some(h) = h {
-                    values[i] = h.value.clone();
-                    confidences[i] = h.confidence.unwrap_or(0.0);
-                    seconds[i] = h.seconds;
-                }
-            }
-            if let Some(fresh) = fresh {
-                let OpOutput::Values { values: v, confidences: c } = fresh else {
-                    return Err(CoreError::operator(operator, "a map returned filter scores"));
-                };
-                for (((&i, v), c), secs) in missing.iter().zip(v).zip(c).zip(&fresh_seconds) {
-                    new_entries.push(MemoEntry {
-                        key: keys[i].clone(),
-                        score: None,
-                        value: v.clone(),
-                        confidence: Some(c),
-                        seconds: *secs,
-                    });
-                    values[i] = v;
-                    confidences[i] = c;
-                    seconds[i] = *secs;
-                }
-            }
-            OpOutput::Values { values, confidences }
-        }
+        LogicalKind::Filter => OpOutput::Scores(hits.iter().map(|h| h.score.unwrap_or(f64::NAN)).collect()),
+        LogicalKind::Map => OpOutput::Values {
+            values: hits.iter().map(|h| h.value.clone()).collect(),
+            confidences: hits.iter().map(|h| h.confidence.unwrap_or(0.0)).collect(),
+        },
     };
     if let Some(m) = memo {
         m.put(new_entries)?;
@@ -699,6 +810,44 @@ mod tests {
         assert!(matches!(SemanticTask::filter("f", "{r.nope}").resolve(&schema), Err(CoreError::MissingColumn { .. })));
     }
 
+    #[test]
+    fn a_prompt_over_two_tables_is_a_join_predicate_with_its_sides_apart() {
+        let task = SemanticTask::filter("j", "{a.text} and {b.text} say the same, by {a.n}");
+        let sides = task.join_sides().unwrap().unwrap();
+        assert_eq!(sides, JoinSides { left: vec!["a.text".into(), "a.n".into()], right: vec!["b.text".into()] });
+        assert!(task.is_join());
+        // One table, three tables, or an unqualified column: no join predicate.
+        for one in ["{a.text} is long", "{a.x} {b.y} {c.z}", "{text} and {b.text}"] {
+            assert_eq!(SemanticTask::filter("f", one).join_sides().unwrap(), None, "{one}");
+        }
+        // A table named with a schema (`movie.reviews` read as `reviews`) is one qualifier.
+        let q = SemanticTask::filter("q", "{r1.reviewtext} matches {r2.reviewtext}");
+        assert!(q.is_join());
+        let batch = RecordBatch::try_new(
+            Arc::new(Schema::new(vec![
+                Field::new("a.text", DataType::Utf8, true),
+                Field::new("b.text", DataType::Utf8, true),
+                Field::new("a.n", DataType::Int64, true),
+            ])),
+            vec![
+                Arc::new(StringArray::from(vec![Some("left\u{1e}side"), None])),
+                Arc::new(StringArray::from(vec!["right", "r"])),
+                Arc::new(Int64Array::from(vec![1, 2])),
+            ],
+        )
+        .unwrap();
+        let items = task.pair_items(&batch).unwrap();
+        assert_eq!(items, vec!["left side\n1\u{1e}right".to_string(), "\n2\u{1e}r".to_string()]);
+        assert_eq!(split_pair(&items[0]), Some(("left side\n1", "right")));
+        assert_eq!(split_pair("no pair"), None);
+        // The items one-item operators read are unchanged.
+        assert_eq!(task.item_texts(&batch).unwrap()[0], "left\u{1e}side\nright\n1");
+        assert!(matches!(
+            SemanticTask::filter("f", "{a.text}").pair_items(&batch),
+            Err(CoreError::BadPredicate { .. })
+        ));
+    }
+
     /// Scores an item by its length; counts the items it is asked about; fails on an item "boom".
     #[derive(Debug)]
     struct Counting {
@@ -786,9 +935,74 @@ mod tests {
         assert!(matches!(op.evaluate(&colour, &texts(&["a"])), Err(CoreError::NotApplicable { .. })));
         assert!(asked().is_empty());
 
-        // With the memo off, everything is computed every time.
+        // With the memo off, everything is computed every time, but an item repeated in one batch only once.
         let off = op.unmemoised();
         off.evaluate(&task, &texts(&["ab"])).unwrap();
         assert_eq!(asked(), ["ab"]);
+        let (out, secs) = off.evaluate_timed(&task, &texts(&["ab", "c", "ab", "ab"])).unwrap();
+        assert_eq!(out, OpOutput::Scores(vec![2.0, 1.0, 2.0, 2.0]));
+        assert_eq!(secs, vec![0.25; 4], "a repeated item reports what computing it cost");
+        assert_eq!(asked(), ["ab", "c"]);
+
+        // A one-item operator does not serve a join predicate (a pair operator does), and says so.
+        let join = SemanticTask::filter("j", "{r.text} matches {s.text}");
+        assert!(!op.serves(&join) && op.serves(&task));
+        let e = op.evaluate(&join, &texts(&["a"])).unwrap_err();
+        assert!(matches!(&e, CoreError::NotApplicable { reason, .. } if reason.contains("join predicate")), "{e}");
+    }
+
+    /// Judges pairs: the score is the left side's length minus the right's.
+    #[derive(Debug)]
+    struct PairLength(OpProperties);
+
+    impl PhysicalOp for PairLength {
+        fn name(&self) -> &str {
+            "pair-length"
+        }
+        fn properties(&self) -> &OpProperties {
+            &self.0
+        }
+        fn reads_pairs(&self) -> bool {
+            true
+        }
+        fn evaluate_items(&self, _: &SemanticTask, items: &[String]) -> Result<(OpOutput, Vec<f64>)> {
+            let score = |i: &String| {
+                let (l, r) = split_pair(i).expect("a pair item");
+                l.len() as f64 - r.len() as f64
+            };
+            time_evenly(items.len(), || Ok(OpOutput::Scores(items.iter().map(score).collect())))
+        }
+    }
+
+    #[test]
+    fn a_pair_operator_sees_both_sides_and_serves_join_predicates_only() {
+        let op = RegisteredOp::new(
+            Arc::new(PairLength(OpProperties {
+                kind: LogicalKind::Filter,
+                family: "pair-length".into(),
+                modality: Modality::Text,
+                model: None,
+                compression: None,
+                tunable: true,
+                gold: false,
+                cost_hint: 1e-6,
+                score_range: (-10.0, 10.0),
+            })),
+            MemoPolicy::Off,
+        );
+        let batch = RecordBatch::try_new(
+            Arc::new(Schema::new(vec![
+                Field::new("r.text", DataType::Utf8, true),
+                Field::new("s.text", DataType::Utf8, true),
+            ])),
+            vec![Arc::new(StringArray::from(vec!["abcd", "a"])), Arc::new(StringArray::from(vec!["ab", "abc"]))],
+        )
+        .unwrap();
+        let join = SemanticTask::filter("j", "{r.text} is longer than {s.text}");
+        assert!(op.serves(&join));
+        assert_eq!(op.evaluate(&join, &batch).unwrap(), OpOutput::Scores(vec![2.0, -2.0]));
+        let one = SemanticTask::filter("f", "{r.text} is long");
+        assert!(!op.serves(&one));
+        assert!(matches!(op.evaluate(&one, &batch), Err(CoreError::NotApplicable { .. })));
     }
 }
