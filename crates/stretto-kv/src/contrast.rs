@@ -187,11 +187,76 @@ impl ContrastQuestion {
     }
 }
 
+/// The few-shot properties of [`values_prompt`] with their two opposite values. None is a property the bundled
+/// benchmarks compare, so the derivation is not told their answers.
+const VALUE_EXAMPLES: &[(&str, &str, &str)] =
+    &[("size", "big", "small"), ("temperature", "hot", "cold"), ("speed", "fast", "slow")];
+
+/// The raw (non-chat) few-shot prompt that asks for the two opposite values of `property`.
+pub fn values_prompt(property: &str) -> String {
+    let mut out = String::from("Each property is followed by its two opposite values.\n");
+    for (p, a, b) in VALUE_EXAMPLES {
+        out.push_str(&format!("Property: {p}\nValues: {a} or {b}\n"));
+    }
+    out.push_str(&format!("Property: {}\nValues:", clean(property)));
+    out
+}
+
+/// The two values in a model's completion of [`values_prompt`], if usable: the first line reads `X or Y`, each of
+/// one to three words, the two different, neither a negation, and not an example's values.
+pub fn parse_values(completion: &str) -> Option<(String, String)> {
+    let line = clean(completion.trim_start().lines().next()?).to_lowercase();
+    let (a, b) = line.split_once(" or ")?;
+    let ok = |v: &str| {
+        let w: Vec<&str> = v.split_whitespace().collect();
+        (1..=3).contains(&w.len())
+            && w.iter().all(|x| x.chars().all(|c| c.is_alphanumeric() || c == '-'))
+            && !w.iter().any(|x| matches!(*x, "not" | "no" | "non") || x.ends_with("n't"))
+    };
+    let (a, b) = (clean(a).to_string(), clean(b).to_string());
+    if !ok(&a) || !ok(&b) || a == b {
+        return None;
+    }
+    if VALUE_EXAMPLES.iter().any(|(_, x, y)| [x, y].contains(&&a.as_str()) || [x, y].contains(&&b.as_str())) {
+        return None;
+    }
+    Some((a, b))
+}
+
+/// The two opposite values of `property` as the model names them ("sentiment" → "positive" / "negative"), or
+/// `None` when its completion is not a usable pair ([`parse_values`]).
+pub fn derive_values(dec: &Decoder, property: &str) -> Result<Option<(String, String)>> {
+    let _span = tracing::info_span!("derive_values", model = dec.name(), property).entered();
+    let ids = dec.encode(&values_prompt(property))?;
+    let out = dec.generate(&[Step { past: None, tokens: &ids }], MAX_TOKENS)?;
+    Ok(out.first().and_then(|g| parse_values(&g.text)))
+}
+
+/// The contrast question that projects an item onto one of `property`'s two values: "is the sentiment of the text
+/// above positive or negative?", scored by the first answer token of the first value against the second's. `None`
+/// when the model names no usable values, or the two answers share every token.
+pub fn property_question(dec: &Decoder, item: &str, property: &str) -> Result<Option<ContrastQuestion>> {
+    let Some((a, b)) = derive_values(dec, property)? else { return Ok(None) };
+    let subject = format!("the {} of {item}", clean(property));
+    ContrastQuestion::new(dec, &subject, &format!("{subject} is {a}"), &format!("{subject} is {b}"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     const SUBJECT: &str = "the text above";
+
+    #[test]
+    fn a_propertys_values_are_two_short_different_words() {
+        assert_eq!(parse_values(" positive or negative\nProperty: x"), Some(("positive".into(), "negative".into())));
+        assert_eq!(parse_values(" Very Happy or sad."), Some(("very happy".into(), "sad".into())));
+        for bad in [" positive", " good or good", " big or small", " good or not good", " a b c d or e", "\n"] {
+            assert_eq!(parse_values(bad), None, "{bad:?}");
+        }
+        let p = values_prompt("sentiment");
+        assert!(p.ends_with("Property: sentiment\nValues:"), "{p}");
+    }
 
     #[test]
     fn opposites_are_checked() {

@@ -106,6 +106,91 @@ pub fn protocol_prompt(
     Ok((filter_prompt(dec, asked, statement)?, asked))
 }
 
+/// What follows the first text's cached item in a pair prompt: the second text, labelled. The pair's first text is
+/// the item whose past is cached (the same past every one-item question over it reads); only this continuation and
+/// the question are new tokens for each pair.
+pub fn second_text(right: &str) -> String {
+    format!("\n\nSecond text:\n{right}")
+}
+
+/// The question part of a pair filter for `statement` (its references written as "the first text" and "the
+/// second text") under `protocol`'s answer words: a contrast protocol asks Yes/No here (its few-shot opposites
+/// are about one text). The question's text is the key its calibration and answers are kept under.
+pub fn pair_filter_prompt(dec: &Decoder, protocol: FilterProtocol, statement: &str) -> Result<FilterPrompt> {
+    let statement = statement.trim().trim_end_matches(['.', '?']);
+    let (text, suffix, (yes, no)) = match protocol.answers {
+        AnswerWords::Digits => {
+            let text = format!(
+                "Answer the question about the two texts above with 1 for yes or 0 for no.\nQuestion: is it true \
+                 that {statement}?"
+            );
+            let suffix = dec.question_suffix(&text);
+            (text, suffix, ("1", "0"))
+        }
+        AnswerWords::YesNo | AnswerWords::Contrast => {
+            let text = format!(
+                "Answer the question about the two texts above with Yes or No.\nQuestion: is it true that {statement}?"
+            );
+            let suffix = dec.answer_suffix(&text, "").trim_end().to_string();
+            (text, suffix, (" Yes", " No"))
+        }
+    };
+    Ok(FilterPrompt { tokens: dec.encode(&suffix)?, suffix, text, answers: (dec.token_id(yes)?, dec.token_id(no)?) })
+}
+
+/// Log-odds of the prompt's yes over no for `pairs` of (first, second) texts: each first text's cached past,
+/// then [`second_text`] and the question; and the seconds each pair cost (its first text's past loaded once for
+/// every pair that shares it). Pairs run `batch` at a time, their first texts' pasts loaded in groups that fit
+/// the source's memory budget.
+pub fn pair_filter_scores(
+    dec: &Decoder,
+    source: &PastSource,
+    pairs: &[(String, String)],
+    prompt: &FilterPrompt,
+    batch: usize,
+) -> Result<(Vec<f64>, Vec<f64>)> {
+    let _span = tracing::info_span!("llm_pair_filter", model = dec.name(), pairs = pairs.len()).entered();
+    let mut firsts: Vec<String> = Vec::new();
+    let mut by_first: std::collections::HashMap<&str, Vec<usize>> = std::collections::HashMap::new();
+    for (i, (l, _)) in pairs.iter().enumerate() {
+        let rows = by_first.entry(l.as_str()).or_default();
+        if rows.is_empty() {
+            firsts.push(l.clone());
+        }
+        rows.push(i);
+    }
+    let (yes, no) = prompt.answers;
+    let mut scores = vec![0.0; pairs.len()];
+    let mut seconds = vec![0.0; pairs.len()];
+    for group in groups_within(&firsts, batch, group_chars(dec.config(), source.memory_budget())) {
+        let start = Instant::now();
+        let texts: Vec<String> = group.iter().map(|&g| firsts[g].clone()).collect();
+        let (pasts, _) = source.get(dec, &texts)?;
+        let rows: Vec<(usize, usize)> = group
+            .iter()
+            .enumerate()
+            .flat_map(|(k, &g)| by_first[firsts[g].as_str()].iter().map(move |&i| (k, i)))
+            .collect();
+        let load_each = start.elapsed().as_secs_f64() / rows.len().max(1) as f64;
+        for chunk in rows.chunks(batch.max(1)) {
+            let t0 = Instant::now();
+            let tokens: Vec<Vec<u32>> = chunk
+                .iter()
+                .map(|&(_, i)| dec.encode(&format!("{}{}", second_text(&pairs[i].1), prompt.suffix)))
+                .collect::<Result<_>>()?;
+            let steps: Vec<Step<'_>> =
+                chunk.iter().zip(&tokens).map(|(&(k, _), t)| Step { past: Some(&pasts[k]), tokens: t }).collect();
+            let out = dec.run(&steps, Want::default())?;
+            let each = t0.elapsed().as_secs_f64() / chunk.len() as f64;
+            for (&(_, i), row) in chunk.iter().zip(out) {
+                scores[i] = (row.logits[yes as usize] - row.logits[no as usize]) as f64;
+                seconds[i] = each + load_each;
+            }
+        }
+    }
+    Ok((scores, seconds))
+}
+
 /// The map question for an extraction whose column references were replaced by "the text above".
 pub fn map_question(instruction: &str) -> String {
     format!("{}.", instruction.trim().trim_end_matches(['.', '?']))
