@@ -38,6 +38,28 @@ fn reviews(n: usize) -> (RecordBatch, Vec<bool>) {
     (batch, (0..n).map(|i| pos.value(i) == 1).collect())
 }
 
+/// The cross product of the first `left` reviews (as table `a`) and the next `right` (as table `b`).
+fn review_pairs(left: usize, right: usize) -> RecordBatch {
+    let (all, _) = reviews(left + right);
+    let text = all.column_by_name("reviews.reviewtext").unwrap().clone();
+    let (mut l, mut r) = (Vec::new(), Vec::new());
+    for i in 0..left {
+        for j in left..left + right {
+            l.push(i as u32);
+            r.push(j as u32);
+        }
+    }
+    let take = |idx: Vec<u32>| arrow::compute::take(&text, &arrow::array::UInt32Array::from(idx), None).unwrap();
+    RecordBatch::try_new(
+        std::sync::Arc::new(arrow::datatypes::Schema::new(vec![
+            arrow::datatypes::Field::new("a.reviewtext", arrow::datatypes::DataType::Utf8, true),
+            arrow::datatypes::Field::new("b.reviewtext", arrow::datatypes::DataType::Utf8, true),
+        ])),
+        vec![take(l), take(r)],
+    )
+    .unwrap()
+}
+
 fn prepared(model: Option<&String>) -> bool {
     let home = stretto_core::context::default_home();
     model.is_none_or(|m| m.split('+').all(|m| stretto_kv::models::is_present(&home, m)))
@@ -55,6 +77,9 @@ fn every_text_operator_conforms() {
         "stars",
         ValueType::Integer,
     );
+    // Join predicates go to the pair operators, over pairs of reviews.
+    let join = SemanticTask::filter("same", "{a.reviewtext} and {b.reviewtext} express the same sentiment");
+    let pairs = review_pairs(3, 2);
     let mut checked = 0;
     let mut not_checked = Vec::new();
     for (op, factory) in registry.operators() {
@@ -66,19 +91,31 @@ fn every_text_operator_conforms() {
             not_checked.push((op.name().to_string(), op.properties().model.clone().unwrap_or_default()));
             continue;
         }
-        let task = if op.properties().kind == LogicalKind::Filter { &filter } else { &map };
-        let violations = stretto_core::conformance::check(op.as_ref(), task, &batch);
+        let (task, batch) = match op.properties().kind {
+            _ if op.reads_pairs() => (&join, &pairs),
+            LogicalKind::Filter => (&filter, &batch),
+            LogicalKind::Map => (&map, &batch),
+        };
+        let violations = stretto_core::conformance::check(op.as_ref(), task, batch);
         assert!(violations.is_empty(), "{}: {violations:?}", op.name());
         checked += 1;
     }
     stretto_core::conformance::report_unchecked(&not_checked, UNPREPARED_MAY_SKIP);
     eprintln!("{checked} text operators conform");
-    // The default ladder (SmolLM2-135M, Qwen2.5-Coder-0.5B) registers 16 text operators (measured): six filters
-    // and six maps (two models, three ratios), SmolLM2's contrast filter, MiniLM, the keyword filter and the codegen
-    // map. The 0.5B model has no separate contrast filter: its own filters ask the contrast question (its catalog
-    // protocol). A ladder rung or family that vanishes from the registry fails here.
-    assert!(checked >= 16, "only {checked} operators checked");
+    // The default ladder (SmolLM2-135M, Qwen2.5-Coder-0.5B) registers 21 text operators: six filters and six maps
+    // (two models, three ratios), SmolLM2's contrast filter, MiniLM, the keyword filter and the codegen map (16,
+    // measured), and the join's pair filters: an LLM pair filter and a project-then-join filter per model and
+    // MiniLM's pair cosine. The 0.5B model has no separate contrast filter: its own filters ask the contrast
+    // question (its catalog protocol). A ladder rung or family that vanishes from the registry fails here.
+    assert!(checked >= 21, "only {checked} operators checked");
     let names: Vec<&str> = registry.operators().map(|(op, _)| op.name()).collect();
+    for pair in ["llm-pair:qwen2.5-coder-0.5b", "project-pair:smollm2-135m", "embed-pair:minilm"] {
+        assert!(names.contains(&pair), "{pair} missing: {names:?}");
+    }
+    assert!(
+        registry.get("llm-pair:qwen2.5-coder-0.5b").unwrap().properties().gold,
+        "the ladder's last model judges pairs as gold"
+    );
     assert!(names.contains(&"llm-contrast:smollm2-135m@expected-attention-0.00"), "{names:?}");
     assert!(!names.iter().any(|n| n.starts_with("llm-contrast:qwen2.5-coder-0.5b")), "{names:?}");
 }
