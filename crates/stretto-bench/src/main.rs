@@ -176,6 +176,10 @@ enum Command {
         /// Fraction of tuples profiled.
         #[arg(long, default_value_t = 0.15)]
         sample: f64,
+        /// Most tuples profiled, whatever the fraction (a semantic join's cross product is large; a certificate's
+        /// strength is in the number of tuples it holds out).
+        #[arg(long, default_value_t = stretto::engine::DEFAULT_MAX_SAMPLE)]
+        max_sample: usize,
         /// Tuples outside the sample that every candidate answers first; hopeless or dominated candidates are then
         /// not profiled on the sample (0: profile every candidate on the whole sample).
         #[arg(long, default_value_t = 20)]
@@ -254,6 +258,10 @@ enum Command {
         /// Fraction of the pipeline's input profiled.
         #[arg(long, default_value_t = 0.15)]
         sample: f64,
+        /// Most tuples profiled, whatever the fraction (a semantic join's cross product is large; a certificate's
+        /// strength is in the number of tuples it holds out).
+        #[arg(long, default_value_t = stretto::engine::DEFAULT_MAX_SAMPLE)]
+        max_sample: usize,
         /// Tuples outside the sample that every candidate answers first; hopeless or dominated candidates are then
         /// not profiled on the sample (0: profile every candidate on the whole sample).
         #[arg(long, default_value_t = 20)]
@@ -1070,6 +1078,7 @@ fn run(cli: Cli) -> Result<(), BoxError> {
             user_models,
             ladder,
             sample,
+            max_sample,
             screen,
             seed,
             run_dir,
@@ -1111,6 +1120,7 @@ fn run(cli: Cli) -> Result<(), BoxError> {
             let mut o = QueryOptions::new(&source, &query);
             (o.precision, o.recall, o.credible, o.method, o.check) = (precision, recall, credible, method, check);
             (o.limit, o.models, o.sample_fraction, o.seed, o.screen) = (limit, models, sample, seed, screen);
+            o.max_sample = max_sample;
             o.run_dir = Some(run_dir);
             o.progress = !json && std::io::stderr().is_terminal();
             let registry = stretto::registry_for(&ctx)?;
@@ -1213,6 +1223,7 @@ fn run(cli: Cli) -> Result<(), BoxError> {
             mut models,
             ladder,
             sample,
+            max_sample,
             screen,
             seed,
             show,
@@ -1243,6 +1254,7 @@ fn run(cli: Cli) -> Result<(), BoxError> {
                 .operators(ctx)
                 .models(models)
                 .sample(sample, 40)
+                .max_sample(max_sample)
                 .screen(screen)
                 .seed(seed)
                 .progress(!json && std::io::stderr().is_terminal())

@@ -388,6 +388,69 @@ fn a_semantic_join_in_on_pairs_rows_of_two_tables() {
 }
 
 #[test]
+fn a_semantic_join_profiles_its_pair_candidates_over_each_sides_caches() {
+    // Twelve reviews joined with themselves: 132 ordered pairs of distinct reviews, judged by a join predicate that
+    // compares one property of the two sides.
+    let dir = tempfile::tempdir().unwrap();
+    let s = Session::builder(stretto::core::context::default_home())
+        .kv_dir(dir.path().join("kv"))
+        .memo_dir(dir.path().join("memo"))
+        .run_dir(dir.path().join("run"))
+        .ladder(["smollm2-135m"])
+        // Every candidate profiled on the sample (no screening), so the profile lists them all.
+        .screen(0)
+        .build()
+        .unwrap();
+    let ctx = SqlContext::new(&s).unwrap();
+    let twelve = "(SELECT DISTINCT reviewid, reviewtext FROM movie.reviews ORDER BY reviewid LIMIT 12)";
+    let sql = format!(
+        "SELECT r1.reviewid AS first, r2.reviewid AS second FROM {twelve} r1 JOIN {twelve} r2 \
+         ON r1.reviewid <> r2.reviewid \
+         AND sem_filter('{{r1.reviewtext}} and {{r2.reviewtext}} express the same sentiment')"
+    );
+    let r = ctx.sql(&sql).unwrap().collect().unwrap();
+    let [run] = r.pipelines() else { panic!("one pipeline: {:?}", r.pipelines()) };
+    eprintln!("{}", run.summary());
+    assert_eq!(run.input_rows, 132, "{}", run.summary());
+    // The pair operators were the candidates: for a predicate that compares one property of the two sides, the
+    // top model's projection of each side as gold, the LLM reading the pair and the embedding cosine of the sides
+    // beside it; no one-item operator was asked about a pair.
+    let profile = stretto::optim::profile::Profile::read(&dir.path().join("run/profile.json")).unwrap();
+    let names: Vec<&str> = profile.physical.iter().map(|e| e.name.as_str()).collect();
+    let gold = profile.physical.iter().find(|e| e.gold).unwrap();
+    assert_eq!(gold.name, "filter_1/project-pair:smollm2-135m", "{names:?}");
+    let mut sorted = names.clone();
+    sorted.sort_unstable();
+    assert_eq!(
+        sorted,
+        ["filter_1/embed-pair:minilm", "filter_1/llm-pair:smollm2-135m", "filter_1/project-pair:smollm2-135m"]
+    );
+    // Caches were built for the twelve reviews and the content-free item the filter calibrates on (at ratios 0, 0.5
+    // and 0.8), not for the pairs.
+    let records = walk(&dir.path().join("kv"));
+    assert_eq!(records, 13 * 3, "KV records: one per review and ratio");
+    // Every result row is a pair the join kept, of two distinct reviews.
+    let b = r.batch().unwrap();
+    let firsts = texts(&b, "first");
+    let seconds = texts(&b, "second");
+    assert!(firsts.iter().zip(&seconds).all(|(a, b)| a != b));
+    assert!(b.num_rows() < 132, "the join kept {} of 132 pairs", b.num_rows());
+}
+
+fn walk(dir: &Path) -> usize {
+    let mut n = 0;
+    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            n += walk(&p);
+        } else if p.extension().is_some_and(|x| x == "safetensors") {
+            n += 1;
+        }
+    }
+    n
+}
+
+#[test]
 fn stretto_errors_come_back_typed() {
     let dir = tempfile::tempdir().unwrap();
     let s = Session::builder(dir.path().join("empty-home"))

@@ -23,6 +23,8 @@ pub struct SessionConfig {
     pub sample_fraction: f64,
     /// Fewest tuples profiled (all of them when the input is smaller).
     pub min_sample: usize,
+    /// Most tuples profiled, whatever the fraction: see [`crate::engine::QueryOptions::max_sample`].
+    pub max_sample: usize,
     /// Tuples of the first, screening stage of profiling (outside the sample; 0 profiles every candidate on the
     /// whole sample): see [`crate::engine::QueryOptions::screen`].
     pub screen: usize,

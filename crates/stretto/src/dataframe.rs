@@ -134,6 +134,7 @@ impl DataFrame {
         o.seed = c.seed;
         o.sample_fraction = c.sample_fraction;
         o.min_sample = c.min_sample;
+        o.max_sample = c.max_sample;
         o.screen = c.screen;
         o.models = c.models.clone();
         o.run_dir = c.run_dir.clone();

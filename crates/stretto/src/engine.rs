@@ -47,6 +47,10 @@ pub struct QueryOptions {
     pub sample_fraction: f64,
     /// Fewest tuples profiled (all of them when the input is smaller).
     pub min_sample: usize,
+    /// Most tuples profiled, whatever the fraction: a certificate's strength comes from how many tuples it
+    /// holds out, not from what share of the input they are, so the cross product of a semantic join (tens of
+    /// thousands of pairs) is profiled on a sample of this size, not on 15% of it.
+    pub max_sample: usize,
     /// Tuples of the first profiling stage, drawn outside the profiling sample: every candidate answers them, and
     /// candidates they show to be hopeless or dominated are not profiled on the sample ([`screen`]). 0 profiles
     /// every candidate on the whole sample.
@@ -82,6 +86,7 @@ impl QueryOptions {
             seed: 42,
             sample_fraction: 0.15,
             min_sample: 40,
+            max_sample: DEFAULT_MAX_SAMPLE,
             screen: 20,
             limit: None,
             fetch: None,
@@ -208,21 +213,23 @@ fn candidates(
         .map(|(op, _)| op.clone())
         .filter(|op| {
             let p = op.properties();
-            p.kind == task.kind && p.modality == modality && allowed(&p.model)
+            op.serves(task) && p.modality == modality && allowed(&p.model)
         })
         .collect();
     if ops.is_empty() {
         return Err(Error::Query(format!(
-            "no {} operator for {} columns among the allowed models ({})",
+            "no {} operator for {} columns{} among the allowed models ({})",
             task.kind,
             modality,
+            if task.is_join() { " that judges the pairs of a join predicate" } else { "" },
             models.join(", ")
         )));
     }
-    // Gold: a declared gold rung if allowed, else the dearest uncompressed LLM rung, else the dearest operator.
+    // Gold: a declared gold rung of the task if allowed, else the dearest uncompressed LLM rung, else the dearest
+    // operator.
     let gold = ops
         .iter()
-        .position(|o| o.properties().gold)
+        .position(|o| o.is_gold_for(task))
         .or_else(|| {
             ops.iter()
                 .enumerate()
@@ -240,6 +247,25 @@ fn candidates(
     let g = ops.remove(gold);
     ops.insert(0, g);
     Ok(ops)
+}
+
+/// The items whose KV caches a task's operators read: each row's item, or for a join predicate each side's text
+/// once (its pair operators read the sides' caches, never a pair's), in order of first appearance.
+fn cached_items(task: &SemanticTask, batch: &RecordBatch) -> Result<Vec<String>> {
+    if !task.is_join() {
+        return Ok(task.item_texts(batch)?);
+    }
+    let mut seen = BTreeSet::new();
+    let mut out = Vec::new();
+    for pair in task.pair_items(batch)? {
+        let (left, right) = stretto_core::op::split_pair(&pair).unwrap_or((&pair, ""));
+        for side in [left, right] {
+            if seen.insert(side.to_string()) {
+                out.push(side.to_string());
+            }
+        }
+    }
+    Ok(out)
 }
 
 /// The disk budget of the context's KV directory and memo, shared with its operators.
@@ -338,8 +364,12 @@ pub fn gold_only_reason(o: &QueryOptions, n: usize) -> Option<String> {
     })
 }
 
+/// The default most tuples profiled ([`QueryOptions::max_sample`]): inputs up to 4,000 tuples are profiled at the
+/// default 15% unchanged.
+pub const DEFAULT_MAX_SAMPLE: usize = 600;
+
 fn sample_size(o: &QueryOptions, n: usize) -> usize {
-    ((n as f64 * o.sample_fraction).ceil() as usize).max(o.min_sample).min(n)
+    ((n as f64 * o.sample_fraction).ceil() as usize).min(o.max_sample).max(o.min_sample).min(n)
 }
 
 /// Steps 1–3 of [`run_pipeline`] for a query about to run: [`profile_pipeline`], or only the gold operators when
@@ -523,6 +553,13 @@ fn profile_candidates(
         }
         cands.push(ops);
     }
+    // Pair operators see the whole input first: what they do once per side is then priced per pair as a run over
+    // this input pays it, on the screening tuples and the sample alike.
+    for (t, ops) in tasks.iter().zip(&cands) {
+        for op in ops.iter().filter(|op| op.reads_pairs()) {
+            op.observe_input(t, &input)?;
+        }
+    }
     let ctx = registry.context();
     // While it runs, no query (here or in another process) evicts the caches this one uses.
     let budget = disk_budget(ctx)?;
@@ -553,10 +590,11 @@ fn profile_candidates(
             // is not worth profiling: only the screening tuples are built now, the rest on demand.
             let texts = match o.fetch {
                 Some(_) => {
-                    let rows = order[want..want + screen_rows].iter().map(|&r| t.item_text(&input, r));
-                    rows.collect::<stretto_core::Result<Vec<_>>>()?
+                    let rows = order[want..want + screen_rows].iter().map(|&r| r as u32);
+                    let screened = take_record_batch(&input, &UInt32Array::from_iter_values(rows))?;
+                    cached_items(t, &screened)?
                 }
-                None => t.item_texts(&input)?,
+                None => cached_items(t, &input)?,
             };
             for m in models {
                 let dec = stretto_kv::pool::decoder(

@@ -26,7 +26,7 @@ pub struct SessionBuilder {
 impl SessionBuilder {
     /// Defaults under `model_home`: KV caches in `kv/`, memo in `memo/`, the SmolLM2-135M + Qwen2.5-Coder-0.5B
     /// ladder with SmolLM2-135M, MiniLM and EfficientNet-Lite0 allowed in queries, CPU, no progress bars, seed 42,
-    /// 15% of the input profiled (at least 40 tuples).
+    /// 15% of the input profiled (at least 40 tuples, at most 600).
     pub fn new(model_home: impl Into<PathBuf>) -> Self {
         Self {
             config: SessionConfig {
@@ -37,6 +37,7 @@ impl SessionBuilder {
                 seed: 42,
                 sample_fraction: 0.15,
                 min_sample: 40,
+                max_sample: crate::engine::DEFAULT_MAX_SAMPLE,
                 screen: 20,
                 user_models: Vec::new(),
             },
@@ -145,6 +146,13 @@ impl SessionBuilder {
     pub fn sample(mut self, fraction: f64, min: usize) -> Self {
         self.config.sample_fraction = fraction;
         self.config.min_sample = min;
+        self
+    }
+
+    /// Profile at most `max` tuples, whatever the fraction (a semantic join's cross product is large; a
+    /// certificate's strength is in the number of tuples it holds out, not their share).
+    pub fn max_sample(mut self, max: usize) -> Self {
+        self.config.max_sample = max;
         self
     }
 
