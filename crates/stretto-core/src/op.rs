@@ -820,7 +820,7 @@ mod tests {
         for one in ["{a.text} is long", "{a.x} {b.y} {c.z}", "{text} and {b.text}"] {
             assert_eq!(SemanticTask::filter("f", one).join_sides().unwrap(), None, "{one}");
         }
-        // A table named with a schema (`movie.reviews` read as `reviews`) is one qualifier.
+        // Aliases of one table are two tables: a self-join's predicate is a join predicate.
         let q = SemanticTask::filter("q", "{r1.reviewtext} matches {r2.reviewtext}");
         assert!(q.is_join());
         let batch = RecordBatch::try_new(

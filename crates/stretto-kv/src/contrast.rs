@@ -214,7 +214,7 @@ pub fn parse_values(completion: &str) -> Option<(String, String)> {
             && !w.iter().any(|x| matches!(*x, "not" | "no" | "non") || x.ends_with("n't"))
     };
     let (a, b) = (clean(a).to_string(), clean(b).to_string());
-    if !ok(&a) || !ok(&b) || a == b {
+    if !ok(&a) || !ok(&b) || a == b || b.contains(" or ") {
         return None;
     }
     if VALUE_EXAMPLES.iter().any(|(_, x, y)| [x, y].contains(&&a.as_str()) || [x, y].contains(&&b.as_str())) {
@@ -233,12 +233,18 @@ pub fn derive_values(dec: &Decoder, property: &str) -> Result<Option<(String, St
 }
 
 /// The contrast question that projects an item onto one of `property`'s two values: "is the sentiment of the text
-/// above positive or negative?", scored by the first answer token of the first value against the second's. `None`
-/// when the model names no usable values, or the two answers share every token.
+/// above positive or negative?", scored by the first answer token of the first value against the second's. Only
+/// for a *polar* property: the two values must be each other's opposite as [`derive_opposite`] finds it (with its
+/// way back), so that a property with many values ("genre" → "fiction or non-fiction") is not squeezed onto two.
+/// `None` when the model names no usable values, they are not opposites, or the two answers share every token.
 pub fn property_question(dec: &Decoder, item: &str, property: &str) -> Result<Option<ContrastQuestion>> {
     let Some((a, b)) = derive_values(dec, property)? else { return Ok(None) };
     let subject = format!("the {} of {item}", clean(property));
-    ContrastQuestion::new(dec, &subject, &format!("{subject} is {a}"), &format!("{subject} is {b}"))
+    let (first, second) = (format!("{subject} is {a}"), format!("{subject} is {b}"));
+    match derive_opposite(dec, &subject, &first)? {
+        Some(o) if words(&o) == words(&second) => ContrastQuestion::new(dec, &subject, &first, &second),
+        _ => Ok(None),
+    }
 }
 
 #[cfg(test)]
@@ -251,7 +257,9 @@ mod tests {
     fn a_propertys_values_are_two_short_different_words() {
         assert_eq!(parse_values(" positive or negative\nProperty: x"), Some(("positive".into(), "negative".into())));
         assert_eq!(parse_values(" Very Happy or sad."), Some(("very happy".into(), "sad".into())));
-        for bad in [" positive", " good or good", " big or small", " good or not good", " a b c d or e", "\n"] {
+        for bad in
+            [" positive", " good or good", " big or small", " good or not good", " a b c d or e", "\n", " a or b or c"]
+        {
             assert_eq!(parse_values(bad), None, "{bad:?}");
         }
         let p = values_prompt("sentiment");

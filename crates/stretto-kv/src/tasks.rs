@@ -162,7 +162,8 @@ pub fn pair_filter_scores(
     let (yes, no) = prompt.answers;
     let mut scores = vec![0.0; pairs.len()];
     let mut seconds = vec![0.0; pairs.len()];
-    for group in groups_within(&firsts, batch, group_chars(dec.config(), source.memory_budget())) {
+    let max_chars = group_chars(dec.config(), source.memory_budget());
+    for group in groups_within(&firsts, batch, max_chars) {
         let start = Instant::now();
         let texts: Vec<String> = group.iter().map(|&g| firsts[g].clone()).collect();
         let (pasts, _) = source.get(dec, &texts)?;
@@ -172,7 +173,23 @@ pub fn pair_filter_scores(
             .flat_map(|(k, &g)| by_first[firsts[g].as_str()].iter().map(move |&i| (k, i)))
             .collect();
         let load_each = start.elapsed().as_secs_f64() / rows.len().max(1) as f64;
-        for chunk in rows.chunks(batch.max(1)) {
+        // Runs of at most `batch` pairs whose padded rows (first and second text) fit the budget's characters; a
+        // pair longer than that runs alone.
+        let len = |&(k, i): &(usize, usize)| texts[k].len() + pairs[i].1.len();
+        let mut chunks: Vec<Vec<(usize, usize)>> = Vec::new();
+        let mut current: Vec<(usize, usize)> = Vec::new();
+        let mut longest = 0;
+        for row in rows {
+            let l = len(&row).max(longest);
+            if !current.is_empty() && (current.len() >= batch.max(1) || (current.len() + 1) * l > max_chars) {
+                chunks.push(std::mem::take(&mut current));
+                longest = 0;
+            }
+            longest = longest.max(len(&row));
+            current.push(row);
+        }
+        chunks.extend((!current.is_empty()).then_some(current));
+        for chunk in &chunks {
             let t0 = Instant::now();
             let tokens: Vec<Vec<u32>> = chunk
                 .iter()

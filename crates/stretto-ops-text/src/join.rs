@@ -77,49 +77,83 @@ pub struct Comparison {
 }
 
 /// Words that may stand between the comparison word and the property, or around it, and are no part of it.
-const FILLER: &[&str] =
-    &["the", "a", "an", "their", "its", "in", "of", "kind", "type", "sort", "same", "identical", "exactly", "very"];
-/// Words that end a property's noun phrase.
-const STOP: &[&str] =
-    &["as", "and", "or", "but", "than", "from", "to", "with", "while", "whereas", "about", "for", "on", "toward"];
+const FILLER: &[&str] = &["the", "a", "an", "their", "its", "in", "of", "kind", "type", "sort", "exactly", "very"];
+/// Words that are no part of a property and may follow it ("… the same sentiment as SECOND").
+const STOP: &[&str] = &[
+    "as", "and", "or", "but", "than", "from", "to", "with", "while", "whereas", "about", "for", "on", "toward", "that",
+    "those", "one", "ones", "s", "is", "are", "be", "was", "were", "each", "other", "both", "first", "second",
+];
 
-/// The property a join predicate compares between its two sides, if it reads as one: "{a} and {b} express the
-/// same sentiment", "… opposite sentiments", "… have a different genre", "{a} differs from {b} in tone", "the
-/// sentiment of {a} is the same as that of {b}". A negated predicate ("do not share") or one that names no
-/// property gives `None`: it is no comparison a projection can decide.
+fn comparison_word(w: &str) -> Option<Relation> {
+    match w {
+        "same" | "identical" | "share" | "shares" | "sharing" | "matching" => Some(Relation::Same),
+        "opposite" | "different" | "differ" | "differs" | "differing" | "contrasting" => Some(Relation::Different),
+        _ => None,
+    }
+}
+
+/// The property a join predicate compares between its two sides, if it reads as exactly one: "{a} and {b}
+/// express the same sentiment", "… opposite sentiments", "… have a different genre", "{a} differs from {b} in
+/// tone", "the sentiment of {a} is the same as that of {b}", "{a}'s tone matches …" is not read. It is strict on
+/// purpose, since the projection of this property is the reference of the predicates it reads: a negation
+/// ("do not share", "cannot"), two comparisons ("the same sentiment about different actors"), or words left over
+/// after the property ("the same number of stars", "the same sentiment about the movie") give `None`.
 pub fn comparison(prompt: &str) -> Option<Comparison> {
     let text = about_the_pair(prompt, " FIRST ", " SECOND ").to_lowercase();
-    let words: Vec<&str> =
-        text.split(|c: char| !(c.is_alphanumeric() || c == '-' || c == '\'')).filter(|w| !w.is_empty()).collect();
+    let words: Vec<&str> = text.split(|c: char| !(c.is_alphanumeric() || c == '-')).filter(|w| !w.is_empty()).collect();
     if !words.contains(&"first") || !words.contains(&"second") {
         return None;
     }
-    if words.iter().any(|w| matches!(*w, "not" | "no" | "never" | "neither" | "nor") || w.ends_with("n't")) {
+    let negation =
+        |w: &&str| matches!(*w, "not" | "no" | "never" | "neither" | "nor" | "cannot" | "without" | "unlike");
+    if words.iter().any(negation) || text.contains("n't") || text.contains("n\u{2019}t") {
         return None;
     }
-    let (at, relation) = words.iter().enumerate().find_map(|(i, w)| match *w {
-        "same" | "identical" | "share" | "shares" | "sharing" | "matching" => Some((i, Relation::Same)),
-        "opposite" | "different" | "differ" | "differs" | "differing" | "contrasting" => Some((i, Relation::Different)),
-        _ => None,
-    })?;
-    // The first noun phrase after the comparison word ("same overall sentiment", "differ from SECOND in tone").
-    let content = |w: &str| !FILLER.contains(&w) && !STOP.contains(&w) && w != "first" && w != "second";
-    let after: Vec<&str> =
-        words[at + 1..].iter().copied().skip_while(|w| !content(w)).take_while(|w| content(w)).take(3).collect();
-    let phrase = if after.is_empty() {
-        // "the sentiment of FIRST is the same as ...": the noun before "of FIRST".
-        let of = words.iter().position(|w| *w == "of")?;
-        let before: Vec<&str> = words[..of].iter().rev().copied().take_while(|w| !FILLER.contains(w)).take(3).collect();
-        before.into_iter().rev().collect::<Vec<_>>()
+    let mut hits: Vec<(usize, Relation)> =
+        words.iter().enumerate().filter_map(|(i, w)| comparison_word(w).map(|r| (i, r))).collect();
+    // "share the same sentiment" is one comparison.
+    hits.dedup_by(|later, earlier| {
+        later.1 == earlier.1 && later.0 <= earlier.0 + 2 && {
+            *earlier = *later;
+            true
+        }
+    });
+    let [(at, relation)] = hits.as_slice() else { return None };
+    let content = |w: &str| !FILLER.contains(&w) && !STOP.contains(&w);
+    let mut i = at + 1;
+    // "differ from SECOND in tone": the other side named right after the comparison word.
+    if words.get(i).is_some_and(|w| matches!(*w, "from" | "to" | "with")) && words.get(i + 1) == Some(&"second") {
+        i += 2;
+    }
+    while words.get(i).is_some_and(|w| FILLER.contains(w)) {
+        i += 1;
+    }
+    let after: Vec<&str> = words[i.min(words.len())..].iter().copied().take_while(|w| content(w)).take(3).collect();
+    let (phrase, rest) = if after.is_empty() {
+        // "the sentiment of FIRST is the same as that of SECOND": the words before "of FIRST".
+        let of = words.windows(2).position(|w| w == ["of", "first"])?;
+        let before: Vec<&str> =
+            words[..of].iter().rev().copied().take_while(|w| content(w)).take(3).collect::<Vec<_>>();
+        let phrase: Vec<&str> = before.into_iter().rev().collect();
+        // After the comparison word nothing but the same property may be named again.
+        let rest: Vec<&str> = words[at + 1..].iter().copied().filter(|w| content(w) && !phrase.contains(w)).collect();
+        (phrase, rest)
     } else {
-        after
+        let rest: Vec<&str> = words[i + after.len()..].iter().copied().filter(|w| content(w)).collect();
+        (after, rest)
     };
+    if phrase.is_empty() || !rest.is_empty() {
+        return None;
+    }
     let mut property = phrase.join(" ");
-    // "sentiments" → "sentiment" (not "class" → "clas").
-    if property.ends_with('s') && !property.ends_with("ss") && property.len() > 3 {
+    // "sentiments" → "sentiment", "genres" → "genre"; not "status", "series", "news", "class" or "analysis".
+    if property.len() > 4
+        && property.ends_with('s')
+        && !["ss", "us", "is", "ws", "ies"].iter().any(|e| property.ends_with(e))
+    {
         property.pop();
     }
-    (!property.is_empty()).then_some(Comparison { property, relation })
+    Some(Comparison { property, relation: *relation })
 }
 
 /// How many pairs of a query's input hold each side, per task prompt: the count a side's one-time work is spread
@@ -427,6 +461,8 @@ pub struct ProjectPair {
     source: PastSource,
     sides: SideStore,
     fanout: Fanout,
+    /// The content-free item's log-odds per projection question, computed once.
+    baselines: Mutex<HashMap<String, f64>>,
 }
 
 /// Family of the project-then-join filters.
@@ -444,8 +480,8 @@ impl ProjectPair {
                 family: PROJECT_PAIR_FAMILY.into(),
                 modality: Modality::Text,
                 model: Some(config.model.clone()),
-                // Not a rung of the LLM ladder, so never the gold candidate: it answers another question (the
-                // property of each side) than the join predicate.
+                // Not a rung of the LLM ladder (no compression ratio): it is gold only where it declares itself the
+                // reference of a task (`is_gold_for`), never by the fallback to the dearest uncompressed rung.
                 compression: None,
                 tunable: true,
                 gold: config.gold,
@@ -461,6 +497,7 @@ impl ProjectPair {
             config,
             ctx: ctx.clone(),
             fanout: Fanout::default(),
+            baselines: Mutex::default(),
         })
     }
 
@@ -547,10 +584,27 @@ impl ProjectPair {
                 // Calibrated as the model's filters are (a content-free item's lean subtracted), so that each side's
                 // sign says which value it is.
                 let base = if self.calibrated() {
-                    let free = [crate::llm::CONTENT_FREE.to_string()];
-                    stretto_kv::tasks::filter_scores_after(&dec, &self.source, &free, &q.tokens, (q.yes, q.no), 1)
-                        .map_err(&kv)?
-                        .0[0]
+                    let mut cache = self
+                        .baselines
+                        .lock()
+                        .map_err(|_| CoreError::operator(&self.name, "calibration lock poisoned"))?;
+                    match cache.get(&question) {
+                        Some(b) => *b,
+                        None => {
+                            let free = [crate::llm::CONTENT_FREE.to_string()];
+                            let (b, _) = stretto_kv::tasks::filter_scores_after(
+                                &dec,
+                                &self.source,
+                                &free,
+                                &q.tokens,
+                                (q.yes, q.no),
+                                1,
+                            )
+                            .map_err(&kv)?;
+                            cache.insert(question.clone(), b[0]);
+                            b[0]
+                        }
+                    }
                 } else {
                     0.0
                 };
@@ -608,7 +662,8 @@ fn projections() -> &'static Mutex<ProjectionCache> {
 pub fn polar_pair_score(relation: Relation, left: f64, right: f64) -> f64 {
     let (p, q) = (sigmoid(left), sigmoid(right));
     // The two sides take the same value with probability p q + (1 - p)(1 - q).
-    let same = (p * q + (1.0 - p) * (1.0 - q)).clamp(1e-6, 1.0 - 1e-6);
+    // Clamped so that the score stays within the operator's score range (±10).
+    let same = (p * q + (1.0 - p) * (1.0 - q)).clamp(4.6e-5, 1.0 - 4.6e-5);
     let want = if relation == Relation::Same { same } else { 1.0 - same };
     (want / (1.0 - want)).ln()
 }
@@ -655,6 +710,12 @@ impl PhysicalOp for ProjectPair {
 
     fn reads_pairs(&self) -> bool {
         true
+    }
+
+    fn memoise(&self) -> bool {
+        // Its work is per side, kept in its own store; a pair's answer is a comparison, and the cost it reports is
+        // spread over the input it was shown, which a memoised answer would carry over to another input.
+        false
     }
 
     fn observe_input(&self, task: &SemanticTask, items: &[String]) {
@@ -789,6 +850,12 @@ impl PhysicalOp for EmbedPair {
         true
     }
 
+    fn memoise(&self) -> bool {
+        // Its work is per side, kept in its own store; a pair's answer is a comparison, and the cost it reports is
+        // spread over the input it was shown, which a memoised answer would carry over to another input.
+        false
+    }
+
     fn observe_input(&self, task: &SemanticTask, items: &[String]) {
         self.fanout.observe(task, items);
     }
@@ -796,6 +863,12 @@ impl PhysicalOp for EmbedPair {
     fn evaluate_items(&self, task: &SemanticTask, items: &[String]) -> Result<(OpOutput, Vec<f64>)> {
         let pairs = pairs_of(items, &self.name)?;
         let sides = distinct_sides(&pairs);
+        // Likeness is what the cosine measures: for a predicate that asks the sides to differ, unlike sides score
+        // higher.
+        let sign = match comparison(&task.prompt) {
+            Some(Comparison { relation: Relation::Different, .. }) => -1.0,
+            _ => 1.0,
+        };
         // The embedding filter's own store of item embeddings: a side embedded for either is embedded for both.
         let store = self.items.get_or_init(|| self.ctx.open_memo(&format!("embed:{}.items", self.config.model)));
         let (vecs, secs) =
@@ -805,7 +878,7 @@ impl PhysicalOp for EmbedPair {
         let mut seconds = Vec::with_capacity(pairs.len());
         for (l, r) in &pairs {
             let (a, b) = (at[l.as_str()], at[r.as_str()]);
-            scores.push(stretto_kv::embed::cosine(&vecs[a], &vecs[b]) as f64);
+            scores.push(sign * stretto_kv::embed::cosine(&vecs[a], &vecs[b]) as f64);
             seconds.push(secs[a] / self.fanout.of(task, l) + secs[b] / self.fanout.of(task, r) + 1e-9);
         }
         Ok((OpOutput::Scores(scores), seconds))
@@ -847,10 +920,20 @@ mod tests {
         assert_eq!(c("{a.t} and {b.t} share the same overall sentiment."), same("overall sentiment"));
         assert_eq!(c("The sentiment of {a.t} is the same as the sentiment of {b.t}"), same("sentiment"));
         assert_eq!(c("{a.t} and {b.t} are of the same class"), same("class"));
-        // Negated, no property, or one side only: no comparison.
+        assert_eq!(c("The sentiment of {a.t} is the same as that of {b.t}"), same("sentiment"));
+        assert_eq!(c("{a.t} has the same sentiment as {b.t}"), same("sentiment"));
+        assert_eq!(c("{a.t} and {b.t} have the same status"), same("status"));
+        // Negated, no property, a property with words left over, two comparisons, or one side only: no comparison.
         assert_eq!(c("{a.t} and {b.t} do not express the same sentiment"), None);
         assert_eq!(c("{a.t} and {b.t} don't share a topic"), None);
+        assert_eq!(c("{a.t} and {b.t} cannot share a genre"), None);
         assert_eq!(c("{a.t} is the same as {b.t}"), None);
+        assert_eq!(c("{a.t} is the opposite of {b.t}"), None);
+        assert_eq!(c("{a.t} is identical to {b.t} in terms of sentiment"), None);
+        assert_eq!(c("{a.t} and {b.t} give the same number of stars"), None);
+        assert_eq!(c("{a.t} and {b.t} express the same sentiment about the same movie"), None);
+        assert_eq!(c("{a.t} and {b.t} express the same sentiment but mention different actors"), None);
+        assert_eq!(c("{a.t}'s sentiment is the same as {b.t}'s"), None);
         assert_eq!(c("{a.t} is an item of {b.kind}"), None);
         assert_eq!(c("{a.t} has the same sentiment as the rest"), None);
     }

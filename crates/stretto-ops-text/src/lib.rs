@@ -7,8 +7,9 @@
 //! - [`embedding`]: cosine similarity of sentence embeddings (MiniLM, MPNet) between item and predicate;
 //! - [`keyword`]: a cheap, exact filter, useful as a first cascade stage and in tests;
 //! - [`join`]: semantic joins, operators that judge the pairs of a predicate over two tables with each side seen
-//!   apart: the LLM over the first text's cached past (`llm-pair`, the join's gold), project-then-join
-//!   (`project-pair`) and the sides' embedding cosine (`embed-pair`).
+//!   apart: the LLM over the first text's cached past (`llm-pair`), project-then-join (`project-pair`, the
+//!   reference of predicates that compare one property of the two sides) and the sides' embedding cosine
+//!   (`embed-pair`).
 //!
 //! Each operator implements only what is its own (which tasks it accepts, one evaluation over its items); the
 //! framework's [`RegisteredOp`](stretto_core::op::RegisteredOp) memoises every answer by (operator, task, item)

@@ -378,11 +378,11 @@ fn a_semantic_join_in_on_pairs_rows_of_two_tables() {
     let pairs: Vec<(i64, String)> =
         ints(&b, "id").into_iter().zip(texts(&b, "kind").into_iter().map(Option::unwrap)).collect();
     eprintln!("semantic join pairs: {pairs:?}");
-    // The right answer is (1, upper body), (2, footwear), (3, upper body). Measured: SmolLM2-135M's gold pairs
-    // every item with "footwear" (1 of 3 right) and Qwen2.5-Coder-0.5B's kept all 6 pairs (under its former Yes/No
-    // protocol; not remeasured since it asks the contrast question), so with CI's models
-    // only the join's mechanics are asserted (the cross product formed, pairs dropped, the shoes kept as
-    // footwear); the join's accuracy waits on a stronger gold (#17).
+    // The right answer is (1, upper body), (2, footwear), (3, upper body). Measured: SmolLM2-135M's gold, the LLM
+    // pair filter (the item's cached past, then the kind and the question), pairs every item with "footwear" (1 of 3
+    // right), as its one-item filter over the whole pair did; so with CI's models only the join's mechanics are
+    // asserted (the cross product formed, pairs dropped, the shoes kept as footwear); the join's accuracy waits on a
+    // stronger gold (#17).
     assert!(pairs.len() < 6, "the join keeps only some pairs: {pairs:?}");
     assert!(pairs.contains(&(2, "footwear".to_string())), "shoes are footwear: {pairs:?}");
 }

@@ -225,11 +225,31 @@ fn candidates(
             models.join(", ")
         )));
     }
-    // Gold: a declared gold rung of the task if allowed, else the dearest uncompressed LLM rung, else the dearest
-    // operator.
+    // Gold: a declared gold rung of the task if allowed; for a join predicate whose declared gold is not allowed,
+    // the dearest allowed operator of that gold's family (the projection of each side stays the reference of a
+    // predicate comparing one property of the sides, on a smaller model); else the dearest uncompressed LLM rung,
+    // else the dearest operator.
+    let gold_family = task
+        .is_join()
+        .then(|| {
+            registry
+                .operators()
+                .map(|(op, _)| op)
+                .find(|op| op.serves(task) && op.is_gold_for(task))
+                .map(|op| op.properties().family.clone())
+        })
+        .flatten();
     let gold = ops
         .iter()
         .position(|o| o.is_gold_for(task))
+        .or_else(|| {
+            let family = gold_family.as_ref()?;
+            ops.iter()
+                .enumerate()
+                .filter(|(_, o)| &o.properties().family == family)
+                .max_by(|a, b| a.1.properties().cost_hint.total_cmp(&b.1.properties().cost_hint))
+                .map(|(i, _)| i)
+        })
         .or_else(|| {
             ops.iter()
                 .enumerate()

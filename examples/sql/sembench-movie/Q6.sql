@@ -1,14 +1,13 @@
 -- Ten pairs of reviews that express the *opposite* sentiment (one positive, the other negative) for movie
 -- 'ant_man_and_the_wasp_quantumania'. Return id, reviewId from first review, reviewId from second review.
--- Project, then join: the certified filter labels each of the 256 reviews once; the pairs are relational.
+-- A semantic join: sem_filter in JOIN ... ON judges the pairs of the movie's reviews (each of its 128 reviews is
+-- listed twice, so each side reads them once: 16,256 pairs). The predicate compares one property of the two sides,
+-- so its reference is project-then-join (each review projected once onto "positive or negative", a pair scored by
+-- whether its sides agree); the LLM reading the pair and the reviews' embedding cosine are its other candidates.
 -- score: rows 10
-CREATE TABLE positive AS
-SELECT reviewid FROM movie.reviews WHERE id = 'ant_man_and_the_wasp_quantumania' AND sem_filter('{reviews.reviewtext} is a positive review');
-CREATE TABLE labelled AS
-SELECT r.id, r.reviewid, p.reviewid IS NOT NULL AS positive
-FROM movie.reviews r LEFT JOIN (SELECT DISTINCT reviewid FROM positive) p ON r.reviewid = p.reviewid
-WHERE r.id = 'ant_man_and_the_wasp_quantumania';
-SELECT DISTINCT r1.id, r1.reviewid AS reviewid1, r2.reviewid AS reviewid2
-FROM labelled r1 JOIN labelled r2 ON r1.id = r2.id AND r1.reviewid <> r2.reviewid
-WHERE r1.positive <> r2.positive
+SELECT r1.id, r1.reviewid AS reviewid1, r2.reviewid AS reviewid2
+FROM (SELECT DISTINCT id, reviewid, reviewtext FROM movie.reviews WHERE id = 'ant_man_and_the_wasp_quantumania') r1
+JOIN (SELECT DISTINCT id, reviewid, reviewtext FROM movie.reviews WHERE id = 'ant_man_and_the_wasp_quantumania') r2
+  ON r1.id = r2.id AND r1.reviewid <> r2.reviewid
+ AND sem_filter('{r1.reviewtext} and {r2.reviewtext} express opposite sentiments')
 LIMIT 10
