@@ -381,10 +381,62 @@ fn a_semantic_join_in_on_pairs_rows_of_two_tables() {
     // The right answer is (1, upper body), (2, footwear), (3, upper body). Measured: SmolLM2-135M's gold, the LLM
     // pair filter (the item's cached past, then the kind and the question), pairs every item with "footwear" (1 of 3
     // right), as its one-item filter over the whole pair did; so with CI's models only the join's mechanics are
-    // asserted (the cross product formed, pairs dropped, the shoes kept as footwear); the join's accuracy waits on a
-    // stronger gold (#17).
+    // asserted (the cross product formed, pairs dropped, the shoes kept as footwear); the join's accuracy is asserted
+    // with Qwen2.5-Coder-0.5B below.
     assert!(pairs.len() < 6, "the join keeps only some pairs: {pairs:?}");
     assert!(pairs.contains(&(2, "footwear".to_string())), "shoes are footwear: {pairs:?}");
+}
+
+#[test]
+fn a_semantic_join_returns_the_right_pairs_of_a_hand_made_table() {
+    // Six reviews of unmistakable sentiment, three each way, joined with themselves. With Qwen2.5-Coder-0.5B at the
+    // top of the ladder (CI's default ladder) the join's gold projects each review once onto "positive or negative"
+    // and keeps a pair by whether its sides agree. Measured: exactly the right pairs for both predicates.
+    let dir = tempfile::tempdir().unwrap();
+    let s = Session::builder(stretto::core::context::default_home())
+        .kv_dir(dir.path().join("kv"))
+        .memo_dir(dir.path().join("memo"))
+        .ladder(["smollm2-135m", "qwen2.5-coder-0.5b"])
+        .models(["smollm2-135m", "qwen2.5-coder-0.5b", "minilm"])
+        .build()
+        .unwrap();
+    let ctx = SqlContext::new(&s).unwrap();
+    ctx.sql(
+        "CREATE TABLE rev(id INT, text VARCHAR) AS VALUES \
+           (1, 'An absolute masterpiece. I loved every minute of it and the acting is wonderful.'), \
+           (2, 'A boring, tedious mess. I hated it and walked out halfway through.'), \
+           (3, 'Brilliant, moving and funny; the best film I have seen this year.'), \
+           (4, 'Terrible script, awful acting, a complete waste of time and money.'), \
+           (5, 'A delightful, charming film that left me smiling for days.'), \
+           (6, 'Dull and painfully bad. Avoid this disaster at all costs.'); \
+         SET stretto.method = 'gold'",
+    )
+    .unwrap();
+    let positive = |id: i64| id % 2 == 1;
+    for (predicate, keep) in [
+        ("express opposite sentiments", (|a: bool, b: bool| a != b) as fn(bool, bool) -> bool),
+        ("express the same sentiment", |a, b| a == b),
+    ] {
+        let r = ctx
+            .sql(&format!(
+                "SELECT a.id AS first, b.id AS second FROM rev a JOIN rev b ON a.id <> b.id \
+                 AND sem_filter('{{a.text}} and {{b.text}} {predicate}') ORDER BY first, second"
+            ))
+            .unwrap()
+            .collect()
+            .unwrap();
+        let [run] = r.pipelines() else { panic!("one pipeline: {:?}", r.pipelines()) };
+        eprintln!("{}", run.summary());
+        assert_eq!(run.input_rows, 30, "{}", run.summary());
+        assert!(run.summary().contains("project-pair:qwen2.5-coder-0.5b"), "{}", run.summary());
+        let b = r.batch().unwrap();
+        let got: Vec<(i64, i64)> = ints(&b, "first").into_iter().zip(ints(&b, "second")).collect();
+        let want: Vec<(i64, i64)> = (1..=6)
+            .flat_map(|a| (1..=6).map(move |b| (a, b)))
+            .filter(|&(a, b)| a != b && keep(positive(a), positive(b)))
+            .collect();
+        assert_eq!(got, want, "{predicate}");
+    }
 }
 
 #[test]
