@@ -1,7 +1,7 @@
 //! `stretto query` end to end on a CI-sized slice (SmolLM2-135M + MiniLM), and its input validation.
 
 mod common;
-use common::stretto;
+use common::{shared_kv, stretto, stretto_with_kv};
 
 /// Data and targets where a certified plan cheaper than gold exists on real operators (SmolLM2-135M's compressed
 /// rungs and the keyword filter): 200 reviews, half profiled, targets 0.7/0.7. Measured: bounds 0.741/0.741, achieved
@@ -30,7 +30,7 @@ fn a_two_operator_query_gets_a_certified_plan_cheaper_than_gold_that_meets_its_t
             "--json",
         ];
         args.extend_from_slice(extra);
-        stretto(&args, dir.path())
+        stretto_with_kv(&args, dir.path(), &shared_kv())
     };
     let (ok, out, err) = run(&["--screen", "0", "--check"]);
     assert!(ok, "{err}");
@@ -216,7 +216,7 @@ fn a_query_is_scored_against_the_true_labels_beside_gold() {
         "is_positive",
         "--json",
     ];
-    let (ok, out, err) = stretto(&args, dir.path());
+    let (ok, out, err) = stretto_with_kv(&args, dir.path(), &shared_kv());
     assert!(ok, "{err}");
     let r: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
     let t = &r["truth"];
@@ -272,7 +272,7 @@ fn bad_labels_fail_before_any_model_work_naming_the_culprit() {
 #[test]
 fn the_demo_checks_its_sentiments_against_the_reviews_own_verdicts() {
     let dir = tempfile::tempdir().unwrap();
-    let (ok, out, err) = stretto(&["demo", "--rows", "40", "--json"], dir.path());
+    let (ok, out, err) = stretto_with_kv(&["demo", "--rows", "40", "--json"], dir.path(), &shared_kv());
     assert!(ok, "{err}");
     let r: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
     let rows = r["rows"].as_array().unwrap();
@@ -308,7 +308,7 @@ fn gold_and_inputs_too_small_for_profiling_to_pay_run_gold_without_profiling_the
         let mut a = vec!["query", "--dataset", "movie", "--query", "{reviews.reviewtext} is clearly positive"];
         a.extend_from_slice(&["--ladder", "smollm2-135m", "--json"]);
         a.extend_from_slice(extra);
-        let (ok, out, err) = stretto(&a, dir.path());
+        let (ok, out, err) = stretto_with_kv(&a, dir.path(), &shared_kv());
         assert!(ok, "{err}");
         serde_json::from_str::<serde_json::Value>(out.trim()).unwrap()
     };

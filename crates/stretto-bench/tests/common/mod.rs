@@ -6,11 +6,25 @@ use std::process::Command;
 /// Runs `stretto ARGS` in `dir` with `dir/memo` and `dir/kv`; returns (success, stdout, stderr).
 #[allow(dead_code)] // each test binary uses what it needs
 pub fn stretto(args: &[&str], dir: &Path) -> (bool, String, String) {
+    stretto_with_kv(args, dir, &dir.join("kv"))
+}
+
+/// A KV directory the tests of one build share: the caches of the bundled reviews are the same whichever test
+/// builds them first (the store is content-addressed and safe for concurrent processes, which `reliability.rs`
+/// tests), so a test whose subject is not cache building reads them instead of prefilling them again.
+#[allow(dead_code)]
+pub fn shared_kv() -> std::path::PathBuf {
+    Path::new(env!("CARGO_TARGET_TMPDIR")).join("shared-kv")
+}
+
+/// Runs `stretto ARGS` in `dir` with `dir/memo` and the KV caches in `kv`; returns (success, stdout, stderr).
+#[allow(dead_code)]
+pub fn stretto_with_kv(args: &[&str], dir: &Path, kv: &Path) -> (bool, String, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_stretto"))
         .args(args)
         .current_dir(dir)
         .env("STRETTO_MEMO_DIR", dir.join("memo"))
-        .env("STRETTO_KV_DIR", dir.join("kv"))
+        .env("STRETTO_KV_DIR", kv)
         .output()
         .expect("binary runs");
     (out.status.success(), String::from_utf8_lossy(&out.stdout).into(), String::from_utf8_lossy(&out.stderr).into())
