@@ -461,6 +461,21 @@ enum BenchAction {
         #[arg(long, default_value = "bench/results/encoders")]
         out: PathBuf,
     },
+    /// How well each image operator (the label and caption bridges, one caption rung per ladder model) separates
+    /// the derived labels of the bundled e-commerce photos: AUC and accuracy on a fixed evaluation slice (the first
+    /// photo rows), thresholds chosen on the development slice (the last). Writes photos.md and photos.json into
+    /// --out.
+    Photos {
+        /// Photo rows of the development slice.
+        #[arg(long, default_value_t = 116)]
+        dev: usize,
+        /// Photo rows of the evaluation slice.
+        #[arg(long, default_value_t = 116)]
+        eval: usize,
+        /// Output folder.
+        #[arg(long, default_value = "bench/results/photos")]
+        out: PathBuf,
+    },
     /// Peak resident memory and disk use of one cold `stretto query` (its own empty KV directory and memo) under a
     /// memory and a disk budget. Writes memory.md and memory.json into --out (with the query's JSON and log).
     Memory {
@@ -950,6 +965,13 @@ fn run(cli: Cli) -> Result<(), BoxError> {
                     let o = encoders::EncoderOptions { encoders, datasets, dev, eval, batch };
                     let rows = encoders::measure(&ctx.model_home, ctx.threads, &o)?;
                     write_table(&out, "encoders", &rows, &encoders::markdown(&rows, &o))?;
+                }
+                BenchAction::Photos { dev, eval, out } => {
+                    use stretto_bench::photos;
+                    let registry = stretto::core::op::Registry::discover(&context())?;
+                    let o = photos::PhotoOptions { dev, eval };
+                    let rows = photos::measure(&registry, &o)?;
+                    write_table(&out, "photos", &rows, &photos::markdown(&rows, &o))?;
                 }
                 BenchAction::Memory { dataset, query, rows, ladder, memory_budget, disk_budget, rss_limit, out } => {
                     use stretto_bench::memory;
