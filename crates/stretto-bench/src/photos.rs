@@ -76,7 +76,8 @@ pub struct PhotoRow {
     pub seconds_per_item: f64,
 }
 
-/// Accuracy and balanced accuracy of `score > threshold` against `labels`, and the share accepted.
+/// Accuracy and balanced accuracy of `score > threshold` against `labels`, and the share accepted (the protocols
+/// bench reads its rule, threshold 0, through this too).
 pub fn rule(scores: &[f64], labels: &[bool], threshold: f64) -> (f64, f64, f64) {
     let n = scores.len().max(1) as f64;
     let (mut tp, mut tn, mut pos, mut accepted) = (0usize, 0usize, 0usize, 0usize);

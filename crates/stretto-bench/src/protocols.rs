@@ -206,20 +206,8 @@ fn score(
 }
 
 fn rule_figures(scores: &[f64], labels: &[bool]) -> (f64, f64, f64) {
-    let n = scores.len().max(1) as f64;
-    let (mut tp, mut tn, mut pos) = (0usize, 0usize, 0usize);
-    for (&s, &y) in scores.iter().zip(labels) {
-        pos += y as usize;
-        match (s > 0.0, y) {
-            (true, true) => tp += 1,
-            (false, false) => tn += 1,
-            _ => {}
-        }
-    }
-    let neg = labels.len() - pos;
-    let accepted = scores.iter().filter(|&&s| s > 0.0).count() as f64 / n;
-    let rate = |hit: usize, of: usize| if of == 0 { 1.0 } else { hit as f64 / of as f64 };
-    (accepted, (tp + tn) as f64 / n, (rate(tp, pos) + rate(tn, neg)) / 2.0)
+    let (accuracy, balanced, accepted) = crate::photos::rule(scores, labels, 0.0);
+    (accepted, accuracy, balanced)
 }
 
 /// Measures every protocol of every model on the development and evaluation slices.
