@@ -1,16 +1,14 @@
-//! Smoke runs of the experiments (`--scale tiny`: one movie query on 40 reviews), `bench all` included. The
-//! experiments read the reviews' KV caches from the build's shared KV directory (`common::shared_kv`).
+//! Smoke runs of the experiments (`--scale tiny`: one movie query on 40 reviews), `bench all` included.
 
 mod common;
-use common::{shared_kv, stretto, stretto_with_kv};
+use common::stretto;
 
 #[test]
 fn exp1_and_exp3_write_results_and_a_summary() {
     let dir = tempfile::tempdir().unwrap();
     for (exp, methods) in [("exp1", ["global", "lotus", "abacus"]), ("exp3", ["global", "local", "independent"])] {
         let out = dir.path().join(exp);
-        let args = ["bench", exp, "--scale", "tiny", "--out", out.to_str().unwrap()];
-        let (ok, stdout, err) = stretto_with_kv(&args, dir.path(), &shared_kv());
+        let (ok, stdout, err) = stretto(&["bench", exp, "--scale", "tiny", "--out", out.to_str().unwrap()], dir.path());
         assert!(ok, "{err}");
         let csv = std::fs::read_to_string(out.join("results.csv")).unwrap();
         // One query × 3 methods × 3 targets.
@@ -57,7 +55,7 @@ fn a_labelled_run_scores_plans_and_gold_against_the_human_labels() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("exp1");
     let args = ["bench", "exp1", "--scale", "tiny", "--labelled", "--out", out.to_str().unwrap()];
-    let (ok, stdout, err) = stretto_with_kv(&args, dir.path(), &shared_kv());
+    let (ok, stdout, err) = stretto(&args, dir.path());
     assert!(ok, "{err}");
     let csv = std::fs::read_to_string(out.join("results.csv")).unwrap();
     assert!(csv.lines().next().unwrap().ends_with(",truth_precision,truth_recall,truth_f1,gold_truth_f1"));
@@ -109,8 +107,7 @@ fn check_measured(csv: &str, summary: &str) {
 fn bench_all_writes_every_experiment_and_the_comparison() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("all");
-    let args = ["bench", "all", "--scale", "tiny", "--out", out.to_str().unwrap()];
-    let (ok, stdout, err) = stretto_with_kv(&args, dir.path(), &shared_kv());
+    let (ok, stdout, err) = stretto(&["bench", "all", "--scale", "tiny", "--out", out.to_str().unwrap()], dir.path());
     assert!(ok, "{err}");
     // The comparison names every published figure beside ours.
     for published in ["7.6% of queries", "6.4% of queries", "1.84×", "1.43×", "1.36×", "1.2×"] {
