@@ -135,6 +135,10 @@ pub struct StageStats {
     pub seconds: f64,
     /// The operator's own account of the tuples' cost (memoised answers count what computing them cost).
     pub cost_seconds: f64,
+    /// The part of `cost_seconds` spent on tuples whose answers from this operator the same query had already
+    /// paid for (in profiling, [`CascadeExecutor::with_paid`]): execution reads those from the memo, so an
+    /// end-to-end account counts them once.
+    pub reused_seconds: f64,
 }
 
 /// What executing a cascade produced.
@@ -153,11 +157,32 @@ pub struct CascadeOutput {
 pub struct CascadeExecutor {
     batch_size: usize,
     progress: bool,
+    paid: Option<std::sync::Arc<PaidAnswers>>,
+}
+
+/// Which (operator, input row) answers a query already paid for before execution (its profiling sample and
+/// screening tuples), keyed by the stage's `logical/implementation` name: the executor books their cost as
+/// [`StageStats::reused_seconds`].
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct PaidAnswers {
+    rows: std::collections::HashMap<String, std::collections::HashSet<usize>>,
+}
+
+impl PaidAnswers {
+    /// Records that `physical` (`logical/implementation`) answered the input rows `rows`.
+    pub fn add(&mut self, physical: &str, rows: impl IntoIterator<Item = usize>) {
+        self.rows.entry(physical.to_string()).or_default().extend(rows);
+    }
+
+    /// Whether `physical` answered input row `row`.
+    pub fn contains(&self, physical: &str, row: usize) -> bool {
+        self.rows.get(physical).is_some_and(|r| r.contains(&row))
+    }
 }
 
 impl Default for CascadeExecutor {
     fn default() -> Self {
-        Self { batch_size: 64, progress: std::io::stderr().is_terminal() }
+        Self { batch_size: 64, progress: std::io::stderr().is_terminal(), paid: None }
     }
 }
 
@@ -170,6 +195,13 @@ impl CascadeExecutor {
     /// Forces the progress bar on or off.
     pub fn with_progress(mut self, on: bool) -> Self {
         self.progress = on;
+        self
+    }
+
+    /// Books the cost of answers already paid for (row indices of the input given to
+    /// [`execute`](Self::execute)) as [`StageStats::reused_seconds`].
+    pub fn with_paid(mut self, paid: std::sync::Arc<PaidAnswers>) -> Self {
+        self.paid = Some(paid);
         self
     }
 
@@ -219,6 +251,14 @@ impl CascadeExecutor {
                 let st = &mut stats[si];
                 st.seconds += t0.elapsed().as_secs_f64();
                 st.cost_seconds += costs.iter().sum::<f64>();
+                if let Some(paid) = &self.paid {
+                    st.reused_seconds += rows
+                        .iter()
+                        .zip(&costs)
+                        .filter(|(&r, _)| paid.contains(&stage.physical, r))
+                        .map(|(_, c)| c)
+                        .sum::<f64>();
+                }
                 st.tuples_in += rows.len();
                 if out.len() != rows.len() {
                     return Err(CoreError::operator(

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use arrow::array::{AsArray, Int64Array, RecordBatch, StringArray};
 use arrow::datatypes::{DataType, Field, Int64Type, Schema};
-use stretto_core::exec::{filter_decision, CascadeExecutor, CascadePlan, Decision};
+use stretto_core::exec::{filter_decision, CascadeExecutor, CascadePlan, Decision, PaidAnswers};
 use stretto_core::format::{PlanFile, PlanStage};
 use stretto_core::op::{
     LogicalKind, Modality, OpOutput, OpProperties, PhysicalOp, RegisteredOp, SemanticTask, ValueType,
@@ -180,6 +180,44 @@ fn hand_computed_cascade() {
         // Dead tuples never reach later operators: tuple 1 was only ever scored by a/cheap.
         assert_eq!(b_gold.seen.load(Ordering::SeqCst), 1);
         assert_eq!(m_gold.seen.load(Ordering::SeqCst), 1);
+    }
+}
+
+/// Answers the query already paid for (profiling's) are booked as reused, stage by stage and row by row: only the
+/// paid rows that reach a stage count, and only for the operator that answered them.
+#[test]
+fn answers_paid_in_profiling_are_booked_as_reused() {
+    let a_cheap = Table::filter("a-cheap", &[2.0, -2.0, 0.0, 0.0, 0.5]);
+    let a_gold = Table::filter("a-gold", &[9.0, 9.0, 0.5, -1.0, 0.0]);
+    let ops: Vec<Arc<Table>> = vec![a_cheap, a_gold];
+    let plan = PlanFile::new(vec![stage("a/a-cheap", Some(-1.0), Some(1.0)), stage("a/a-gold", Some(0.0), Some(0.0))]);
+    let cascade = CascadePlan::bind(&plan, vec![SemanticTask::filter("a", "{t.text} is a")], |name| {
+        ops.iter()
+            .find(|o| o.name == name)
+            .map(|o| registered(o.clone()))
+            .ok_or(CoreError::UnknownOperator { name: name.into(), known: String::new() })
+    })
+    .unwrap();
+    let mut paid = PaidAnswers::default();
+    // Gold answered rows 0, 2 and 3 in profiling; row 0 never reaches gold (the cheap stage accepts it).
+    paid.add("a/a-gold", [0, 2, 3]);
+    // The cheap stage answered row 1; `b` is another logical operator's name.
+    paid.add("a/a-cheap", [1]);
+    paid.add("b/a-cheap", [0, 2, 3, 4]);
+    for batch_size in [2, 64] {
+        let plain = CascadeExecutor::new(batch_size).with_progress(false).execute(&cascade, &input(5)).unwrap();
+        assert!(plain.stats.iter().all(|s| s.reused_seconds == 0.0));
+        let out = CascadeExecutor::new(batch_size)
+            .with_progress(false)
+            .with_paid(Arc::new(paid.clone()))
+            .execute(&cascade, &input(5))
+            .unwrap();
+        assert_eq!(out.rows, plain.rows);
+        // Every item costs 1e-6: the cheap stage saw 5 tuples (1 paid), gold saw 2, 3, 4 (2 paid).
+        let got: Vec<(f64, f64)> = out.stats.iter().map(|s| (s.cost_seconds * 1e6, s.reused_seconds * 1e6)).collect();
+        for ((cost, reused), want) in got.iter().zip([(5.0, 1.0), (3.0, 2.0)]) {
+            assert!((cost - want.0).abs() < 1e-9 && (reused - want.1).abs() < 1e-9, "{got:?}");
+        }
     }
 }
 

@@ -506,6 +506,7 @@ impl ExecutionPlan for SemanticPipelineExec {
                                 acc.unsure += s.unsure;
                                 acc.seconds += s.seconds;
                                 acc.cost_seconds += s.cost_seconds;
+                                acc.reused_seconds += s.reused_seconds;
                             }
                         }
                         drop(r);
