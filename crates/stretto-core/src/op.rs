@@ -316,6 +316,25 @@ impl OpOutput {
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
+
+    /// Appends `other`'s tuples (the output of the same operator, named `operator`, on the tuples that follow);
+    /// outputs of different kinds are an error.
+    pub fn append(&mut self, other: OpOutput, operator: &str) -> Result<()> {
+        match (self, other) {
+            (OpOutput::Scores(a), OpOutput::Scores(b)) => a.extend(b),
+            (OpOutput::Values { values, confidences }, OpOutput::Values { values: v, confidences: c }) => {
+                values.extend(v);
+                confidences.extend(c);
+            }
+            _ => {
+                return Err(CoreError::operator(
+                    operator,
+                    "returned a filter's scores for some tuples, a map's values for others",
+                ))
+            }
+        }
+        Ok(())
+    }
 }
 
 /// One physical implementation of a semantic operator: what is its own, and nothing else.

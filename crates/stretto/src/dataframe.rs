@@ -325,6 +325,12 @@ impl QueryResult {
         self.report.stages.iter().map(|s| s.cost_seconds).sum()
     }
 
+    /// What the query cost end to end in operator seconds (profiling + execution − the answers execution reused
+    /// from profiling), beside an estimate of what the gold plan alone would have cost.
+    pub fn cost(&self) -> &crate::engine::CostAccount {
+        &self.report.cost
+    }
+
     /// Precision, recall and F1 against the true labels given with [`DataFrame::with_labels`] (`plan`, and
     /// `gold` when the gold plan was run), with the counts behind them.
     pub fn truth(&self) -> Option<&serde_json::Value> {

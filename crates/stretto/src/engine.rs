@@ -14,7 +14,7 @@ use arrow::compute::kernels::take::take_record_batch;
 use rand::seq::SliceRandom;
 use rand::SeedableRng;
 use stretto_core::datasets::Dataset;
-use stretto_core::exec::{CascadeExecutor, CascadePlan, StageStats};
+use stretto_core::exec::{CascadeExecutor, CascadePlan, PaidAnswers, StageStats};
 use stretto_core::format::PlanFile;
 use stretto_core::op::{Modality, OpOutput, RegisteredOp, Registry, SemanticTask, ValueType};
 use stretto_core::plan::PlanBuilder;
@@ -147,6 +147,24 @@ pub fn parse_query(query: &str) -> Result<Vec<SemanticTask>> {
     Ok(tasks)
 }
 
+/// A query's end-to-end cost in operator-reported seconds (each answer counted at what computing it cost, whether
+/// it was computed now or read from the memo), so that runs compare whatever the memo already held.
+#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize)]
+pub struct CostAccount {
+    /// Screening and profiling on the sample (0 for a profile saved by an earlier run).
+    pub profiling_seconds: f64,
+    /// The plan's stages on the whole input.
+    pub execution_seconds: f64,
+    /// The part of `execution_seconds` whose answers profiling had already computed (execution reads them from the
+    /// memo): counted once, in profiling.
+    pub reused_seconds: f64,
+    /// `profiling + execution − reused`.
+    pub total_seconds: f64,
+    /// The gold plan on every input tuple, estimated from its cost on the profiled sample: what running gold
+    /// directly, with no profiling, would have cost.
+    pub gold_estimate_seconds: f64,
+}
+
 /// Everything a query run reports.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct QueryReport {
@@ -172,6 +190,8 @@ pub struct QueryReport {
     pub truth: Option<serde_json::Value>,
     /// Seconds per phase.
     pub timings: BTreeMap<String, f64>,
+    /// What the query cost end to end in operator seconds, beside what the gold plan alone would have cost.
+    pub cost: CostAccount,
     /// Per-stage counts and seconds.
     pub stages: Vec<StageStats>,
     /// Result columns, in order.
@@ -429,6 +449,12 @@ pub struct Profiled {
     pub gold_only: Option<String>,
     /// The first profiling stage: what it answered, and which candidates it dropped and why.
     pub screening: Option<Screening>,
+    /// The answers this profiling computed (every profiled operator on the sample, every screened candidate on the
+    /// screening tuples): execution reads them from the memo, and books their cost as reused. Empty for a profile
+    /// saved by an earlier run.
+    pub paid: Arc<PaidAnswers>,
+    /// Operator-reported seconds this profiling spent (screening and sample; 0 for a saved profile).
+    pub spent_seconds: f64,
 }
 
 /// The first stage of adaptive profiling ([`QueryOptions::screen`]).
@@ -463,6 +489,47 @@ struct Screened {
     /// Filter: AUC of its scores against gold's decisions; map: the share of gold's values it gave. `None` where
     /// gold's answers do not tell (a filter gold accepted all or none of).
     quality: Option<f64>,
+}
+
+/// Screening tuples every candidate answers first, to learn what it costs per tuple beside gold: candidates as
+/// dear as gold, and a screening that cannot pay, stop there.
+pub const PROBE_TUPLES: usize = 4;
+
+/// Most tuples gold is profiled on when gold alone will run (asked for, or profiling cannot pay): enough to order
+/// its stages, since no certificate is needed.
+pub const GOLD_ORDER_TUPLES: usize = 20;
+
+/// A candidate's answers on the screening tuples so far.
+struct Tried {
+    /// Its index among the logical operator's candidates (0 is gold).
+    idx: usize,
+    output: OpOutput,
+    /// Seconds per tuple.
+    secs: Vec<f64>,
+}
+
+impl Tried {
+    /// Mean seconds per tuple.
+    fn cost(&self) -> f64 {
+        self.secs.iter().sum::<f64>() / self.secs.len().max(1) as f64
+    }
+}
+
+/// `f(i, task, candidates)` for every logical operator, in parallel (one thread each), results in order.
+fn per_task<T: Send>(
+    tasks: &[SemanticTask],
+    cands: &[Vec<Arc<RegisteredOp>>],
+    f: impl Fn(usize, &SemanticTask, &[Arc<RegisteredOp>]) -> Result<T> + Sync,
+) -> Result<Vec<T>> {
+    std::thread::scope(|s| {
+        let f = &f;
+        let handles: Vec<_> =
+            tasks.iter().zip(cands).enumerate().map(|(i, (task, ops))| s.spawn(move || f(i, task, ops))).collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().map_err(|_| Error::Query("a screening thread panicked".into()))?)
+            .collect::<Result<Vec<_>>>()
+    })
 }
 
 /// Below this screening quality (AUC against gold, or share of gold's map values) a candidate is hopeless.
@@ -593,6 +660,13 @@ fn profile_candidates(
     let mut sample: Vec<usize> = order[..want].to_vec();
     let screen_rows = if gold_only.is_none() && cands.iter().any(|c| c.len() > 2) { o.screen.min(n - want) } else { 0 };
     sample.sort_unstable();
+    if gold_only.is_some() {
+        // Gold alone will run: its plan needs no certificate, only an order of its stages, which a few tuples give
+        // (with a fetch, the first ones, which execution reads anyway); execution reuses their answers.
+        let k = want.min(GOLD_ORDER_TUPLES);
+        sample = if o.fetch.is_some() { (0..k).collect() } else { order[..k].to_vec() };
+        sample.sort_unstable();
+    }
 
     // 2. KV caches of every item for every LLM model in play (with a fetch, of the screening tuples), found
     //    by content (built once, reused by every later query over the same texts), within the disk budget.
@@ -647,120 +721,167 @@ fn profile_candidates(
         let mut rows: Vec<usize> = order[want..want + screen_rows].to_vec();
         rows.sort_unstable();
         let batch = take_record_batch(&input, &UInt32Array::from_iter_values(rows.iter().map(|&r| r as u32)))?;
-        let _span = tracing::info_span!("screening", tuples = rows.len()).entered();
-        type Outcome = (Vec<Dropped>, f64, Vec<usize>, Vec<f64>, Option<Vec<bool>>);
-        let results: Vec<Outcome> = std::thread::scope(|s| {
-            let handles: Vec<_> = tasks
-                .iter()
-                .zip(&cands)
-                .map(|(task, ops)| {
-                    let batch = &batch;
-                    s.spawn(move || -> Result<Outcome> {
-                        let mut names = Vec::new();
-                        let mut figures = Vec::new();
-                        let mut kept_idx = Vec::new();
-                        let mut seconds = 0.0;
-                        let mut gold_out = None;
-                        for (i, op) in ops.iter().enumerate() {
-                            let (output, secs) = match op.evaluate_timed(task, batch) {
-                                Ok(r) => r,
-                                // A decline is dropped again, with its reason, at the profiling stage.
-                                Err(stretto_core::CoreError::NotApplicable { .. }) if i > 0 => continue,
-                                Err(e) => return Err(e.into()),
-                            };
-                            seconds += secs.iter().sum::<f64>();
-                            let g = gold_out.get_or_insert_with(|| output.clone());
-                            figures.push(screened(g, &output, &secs));
-                            names.push(op.name().to_string());
-                            kept_idx.push(i);
-                        }
-                        let out = screen_out(&names, &figures);
-                        let dropped_idx: BTreeSet<usize> = out.iter().map(|(k, _)| kept_idx[*k]).collect();
-                        let dropped = out
-                            .into_iter()
-                            .map(|(k, reason)| Dropped {
-                                logical: task.name.clone(),
-                                operator: names[k].clone(),
-                                reason,
-                            })
-                            .collect();
-                        let keep = (0..ops.len()).filter(|i| !dropped_idx.contains(i)).collect();
-                        // Which tuples gold lets through (a filter's rule: score > 0; a map passes everything).
-                        let passes = match &gold_out {
-                            Some(OpOutput::Scores(g)) => Some(g.iter().map(|&v| v > 0.0).collect()),
-                            _ => None,
-                        };
-                        // Seconds per tuple of what is kept, gold first.
-                        let costs = kept_idx
-                            .iter()
-                            .zip(&figures)
-                            .filter(|(i, _)| !dropped_idx.contains(i))
-                            .map(|(_, f)| f.cost)
-                            .collect();
-                        Ok((dropped, seconds, keep, costs, passes))
-                    })
-                })
-                .collect();
-            handles
-                .into_iter()
-                .map(|h| h.join().map_err(|_| Error::Query("a screening thread panicked".into()))?)
-                .collect::<Result<Vec<_>>>()
-        })?;
+        let probe = PROBE_TUPLES.min(rows.len());
+        let _span = tracing::info_span!("screening", tuples = rows.len(), probe).entered();
         let mut screening = Screening { tuples: rows.len(), rows: rows.clone(), ..Screening::default() };
-        let (mut profiling, mut saving) = (0.0, 0.0);
-        let mut rest = (n - want - rows.len()) as f64;
-        let mut through = vec![true; rows.len()];
-        for (_, _, _, _, passes) in &results {
-            for (t, p) in through.iter_mut().zip(passes.iter().flatten()) {
-                *t &= *p;
+
+        // 3a-i. Every candidate on the first `probe` screening tuples: what each costs per tuple beside gold. Those
+        //       as dear as gold go no further, and the pay check runs before the rest of the screening is spent.
+        let head = batch.slice(0, probe);
+        let mut tried: Vec<Vec<Tried>> = per_task(&tasks, &cands, |_, task, ops| {
+            let mut out = Vec::new();
+            for (i, op) in ops.iter().enumerate() {
+                match op.evaluate_timed(task, &head) {
+                    Ok((output, secs)) => out.push(Tried { idx: i, output, secs }),
+                    // A decline is dropped again, with its reason, at the profiling stage.
+                    Err(stretto_core::CoreError::NotApplicable { .. }) if i > 0 => continue,
+                    Err(e) => return Err(e.into()),
+                }
+            }
+            Ok(out)
+        })?;
+        let ran: Vec<BTreeSet<usize>> = tried.iter().map(|t| t.iter().map(|t| t.idx).collect()).collect();
+        screening.seconds = tried.iter().flatten().map(|t| t.secs.iter().sum::<f64>()).sum();
+        for ((task, ops), tried) in tasks.iter().zip(&cands).zip(tried.iter_mut()) {
+            let Some(gold) = tried.first().map(Tried::cost) else { continue };
+            tried.retain(|t| {
+                let dear = t.idx > 0 && t.cost() >= NEAR_GOLD_COST * gold;
+                if dear {
+                    screening.dropped.push(Dropped {
+                        logical: task.name.clone(),
+                        operator: ops[t.idx].name().to_string(),
+                        reason: format!(
+                            "costs {:.4} s per tuple, {:.0}% of gold's (on the first {probe} screening tuples)",
+                            t.cost(),
+                            100.0 * t.cost() / gold
+                        ),
+                    });
+                }
+                !dear
+            });
+        }
+        // The tuples whose answers a plan could still save on: those neither profiled nor screened (with a fetch,
+        // about those gold needs to find the rows wanted: twice k over the share of tuples gold lets through, so
+        // that a low estimate does not talk the optimizer out of a plan that would have paid).
+        let rest_of = |tried: &[Vec<Tried>], looked: usize| -> (f64, String) {
+            let mut rest = (n - want - rows.len()) as f64;
+            let mut note = String::new();
+            if let Some(k) = o.fetch {
+                let mut through = vec![true; looked];
+                for t in tried {
+                    if let Some(Tried { output: OpOutput::Scores(g), .. }) = t.first() {
+                        for (a, v) in through.iter_mut().zip(g) {
+                            *a &= *v > 0.0;
+                        }
+                    }
+                }
+                let share = (through.iter().filter(|&&t| t).count() as f64).max(1.0) / looked as f64;
+                let needed = 2.0 * k as f64 / share;
+                if needed < rest {
+                    rest = needed.ceil();
+                    note = format!(
+                        " (LIMIT {k}: gold let {:.0}% of the screening tuples through, so about {rest} tuples are needed)",
+                        100.0 * share
+                    );
+                }
+            }
+            (rest, note)
+        };
+        // Profiling pays only if some plan could save more than it costs: at best the cheapest candidate decides
+        // every tuple outside the sample and the screening (whose gold answers execution reuses).
+        let pays = |tried: &[Vec<Tried>], rest: f64, screen_left: usize| -> (f64, f64) {
+            let (mut cost, mut saving) = (0.0, 0.0);
+            for t in tried {
+                let Some((gold, others)) = t.split_first() else { continue };
+                let others: Vec<f64> = others.iter().map(Tried::cost).collect();
+                cost += (want + screen_left) as f64 * others.iter().sum::<f64>();
+                saving += rest * (gold.cost() - others.iter().cloned().fold(gold.cost(), f64::min)).max(0.0);
+            }
+            (cost, saving)
+        };
+        let kept = |tried: &[Vec<Tried>]| tried.iter().map(|t| t.len().saturating_sub(1)).sum::<usize>();
+        let (rest, note) = rest_of(&tried, probe);
+        let (cost, saving) = pays(&tried, rest, rows.len() - probe);
+        if pay_check && cost >= saving {
+            // 3a-ii skipped: only the probed tuples were screened.
+            screening.tuples = probe;
+            screening.rows.truncate(probe);
+            gold_only = Some(format!(
+                "on the first {probe} screening tuples the {} candidates cheaper than gold showed that screening and \
+                 profiling them on {want} tuples would cost {cost:.1} s, and no plan can save more than {saving:.1} s \
+                 on the other {rest} tuples{note} (every tuple decided by the cheapest candidate), so gold ran directly",
+                kept(&tried)
+            ));
+        } else {
+            // 3a-ii. The candidates left on the rest of the screening tuples; the hopeless and the dominated go no
+            //        further. Only tuples the optimizer never sees decide which candidates it gets, so its fit and
+            //        its certificate stand as they would on a profile of those candidates alone.
+            let tail = batch.slice(probe, rows.len() - probe);
+            let more: Vec<Vec<(OpOutput, Vec<f64>)>> = per_task(&tasks, &cands, |i, task, ops| {
+                tried[i].iter().map(|t| Ok(ops[t.idx].evaluate_timed(task, &tail)?)).collect()
+            })?;
+            for ((task, ops), (tried, more)) in tasks.iter().zip(&cands).zip(tried.iter_mut().zip(more)) {
+                for (t, (output, secs)) in tried.iter_mut().zip(more) {
+                    screening.seconds += secs.iter().sum::<f64>();
+                    t.output.append(output, ops[t.idx].name())?;
+                    t.secs.extend(secs);
+                }
+                let Some(gold) = tried.first().map(|t| t.output.clone()) else { continue };
+                let names: Vec<String> = tried.iter().map(|t| ops[t.idx].name().to_string()).collect();
+                let figures: Vec<Screened> = tried.iter().map(|t| screened(&gold, &t.output, &t.secs)).collect();
+                let out: BTreeSet<usize> = screen_out(&names, &figures)
+                    .into_iter()
+                    .map(|(k, reason)| {
+                        screening.dropped.push(Dropped {
+                            logical: task.name.clone(),
+                            operator: names[k].clone(),
+                            reason,
+                        });
+                        k
+                    })
+                    .collect();
+                let mut k = 0;
+                tried.retain(|_| {
+                    k += 1;
+                    !out.contains(&(k - 1))
+                });
+            }
+            let (rest, note) = rest_of(&tried, rows.len());
+            let (cost, saving) = pays(&tried, rest, 0);
+            if pay_check && cost >= saving {
+                gold_only = Some(format!(
+                    "profiling the {} candidates left after screening on {want} tuples would cost {cost:.1} s, and no \
+                     plan can save more than {saving:.1} s on the other {rest} tuples{note} (every tuple decided by \
+                     the cheapest candidate), so gold ran directly",
+                    kept(&tried)
+                ));
             }
         }
-        let mut limit_note = String::new();
-        if let Some(k) = o.fetch {
-            // Gold finds k result rows after about k / (share of tuples it lets through) tuples; twice that, so
-            // that a low estimate does not talk the optimizer out of a plan that would have paid.
-            let share = (through.iter().filter(|&&t| t).count() as f64).max(1.0) / rows.len() as f64;
-            let needed = 2.0 * k as f64 / share;
-            if needed < rest {
-                rest = needed.ceil();
-                limit_note = format!(
-                    " (LIMIT {k}: gold let {:.0}% of the screening tuples through, so about {rest} tuples are needed)",
-                    100.0 * share
-                );
-            }
+        for d in &screening.dropped {
+            tracing::info!(logical = %d.logical, operator = %d.operator, reason = %d.reason, "not profiled");
         }
-        for (ops, (dropped, seconds, keep, costs, _)) in cands.iter_mut().zip(results) {
-            if let Some((gold, others)) = costs.split_first() {
-                profiling += want as f64 * others.iter().sum::<f64>();
-                saving += rest * (gold - others.iter().cloned().fold(*gold, f64::min)).max(0.0);
-            }
-            for d in &dropped {
-                tracing::info!(logical = %d.logical, operator = %d.operator, reason = %d.reason, "not profiled");
-            }
-            screening.dropped.extend(dropped);
-            screening.seconds += seconds;
+        // What goes on to profiling: the candidates screening kept (and any that declined it, which decline again
+        // there), or gold alone.
+        for ((ops, tried), ran) in cands.iter_mut().zip(&tried).zip(&ran) {
+            let dropped: BTreeSet<usize> = ran.iter().copied().filter(|i| !tried.iter().any(|t| t.idx == *i)).collect();
             let all = std::mem::take(ops);
-            *ops = all.into_iter().enumerate().filter(|(i, _)| keep.contains(i)).map(|(_, op)| op).collect();
+            *ops = all.into_iter().enumerate().filter(|(i, _)| !dropped.contains(i)).map(|(_, op)| op).collect();
         }
         timings.insert("screening".into(), t1.elapsed().as_secs_f64());
-        // Profiling pays only if some plan could save more than it costs: at best the cheapest kept candidate
-        // decides every tuple outside the sample and the screening (whose gold answers execution reuses).
-        if pay_check && profiling >= saving {
-            let why = format!(
-                "profiling the {} candidates left after screening on {want} tuples would cost {profiling:.1} s, and no \
-                 plan can save more than {saving:.1} s on the other {rest} tuples{limit_note} (every tuple decided by \
-                 the cheapest candidate), so gold ran directly",
-                cands.iter().map(|c| c.len().saturating_sub(1)).sum::<usize>()
-            );
+        if let Some(why) = &gold_only {
             tracing::info!(%why, "profiling cannot pay");
             for ops in cands.iter_mut() {
                 ops.truncate(1);
             }
-            gold_only = Some(why);
             if o.fetch.is_some() {
+                let (rest, _) = rest_of(&tried, screening.tuples);
                 // Execution reads the input in order and stops at the fetch: gold is profiled on the first tuples it
                 // will read anyway, whose memoised answers execution then reuses, not on a sample it may never reach.
                 sample = (0..want.min(rest as usize).max(1)).collect();
+            } else {
+                // Gold needs no certificate, only an order of its stages: the screening tuples it has answered give
+                // one at no further cost (the profile is then of screening tuples, which no certificate reads).
+                sample = screening.rows.clone();
             }
         }
         Some(screening)
@@ -834,6 +955,16 @@ fn profile_candidates(
     };
     timings.insert("profiling".into(), t0.elapsed().as_secs_f64());
     timings.insert("prepare_total".into(), total.elapsed().as_secs_f64());
+    // What this profiling paid for: every profiled operator on the sample, and (having passed screening) on the
+    // screening tuples.
+    let mut paid = PaidAnswers::default();
+    let screened_rows = screening.as_ref().map(|s| s.rows.as_slice()).unwrap_or_default();
+    for e in &profile.physical {
+        paid.add(&e.name, sample.iter().chain(screened_rows).copied());
+    }
+    let fresh = sample.iter().filter(|r| !screened_rows.contains(r)).count();
+    let spent_seconds = profile.physical.iter().map(|e| e.cost).sum::<f64>() * fresh as f64
+        + screening.as_ref().map_or(0.0, |s| s.seconds);
     Ok(Profiled {
         // The operators profiled, which leaves out any that declined its task.
         candidates: tasks
@@ -852,6 +983,8 @@ fn profile_candidates(
         timings,
         gold_only,
         screening,
+        paid: Arc::new(paid),
+        spent_seconds,
     })
 }
 
@@ -900,6 +1033,8 @@ pub fn reuse_profile(
         timings: BTreeMap::new(),
         gold_only: None,
         screening: None,
+        paid: Arc::default(),
+        spent_seconds: 0.0,
     })
 }
 
@@ -994,7 +1129,8 @@ pub fn execute(
     let t0 = Instant::now();
     let resolve = |name: &str| registry.get(name);
     let cascade = CascadePlan::bind(&plan, tasks.clone(), resolve)?;
-    let out = CascadeExecutor::default().with_progress(o.progress).execute(&cascade, input)?;
+    let out =
+        CascadeExecutor::default().with_progress(o.progress).with_paid(p.paid.clone()).execute(&cascade, input)?;
     let result = pulled.finish(out.batch.clone())?;
     timings.insert("execution".into(), t0.elapsed().as_secs_f64());
 
@@ -1054,6 +1190,15 @@ pub fn execute(
     timings.insert("total".into(), total.elapsed().as_secs_f64() + planned.seconds + prepare);
     timings.remove("prepare_total");
 
+    let execution_seconds: f64 = out.stats.iter().map(|s| s.cost_seconds).sum();
+    let reused_seconds: f64 = out.stats.iter().map(|s| s.reused_seconds).sum();
+    let cost = CostAccount {
+        profiling_seconds: p.spent_seconds,
+        execution_seconds,
+        reused_seconds,
+        total_seconds: p.spent_seconds + execution_seconds - reused_seconds,
+        gold_estimate_seconds: problem.evaluate(&problem.gold_plan(), &problem.all_rows()).cost_per_tuple() * n as f64,
+    };
     let rows = batch_rows(&result);
     Ok(QueryReport {
         query: o.query.clone(),
@@ -1073,6 +1218,7 @@ pub fn execute(
         achieved,
         truth,
         timings,
+        cost,
         stages: out.stats,
         columns: {
             // Map outputs and the columns the query reads first: what a reader wants to see.
@@ -1308,6 +1454,17 @@ pub fn render(r: &QueryReport, show: usize) -> String {
         t("execution"),
         r.timings.get("gold_check").map(|g| format!(", gold check {g:.1} s")).unwrap_or_default(),
         t("total")
+    ));
+    let c = &r.cost;
+    line(format!(
+        "operator time: profiling {:.1} s + execution {:.1} s − {:.1} s of profiled answers reused = {:.1} s end to \
+         end; the gold plan alone ≈ {:.1} s ({:.2}×)",
+        c.profiling_seconds,
+        c.execution_seconds,
+        c.reused_seconds,
+        c.total_seconds,
+        c.gold_estimate_seconds,
+        c.total_seconds / c.gold_estimate_seconds.max(f64::MIN_POSITIVE)
     ));
     line(format!("result: {} rows", r.rows.len()));
     let shown: Vec<&String> = r.columns.iter().take(3).collect();

@@ -1,0 +1,160 @@
+//! Adaptive profiling on operators whose costs and answers the test sets: what a query spends before it executes,
+//! and the end-to-end account it reports (#21). No model is needed.
+
+use std::sync::Arc;
+
+use arrow::array::{Int64Array, RecordBatch, StringArray};
+use arrow::datatypes::{DataType, Field, Schema};
+use stretto::core::op::{LogicalKind, Modality, OpOutput, OpProperties, PhysicalOp, SemanticTask};
+use stretto::{Session, Targets};
+
+/// A filter answering "row N" items: +1 when N is a multiple of three, else −1 (gold's answer, and every
+/// candidate's), at a fixed number of seconds per tuple.
+#[derive(Debug)]
+struct Fixed {
+    name: String,
+    props: OpProperties,
+    secs: f64,
+}
+
+impl Fixed {
+    fn new(name: &str, secs: f64, gold: bool) -> Arc<Self> {
+        let props = OpProperties {
+            kind: LogicalKind::Filter,
+            family: "fixed".into(),
+            modality: Modality::Text,
+            model: None,
+            compression: None,
+            tunable: true,
+            gold,
+            cost_hint: secs,
+            score_range: (-1.0, 1.0),
+        };
+        Arc::new(Self { name: name.into(), props, secs })
+    }
+}
+
+impl PhysicalOp for Fixed {
+    fn name(&self) -> &str {
+        &self.name
+    }
+    fn properties(&self) -> &OpProperties {
+        &self.props
+    }
+    fn evaluate_items(&self, _: &SemanticTask, items: &[String]) -> stretto::core::Result<(OpOutput, Vec<f64>)> {
+        let scores = items
+            .iter()
+            .map(|t| {
+                let n: usize = t.trim_start_matches("row ").parse().unwrap_or(1);
+                if n.is_multiple_of(3) {
+                    1.0
+                } else {
+                    -1.0
+                }
+            })
+            .collect();
+        Ok((OpOutput::Scores(scores), vec![self.secs; items.len()]))
+    }
+}
+
+/// A session with only model-free operators, the test's among them, over `n` rows "row 0" … "row n-1".
+fn session(dir: &std::path::Path, n: usize, sample: f64, ops: &[Arc<Fixed>]) -> Session {
+    let s = Session::builder(stretto::core::context::default_home())
+        .kv_dir(dir.join("kv"))
+        .memo_dir(dir.join("memo"))
+        .models(Vec::<String>::new())
+        .sample(sample, 40)
+        .screen(20)
+        .build()
+        .unwrap();
+    for op in ops {
+        s.register(op.clone()).unwrap();
+    }
+    let batch = RecordBatch::try_new(
+        Arc::new(Schema::new(vec![
+            Field::new("id", DataType::Int64, false),
+            Field::new("text", DataType::Utf8, false),
+        ])),
+        vec![
+            Arc::new(Int64Array::from_iter_values(0..n as i64)),
+            Arc::new(StringArray::from_iter_values((0..n).map(|i| format!("row {i}")))),
+        ],
+    )
+    .unwrap();
+    s.register_batch("t", batch).unwrap();
+    s
+}
+
+/// Every candidate first answers 4 screening tuples: one as dear as gold goes no further, and a cheap, faithful one
+/// is profiled and makes the query, profiling included, far cheaper than running gold on every tuple.
+#[test]
+fn a_candidate_as_dear_as_gold_stops_at_the_probe_and_a_cheap_one_pays_for_its_profiling() {
+    let dir = tempfile::tempdir().unwrap();
+    let ops = [Fixed::new("gold", 1.0, true), Fixed::new("dear", 0.95, false), Fixed::new("cheap", 0.01, false)];
+    let s = session(dir.path(), 400, 0.3, &ops);
+    let frame = s.table("t").unwrap().sem_filter("{t.text} is a multiple of three").unwrap();
+    let r = frame.collect(Targets::new(0.8, 0.8, 0.95).unwrap()).unwrap();
+    let sc = r.report().screening.clone().expect("screening ran");
+    assert_eq!(sc.tuples, 20, "{sc:?}");
+    let dear = sc.dropped.iter().find(|d| d.operator == "dear").expect("the dear candidate was dropped");
+    assert!(dear.reason.contains("95% of gold's (on the first 4 screening tuples)"), "{}", dear.reason);
+    assert!(
+        r.report().candidates.values().next().unwrap().contains(&"cheap".to_string()),
+        "{:?}",
+        r.report().candidates
+    );
+    assert!(!r.fell_back_to_gold(), "{:?}", r.plan().warnings);
+    let c = r.cost();
+    // Screening: 4 × (1 + 0.95 + 0.01) + 16 × (1 + 0.01) = 24 s (the keyword filter answers in microseconds);
+    // profiling gold and cheap on 120 tuples, 121.2 s; execution: cheap alone on every tuple, 4 s, of which the 140
+    // answers profiling and screening had computed (1.4 s) are reused: 147.8 s against gold's 400 s.
+    assert!((c.gold_estimate_seconds - 400.0).abs() < 1e-6, "{c:?}");
+    assert!((c.profiling_seconds - 145.2).abs() < 0.01 && (c.reused_seconds - 1.4).abs() < 1e-6, "{c:?}");
+    assert!((c.total_seconds - 147.8).abs() < 0.01, "{c:?}");
+    assert!((c.total_seconds - (c.profiling_seconds + c.execution_seconds - c.reused_seconds)).abs() < 1e-9);
+}
+
+/// On a small input, what the probe shows is enough: screening and profiling the candidates cheaper than gold
+/// would cost more than any plan could save, so the rest of the screening is not spent and gold runs directly;
+/// gold's answers from profiling are reused, and the query costs about what gold alone does.
+#[test]
+fn when_the_probe_shows_profiling_cannot_pay_gold_runs_without_finishing_the_screening() {
+    let dir = tempfile::tempdir().unwrap();
+    let ops = [Fixed::new("gold", 1.0, true), Fixed::new("cheap", 0.8, false)];
+    let s = session(dir.path(), 100, 0.15, &ops);
+    let frame = s.table("t").unwrap().sem_filter("{t.text} is a multiple of three").unwrap();
+    let r = frame.collect(Targets::new(0.8, 0.8, 0.95).unwrap()).unwrap();
+    let sc = r.report().screening.clone().expect("screening ran");
+    assert_eq!((sc.tuples, sc.rows.len()), (4, 4), "{sc:?}");
+    assert!(r.fell_back_to_gold());
+    let warnings = r.plan().warnings.join(" ");
+    assert!(
+        warnings.contains("on the first 4 screening tuples") && warnings.contains("gold ran directly"),
+        "{warnings}"
+    );
+    assert_eq!(r.report().candidates.values().next().unwrap(), &vec!["gold".to_string()]);
+    let c = r.cost();
+    // Gold needs no certificate, so it is profiled only on the 4 probed tuples it has answered (to order its
+    // stages), which execution reuses: 4 × (1 + 0.8) s of probe and gold on the other 96 tuples, 103.2 s against
+    // 100 s. Screening all 20 tuples and profiling gold on its 40-tuple sample would also have spent 16 × 1.8 s.
+    assert_eq!(r.report().sample_rows, 4);
+    assert!((c.reused_seconds - 4.0).abs() < 1e-6 && (c.gold_estimate_seconds - 100.0).abs() < 1e-6, "{c:?}");
+    assert!((c.total_seconds - 103.2).abs() < 0.01, "{c:?}");
+}
+
+/// The gold plan asked for profiles nothing but gold on a few tuples (to order its stages), and execution reuses
+/// those answers: the query costs exactly what gold on every tuple does.
+#[test]
+fn the_gold_method_costs_what_gold_on_every_tuple_does() {
+    let dir = tempfile::tempdir().unwrap();
+    let ops = [Fixed::new("gold", 1.0, true), Fixed::new("cheap", 0.01, false)];
+    let s = session(dir.path(), 400, 0.3, &ops);
+    let frame = s.table("t").unwrap().sem_filter("{t.text} is a multiple of three").unwrap();
+    let r = frame.collect_with(Targets::new(0.8, 0.8, 0.95).unwrap(), &stretto::Gold).unwrap();
+    assert!(r.report().screening.is_none());
+    assert_eq!(r.report().sample_rows, stretto::engine::GOLD_ORDER_TUPLES);
+    assert_eq!(r.report().candidates.values().next().unwrap(), &vec!["gold".to_string()]);
+    let c = r.cost();
+    assert!((c.profiling_seconds - 20.0).abs() < 1e-6 && (c.reused_seconds - 20.0).abs() < 1e-6, "{c:?}");
+    assert!((c.total_seconds - 400.0).abs() < 1e-6, "{c:?}");
+}
