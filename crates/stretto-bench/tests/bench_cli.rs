@@ -6,22 +6,25 @@ use common::stretto;
 #[test]
 fn exp1_and_exp3_write_results_and_a_summary() {
     let dir = tempfile::tempdir().unwrap();
-    for (exp, methods) in [("exp1", ["global", "lotus", "abacus"]), ("exp3", ["global", "local", "independent"])] {
+    for (exp, methods, rows) in [
+        ("exp1", vec!["global", "global-as-run", "lotus", "abacus"], 12),
+        ("exp3", vec!["global", "local", "independent"], 9),
+    ] {
         let out = dir.path().join(exp);
         let (ok, stdout, err) = stretto(&["bench", exp, "--scale", "tiny", "--out", out.to_str().unwrap()], dir.path());
         assert!(ok, "{err}");
         let csv = std::fs::read_to_string(out.join("results.csv")).unwrap();
-        // One query × 3 methods × 3 targets.
-        assert_eq!(csv.lines().count(), 1 + 9, "{csv}");
-        for m in methods {
+        // One query × its methods × 3 targets.
+        assert_eq!(csv.lines().count(), 1 + rows, "{csv}");
+        for &m in &methods {
             assert!(csv.contains(&format!(",{m},")), "{m} missing in {csv}");
             assert!(stdout.contains(&format!("| {m} |")), "{stdout}");
         }
         for line in csv.lines().skip(1) {
-            // From the right: the four truth columns (empty: this query's filter has no labels), optimizer s,
-            // profiling s, fell_back, operators, stages, gold cost, cost, recall, precision.
+            // From the right: total s, reused s, the four truth columns (empty: this query's filter has no
+            // labels), optimizer s, profiling s, fell_back, operators, stages, gold cost, cost, recall, precision.
             let precision: f64 = line.rsplit(',').nth(TRUTH + 8).unwrap().parse().unwrap();
-            assert!(line.ends_with(",,,,"), "{line}");
+            assert!(line.rsplit(',').skip(2).take(4).all(str::is_empty), "{line}");
             assert!((0.0..=1.0).contains(&precision), "{line}");
         }
         check_measured(&csv, &stdout);
@@ -32,8 +35,9 @@ fn exp1_and_exp3_write_results_and_a_summary() {
     }
 }
 
-/// Columns after `optimizer_seconds` in results.csv: truth precision, recall, F1 and gold's truth F1.
-const TRUTH: usize = 4;
+/// Columns after `optimizer_seconds` in results.csv: truth precision, recall, F1, gold's truth F1, reused s and
+/// total s.
+const TRUTH: usize = 6;
 
 /// One results.csv row: method, target, precision, recall, cost, gold cost (read from the right: the query text
 /// holds commas).
@@ -58,13 +62,17 @@ fn a_labelled_run_scores_plans_and_gold_against_the_human_labels() {
     let (ok, stdout, err) = stretto(&args, dir.path());
     assert!(ok, "{err}");
     let csv = std::fs::read_to_string(out.join("results.csv")).unwrap();
-    assert!(csv.lines().next().unwrap().ends_with(",truth_precision,truth_recall,truth_f1,gold_truth_f1"));
-    assert_eq!(csv.lines().count(), 1 + 9, "{csv}");
+    assert!(csv
+        .lines()
+        .next()
+        .unwrap()
+        .ends_with(",truth_precision,truth_recall,truth_f1,gold_truth_f1,reused_seconds,total_seconds"));
+    assert_eq!(csv.lines().count(), 1 + 12, "{csv}");
     let mut gold = Vec::new();
     for line in csv.lines().skip(1) {
         // The query's filters are labelled predicates only (every one in the labelled list).
         assert!(line.contains("is clearly positive") || line.contains("is clearly negative"), "{line}");
-        let f: Vec<&str> = line.rsplit(',').take(TRUTH).collect();
+        let f: Vec<&str> = line.rsplit(',').skip(2).take(4).collect();
         let (plan_f1, gold_f1): (f64, f64) = (f[1].parse().unwrap(), f[0].parse().unwrap());
         assert!((0.0..=1.0).contains(&plan_f1) && (0.0..=1.0).contains(&gold_f1), "{line}");
         gold.push(gold_f1);
@@ -101,6 +109,28 @@ fn check_measured(csv: &str, summary: &str) {
         assert!((ratio - cost / gold).abs() < 1e-3, "cost/gold {ratio} vs {} in {line}", cost / gold);
     }
     assert!(global.iter().any(|r| r.4 < r.5 - 1e-9), "global is never cheaper than gold: {csv}");
+    // Every method's end-to-end total is its profiling + optimizer + execution − reused, and the summary's
+    // total / gold execution is the sums' ratio.
+    for line in csv.lines().skip(1) {
+        let f: Vec<f64> = line.rsplit(',').map(|x| x.parse().unwrap_or(f64::NAN)).collect();
+        let (total, reused, optimizer, profiling) = (f[0], f[1], f[6], f[7]);
+        let (gold, cost) = (f[11], f[12]);
+        assert!((total - (profiling + optimizer + cost - reused)).abs() < 0.02, "{line}");
+        assert!(reused >= 0.0 && reused <= cost + 1e-9 && gold > 0.0, "{line}");
+    }
+    for m in ["global", "global-as-run"] {
+        let Some(line) = summary.lines().find(|l| l.starts_with(&format!("| {m} | 0.5 |"))) else { continue };
+        let mine: Vec<Vec<f64>> = csv
+            .lines()
+            .skip(1)
+            .filter(|l| l.contains(&format!(",{m},0.5,")))
+            .map(|l| l.rsplit(',').map(|x| x.parse().unwrap_or(f64::NAN)).collect())
+            .collect();
+        let want = mine.iter().map(|f| f[0]).sum::<f64>() / mine.iter().map(|f| f[11]).sum::<f64>();
+        let cells: Vec<&str> = line.split('|').map(str::trim).collect();
+        let got: f64 = cells[14].parse().unwrap();
+        assert!((got - want).abs() < 2e-3, "total / gold {got} vs {want} in {line}");
+    }
 }
 
 #[test]
@@ -114,10 +144,14 @@ fn bench_all_writes_every_experiment_and_the_comparison() {
         assert!(stdout.contains(published), "{published} missing:\n{stdout}");
     }
     assert_eq!(stdout, std::fs::read_to_string(out.join("summary.md")).unwrap());
-    // Experiments 1 and 3 share one profiling of the query: each has 3 methods × 3 targets.
-    for exp in ["exp1", "exp3"] {
+    for row in ["Stretto (global-as-run) end-to-end total / gold plan's execution at 0.5", "LOTUS / Stretto"] {
+        assert!(stdout.contains(row), "{row} missing:\n{stdout}");
+    }
+    // Experiments 1 and 3 share one profiling of the query: 4 and 3 methods × 3 targets (global-as-run profiles
+    // as a query does).
+    for (exp, rows) in [("exp1", 12), ("exp3", 9)] {
         let csv = std::fs::read_to_string(out.join(exp).join("results.csv")).unwrap();
-        assert_eq!(csv.lines().count(), 1 + 9, "{csv}");
+        assert_eq!(csv.lines().count(), 1 + rows, "{csv}");
         check_measured(&csv, &std::fs::read_to_string(out.join(exp).join("summary.md")).unwrap());
     }
     let exp2 = out.join("exp2");
