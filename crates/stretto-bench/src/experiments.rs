@@ -1167,10 +1167,9 @@ mod tests {
         assert!(query_truth("email", "{reviews.reviewtext} is clearly positive", 60).unwrap().is_none());
     }
 
-    #[test]
-    fn the_truth_section_compares_each_method_with_gold_on_the_same_labelled_queries() {
-        let f = |f1: f64| Some(TruthFigures { precision: None, recall: None, f1: Some(f1) });
-        let row = |query: &str, method: &str, target: f64, truth, gold_truth| Outcome {
+    /// An outcome on the movie data whose plan costs what gold does (1 s), with no truth figures.
+    fn outcome(query: &str, method: &str, target: f64) -> Outcome {
+        Outcome {
             dataset: "movie".into(),
             query: query.into(),
             method: method.into(),
@@ -1186,8 +1185,18 @@ mod tests {
             optimizer_seconds: 0.0,
             reused_seconds: 0.0,
             total_seconds: 1.0,
+            truth: None,
+            gold_truth: None,
+        }
+    }
+
+    #[test]
+    fn the_truth_section_compares_each_method_with_gold_on_the_same_labelled_queries() {
+        let f = |f1: f64| Some(TruthFigures { precision: None, recall: None, f1: Some(f1) });
+        let row = |query: &str, method: &str, target: f64, truth, gold_truth| Outcome {
             truth,
             gold_truth,
+            ..outcome(query, method, target)
         };
         let rows = vec![
             row("q1", "global", 0.5, f(0.6), f(0.8)),
@@ -1208,23 +1217,9 @@ mod tests {
     #[test]
     fn a_methods_total_is_weighed_against_gold_execution_over_its_queries() {
         let row = |total: f64, gold: f64| Outcome {
-            dataset: "movie".into(),
-            query: "q".into(),
-            method: "global".into(),
-            target: 0.5,
-            precision: 1.0,
-            recall: 1.0,
-            cost_seconds: 1.0,
             gold_cost_seconds: gold,
-            stages: 1,
-            operators: String::new(),
-            fell_back: false,
-            profiling_seconds: 0.0,
-            optimizer_seconds: 0.0,
-            reused_seconds: 0.0,
             total_seconds: total,
-            truth: None,
-            gold_truth: None,
+            ..outcome("q", "global", 0.5)
         };
         // Σ total / Σ gold, not the mean of per-query ratios (which would be (0.5 + 3) / 2).
         let rows = [row(5.0, 10.0), row(3.0, 1.0)];
