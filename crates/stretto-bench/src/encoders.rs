@@ -22,7 +22,7 @@ use crate::protocols::{mean, LabelledTexts, Slice};
 pub struct EncoderOptions {
     /// Catalog sentence encoders (or registered encoder exports).
     pub encoders: Vec<String>,
-    /// Datasets (of [`TASKS`]).
+    /// Datasets (of [`crate::protocols::TASKS`]).
     pub datasets: Vec<String>,
     /// Rows of each development slice.
     pub dev: usize,
