@@ -319,7 +319,8 @@ pub struct Outcome {
     /// The part of `cost_seconds` spent on answers the query's profiling had already computed (execution reads
     /// them from the memo).
     pub reused_seconds: f64,
-    /// End to end: the method's profiling ([`method_profiling`]) + optimizer + execution − reused. The gold plan's
+    /// End to end: the method's profiling (the whole adaptive profiling for Stretto's strategies, only its own plan's
+    /// implementations on the sample for a baseline) + optimizer + execution − reused. The gold plan's
     /// own end to end is `gold_cost_seconds`: it profiles nothing.
     pub total_seconds: f64,
     /// Where every filter of the query has a true label ([`query_truth`]): the plan's result against the labels,
