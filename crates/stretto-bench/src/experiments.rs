@@ -849,7 +849,7 @@ pub fn run_exp2(scale: &Scale, out: &Path) -> Result<Exp2, Error> {
                 (o2.precision, o2.recall, o2.check) = (t, t, true);
                 let with_r = finish_pipeline(&registry, &pulled, &profiled, &o2)?;
                 let without_r = finish_pipeline(&registry, &pulled, &without, &o2)?;
-                let row = [cost(&with_r), cost(&without_r), profiling_cost(&profiled), profiling_cost(&without)];
+                let row = [cost(&with_r), cost(&without_r), profiled.spent_seconds, without.spent_seconds];
                 for (s, v) in sums[ti].iter_mut().zip(row) {
                     *s += v;
                 }
@@ -1083,20 +1083,13 @@ pub fn comparison(scale: &Scale, outcomes: &[Outcome], exp2: &Exp2, wall_seconds
     s
 }
 
-/// What profiling a query cost: every profiled implementation's measured seconds per tuple times the sampled
-/// tuples, plus what the screening stage cost. Wall time would be a memo lookup for operators answered before, so
-/// the operator-reported cost is what is comparable.
-fn profiling_cost(p: &crate::query::Profiled) -> f64 {
-    p.spent_seconds
-}
-
 /// The profiling a method's end-to-end total counts. Stretto's strategies (`global`, `local`, `independent`)
 /// choose among every candidate, so they pay the whole adaptive profiling (screening, then the survivors on the
 /// sample). A baseline (`lotus`, `abacus`) is charged only the implementations its own plan runs, on the sample: a
 /// lower bound of what such a system pays to set its thresholds, which favours the baseline in every ratio.
 fn method_profiling(method: &str, p: &crate::query::Profiled, plan: &stretto_core::format::PlanFile) -> f64 {
     match method {
-        "global" | GLOBAL_AS_RUN | "local" | "independent" => profiling_cost(p),
+        "global" | GLOBAL_AS_RUN | "local" | "independent" => p.spent_seconds,
         "gold" => 0.0,
         _ => {
             let used: std::collections::BTreeSet<&str> = plan.stages.iter().map(|s| s.physical.as_str()).collect();

@@ -530,7 +530,7 @@ fn per_task<T: Send>(
             tasks.iter().zip(cands).enumerate().map(|(i, (task, ops))| s.spawn(move || f(i, task, ops))).collect();
         handles
             .into_iter()
-            .map(|h| h.join().map_err(|_| Error::Query("a screening thread panicked".into()))?)
+            .map(|h| h.join().map_err(|_| Error::Query("a profiling thread panicked".into()))?)
             .collect::<Result<Vec<_>>>()
     })
 }
@@ -894,48 +894,36 @@ fn profile_candidates(
     let sample_batch = take_record_batch(&input, &UInt32Array::from_iter_values(sample.iter().map(|&r| r as u32)))?;
     let entries: Vec<Vec<PhysicalEntry>> = {
         let _span = tracing::info_span!("profiling", tuples = sample.len()).entered();
-        std::thread::scope(|s| {
-            let handles: Vec<_> = tasks
-                .iter()
-                .zip(&cands)
-                .map(|(task, ops)| {
-                    let batch = &sample_batch;
-                    s.spawn(move || -> Result<Vec<PhysicalEntry>> {
-                        let mut out = Vec::new();
-                        for (i, op) in ops.iter().enumerate() {
-                            let (output, secs) = match op.evaluate_timed(task, batch) {
-                                Ok(r) => r,
-                                // An operator that declines the task is no candidate for it; gold must answer.
-                                Err(stretto_core::CoreError::NotApplicable { reason, .. }) if i > 0 => {
-                                    tracing::info!(operator = op.name(), task = %task.name, %reason, "dropped");
-                                    continue;
-                                }
-                                Err(e) => return Err(e.into()),
-                            };
-                            let cost = secs.iter().sum::<f64>() / secs.len().max(1) as f64;
-                            let (scores, values) = match output {
-                                OpOutput::Scores(s) => (Some(s.into_iter().map(Some).collect()), None),
-                                OpOutput::Values { values, confidences } => {
-                                    (Some(confidences.into_iter().map(Some).collect()), Some(values))
-                                }
-                            };
-                            out.push(PhysicalEntry {
-                                name: format!("{}/{}", task.name, op.name()),
-                                logical: task.name.clone(),
-                                cost: cost.max(1e-9),
-                                scores,
-                                values,
-                                gold: i == 0,
-                            });
-                        }
-                        Ok(out)
-                    })
-                })
-                .collect();
-            handles
-                .into_iter()
-                .map(|h| h.join().map_err(|_| Error::Query("a profiling thread panicked".into()))?)
-                .collect::<Result<Vec<_>>>()
+        let batch = &sample_batch;
+        per_task(&tasks, &cands, |_, task, ops| -> Result<Vec<PhysicalEntry>> {
+            let mut out = Vec::new();
+            for (i, op) in ops.iter().enumerate() {
+                let (output, secs) = match op.evaluate_timed(task, batch) {
+                    Ok(r) => r,
+                    // An operator that declines the task is no candidate for it; gold must answer.
+                    Err(stretto_core::CoreError::NotApplicable { reason, .. }) if i > 0 => {
+                        tracing::info!(operator = op.name(), task = %task.name, %reason, "dropped");
+                        continue;
+                    }
+                    Err(e) => return Err(e.into()),
+                };
+                let cost = secs.iter().sum::<f64>() / secs.len().max(1) as f64;
+                let (scores, values) = match output {
+                    OpOutput::Scores(s) => (Some(s.into_iter().map(Some).collect()), None),
+                    OpOutput::Values { values, confidences } => {
+                        (Some(confidences.into_iter().map(Some).collect()), Some(values))
+                    }
+                };
+                out.push(PhysicalEntry {
+                    name: format!("{}/{}", task.name, op.name()),
+                    logical: task.name.clone(),
+                    cost: cost.max(1e-9),
+                    scores,
+                    values,
+                    gold: i == 0,
+                });
+            }
+            Ok(out)
         })?
     };
     let profile = Profile {
