@@ -65,7 +65,8 @@
 //! the screening the profile is a seeded random sample of the other tuples, of a smaller candidate set; the three
 //! steps above run on it unchanged, and the hold-out test keeps its level. Screening can only make the plan
 //! dearer (a dropped candidate might have helped), never less certain. The same holds for its first step, the
-//! probe (every candidate on the first 4 screening tuples, to learn its cost beside gold's), and for the pay check
+//! probe (every candidate on the first 4 screening tuples, to learn its cost beside gold's and its uncompressed
+//! parent's), and for the pay check
 //! that may end profiling there and run gold: both read screening tuples only, and gold needs no certificate.
 //!
 //! The cheapest certified candidate wins. If none is certified, or gold is cheaper, the plan is gold, with a

@@ -518,12 +518,28 @@ impl Tried {
     }
 }
 
-/// `f(i, task, candidates)` for every logical operator, in parallel (one thread each), results in order.
+/// Whether profiling may run a query's logical operators side by side: only where the cores (or a GPU) leave each
+/// its own threads. Otherwise they contend, and every answer's recorded seconds, which plans are priced on, would
+/// be those of a crowded machine rather than of the execution that runs its stages one after another (measured on
+/// 2 cores: Qwen 0.5B's filter question at 0.52 s per review beside three map operators, 0.118 s alone).
+fn side_by_side(ctx: &stretto_core::context::OpContext, tasks: usize) -> bool {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    // 0 threads is ONNX Runtime's choice: one per core.
+    let per_op = if ctx.threads == 0 { cores } else { ctx.threads };
+    ctx.cuda() || tasks.saturating_mul(per_op) <= cores
+}
+
+/// `f(i, task, candidates)` for every logical operator, in parallel (one thread each) when `parallel`, else one
+/// after another; results in order.
 fn per_task<T: Send>(
     tasks: &[SemanticTask],
     cands: &[Vec<Arc<RegisteredOp>>],
+    parallel: bool,
     f: impl Fn(usize, &SemanticTask, &[Arc<RegisteredOp>]) -> Result<T> + Sync,
 ) -> Result<Vec<T>> {
+    if !parallel {
+        return tasks.iter().zip(cands).enumerate().map(|(i, (task, ops))| f(i, task, ops)).collect();
+    }
     std::thread::scope(|s| {
         let f = &f;
         let handles: Vec<_> =
@@ -539,6 +555,24 @@ fn per_task<T: Send>(
 pub const HOPELESS_QUALITY: f64 = 0.6;
 /// A candidate costing at least this share of gold's cost per tuple is no cheaper stage in front of gold.
 pub const NEAR_GOLD_COST: f64 = 0.9;
+
+/// A compressed rung costing at least this share of its uncompressed parent per tuple is not offered: compression
+/// only loses information, so it must at least save time.
+pub const COMPRESSED_SAVING: f64 = 0.95;
+
+/// The uncompressed parent of candidate `idx` (same family and model, compression 0) among the probed `costs`
+/// (candidate index, seconds per tuple), with its cost; `None` for an uncompressed candidate or one whose parent
+/// was not probed.
+fn uncompressed_parent(ops: &[Arc<RegisteredOp>], costs: &[(usize, f64)], idx: usize) -> Option<(usize, f64)> {
+    let p = ops[idx].properties();
+    if p.compression.is_none_or(|r| r <= 0.0) {
+        return None;
+    }
+    costs.iter().copied().find(|&(j, _)| {
+        let q = ops[j].properties();
+        j != idx && q.family == p.family && q.model == p.model && q.compression.is_none_or(|r| r <= 0.0)
+    })
+}
 
 /// Which non-gold candidates (indices into `screened`, 0 is gold) are not worth profiling, and why: hopeless
 /// (quality below [`HOPELESS_QUALITY`]), as dear as gold (cost at least [`NEAR_GOLD_COST`] of it), or dominated (another
@@ -651,6 +685,7 @@ fn profile_candidates(
         }
     }
     let ctx = registry.context();
+    let parallel = side_by_side(ctx, tasks.len());
     // While it runs, no query (here or in another process) evicts the caches this one uses.
     let budget = disk_budget(ctx)?;
     let _lease = budget.lease()?;
@@ -731,7 +766,7 @@ fn profile_candidates(
         // 3a-i. Every candidate on the first `probe` screening tuples: what each costs per tuple beside gold. Those
         //       as dear as gold go no further, and the pay check runs before the rest of the screening is spent.
         let head = batch.slice(0, probe);
-        let mut tried: Vec<Vec<Tried>> = per_task(&tasks, &cands, |_, task, ops| {
+        let mut tried: Vec<Vec<Tried>> = per_task(&tasks, &cands, parallel, |_, task, ops| {
             let mut out = Vec::new();
             for (i, op) in ops.iter().enumerate() {
                 match op.evaluate_timed(task, &head) {
@@ -747,20 +782,38 @@ fn profile_candidates(
         screening.seconds = tried.iter().flatten().map(|t| t.secs.iter().sum::<f64>()).sum();
         for ((task, ops), tried) in tasks.iter().zip(&cands).zip(tried.iter_mut()) {
             let Some(gold) = tried.first().map(Tried::cost) else { continue };
+            let costs: Vec<(usize, f64)> = tried.iter().map(|t| (t.idx, t.cost())).collect();
             tried.retain(|t| {
-                let dear = t.idx > 0 && t.cost() >= NEAR_GOLD_COST * gold;
-                if dear {
+                let reason = if t.idx == 0 {
+                    None
+                } else if t.cost() >= NEAR_GOLD_COST * gold {
+                    Some(format!(
+                        "costs {:.4} s per tuple, {:.0}% of gold's (on the first {probe} screening tuples)",
+                        t.cost(),
+                        100.0 * t.cost() / gold
+                    ))
+                } else {
+                    uncompressed_parent(ops, &costs, t.idx).filter(|&(_, c)| t.cost() >= COMPRESSED_SAVING * c).map(
+                        |(parent, c)| {
+                            format!(
+                                "costs {:.4} s per tuple, {:.0}% of its uncompressed parent {}'s, which it can only \
+                                 be less faithful than (items this short leave compression little to save; on the \
+                                 first {probe} screening tuples)",
+                                t.cost(),
+                                100.0 * t.cost() / c,
+                                ops[parent].name()
+                            )
+                        },
+                    )
+                };
+                if let Some(reason) = &reason {
                     screening.dropped.push(Dropped {
                         logical: task.name.clone(),
                         operator: ops[t.idx].name().to_string(),
-                        reason: format!(
-                            "costs {:.4} s per tuple, {:.0}% of gold's (on the first {probe} screening tuples)",
-                            t.cost(),
-                            100.0 * t.cost() / gold
-                        ),
+                        reason: reason.clone(),
                     });
                 }
-                !dear
+                reason.is_none()
             });
         }
         // The tuples whose answers a plan could still save on: those neither profiled nor screened (with a fetch,
@@ -820,7 +873,7 @@ fn profile_candidates(
             //        further. Only tuples the optimizer never sees decide which candidates it gets, so its fit and
             //        its certificate stand as they would on a profile of those candidates alone.
             let tail = batch.slice(probe, rows.len() - probe);
-            let more: Vec<Vec<(OpOutput, Vec<f64>)>> = per_task(&tasks, &cands, |i, task, ops| {
+            let more: Vec<Vec<(OpOutput, Vec<f64>)>> = per_task(&tasks, &cands, parallel, |i, task, ops| {
                 tried[i].iter().map(|t| Ok(ops[t.idx].evaluate_timed(task, &tail)?)).collect()
             })?;
             for ((task, ops), (tried, more)) in tasks.iter().zip(&cands).zip(tried.iter_mut().zip(more)) {
@@ -895,7 +948,7 @@ fn profile_candidates(
     let entries: Vec<Vec<PhysicalEntry>> = {
         let _span = tracing::info_span!("profiling", tuples = sample.len()).entered();
         let batch = &sample_batch;
-        per_task(&tasks, &cands, |_, task, ops| -> Result<Vec<PhysicalEntry>> {
+        per_task(&tasks, &cands, parallel, |_, task, ops| -> Result<Vec<PhysicalEntry>> {
             let mut out = Vec::new();
             for (i, op) in ops.iter().enumerate() {
                 let (output, secs) = match op.evaluate_timed(task, batch) {

@@ -32,6 +32,14 @@ impl Fixed {
         };
         Arc::new(Self { name: name.into(), props, secs })
     }
+
+    /// A rung of a `family` of KV-compressed operators at compression `ratio` (0: the uncompressed parent).
+    fn rung(name: &str, secs: f64, family: &str, ratio: f64) -> Arc<Self> {
+        let mut op = Arc::try_unwrap(Self::new(name, secs, false)).unwrap();
+        op.props.family = family.into();
+        op.props.compression = Some(ratio);
+        Arc::new(op)
+    }
 }
 
 impl PhysicalOp for Fixed {
@@ -159,4 +167,74 @@ fn the_gold_method_costs_what_gold_on_every_tuple_does() {
     let c = r.cost();
     assert!((c.profiling_seconds - 20.0).abs() < 1e-6 && (c.reused_seconds - 20.0).abs() < 1e-6, "{c:?}");
     assert!((c.total_seconds - 400.0).abs() < 1e-6, "{c:?}");
+}
+
+/// A compressed rung that costs about what its uncompressed parent does (short items leave compression little to
+/// save) is not offered: it stops at the probe. One that saves time goes on to the rest of the screening.
+#[test]
+fn a_compressed_rung_no_cheaper_than_its_parent_stops_at_the_probe() {
+    let dir = tempfile::tempdir().unwrap();
+    let ops = [
+        Fixed::new("gold", 1.0, true),
+        Fixed::rung("small@0", 0.3, "ladder", 0.0),
+        Fixed::rung("small@0.5", 0.29, "ladder", 0.5),
+        Fixed::rung("small@0.8", 0.2, "ladder", 0.8),
+        Fixed::new("cheap", 0.01, false),
+    ];
+    let s = session(dir.path(), 1000, 0.12, &ops);
+    let frame = s.table("t").unwrap().sem_filter("{t.text} is a multiple of three").unwrap();
+    let r = frame.collect(Targets::new(0.8, 0.8, 0.95).unwrap()).unwrap();
+    let sc = r.report().screening.clone().expect("screening ran");
+    // At the probe only small@0.5 stops (the cheap filter later dominates the other rungs at the screening).
+    let at_probe: Vec<&str> = sc
+        .dropped
+        .iter()
+        .filter(|d| d.reason.contains("first 4 screening tuples"))
+        .map(|d| d.operator.as_str())
+        .collect();
+    assert_eq!(at_probe, ["small@0.5"], "{sc:?}");
+    let half = sc.dropped.iter().find(|d| d.operator == "small@0.5").unwrap();
+    assert!(half.reason.contains("97% of its uncompressed parent small@0's"), "{}", half.reason);
+}
+
+/// On a machine whose cores one operator's threads already fill, profiling runs the logical operators one after
+/// another, as execution does, so that the seconds it records are not those of operators crowding each other.
+#[test]
+fn profiling_does_not_run_operators_side_by_side_on_cores_they_fill() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    static IN_FLIGHT: AtomicUsize = AtomicUsize::new(0);
+    static MOST: AtomicUsize = AtomicUsize::new(0);
+    #[derive(Debug)]
+    struct Slow(OpProperties);
+    impl PhysicalOp for Slow {
+        fn name(&self) -> &str {
+            "slow"
+        }
+        fn properties(&self) -> &OpProperties {
+            &self.0
+        }
+        fn evaluate_items(&self, _: &SemanticTask, items: &[String]) -> stretto::core::Result<(OpOutput, Vec<f64>)> {
+            let now = IN_FLIGHT.fetch_add(1, Ordering::SeqCst) + 1;
+            MOST.fetch_max(now, Ordering::SeqCst);
+            std::thread::sleep(std::time::Duration::from_millis(30));
+            IN_FLIGHT.fetch_sub(1, Ordering::SeqCst);
+            Ok((OpOutput::Scores(vec![1.0; items.len()]), vec![0.5; items.len()]))
+        }
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let gold = Fixed::new("gold", 1.0, true);
+    let mut props = gold.props.clone();
+    props.gold = false;
+    // The session's threads are ONNX Runtime's choice (one per core), so each operator's threads fill the cores.
+    let s = session(dir.path(), 200, 0.3, &[gold]);
+    s.register(Arc::new(Slow(props))).unwrap();
+    let frame = s
+        .table("t")
+        .unwrap()
+        .sem_filter("{t.text} is a multiple of three")
+        .unwrap()
+        .sem_filter("{t.text} is a multiple of five")
+        .unwrap();
+    frame.collect(Targets::new(0.8, 0.8, 0.95).unwrap()).unwrap();
+    assert_eq!(MOST.load(Ordering::SeqCst), 1, "two logical operators' candidates ran at once");
 }
