@@ -389,6 +389,13 @@ pub trait PhysicalOp: Send + Sync + fmt::Debug {
         true
     }
 
+    /// Whether its first call on a task pays a one-off setup that only many tuples amortise (a program generated
+    /// for the task), which the seconds it reports spread over that call's tuples. The engine sets such an operator
+    /// up only once profiling can pay without it (default: no).
+    fn one_off_setup(&self) -> bool {
+        false
+    }
+
     /// Whether it serves `task` (of its own kind): the identity its answers to `task` are memoised under (default:
     /// its name), or [`CoreError::NotApplicable`] to decline the task, which planners then drop it from.
     fn accept(&self, task: &SemanticTask) -> Result<String> {
@@ -490,6 +497,11 @@ impl RegisteredOp {
     /// Whether it is the reference implementation of `task` ([`PhysicalOp::is_gold_for`]).
     pub fn is_gold_for(&self, task: &SemanticTask) -> bool {
         self.op.is_gold_for(task)
+    }
+
+    /// Whether its first call on a task pays a one-off setup ([`PhysicalOp::one_off_setup`]).
+    pub fn one_off_setup(&self) -> bool {
+        self.op.one_off_setup()
     }
 
     /// Whether it judges the pairs of join predicates ([`PhysicalOp::reads_pairs`]).

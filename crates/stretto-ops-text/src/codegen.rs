@@ -377,6 +377,11 @@ impl PhysicalOp for CodegenMap {
         let each = (start.elapsed().as_secs_f64() / items.len().max(1) as f64).max(1e-7);
         Ok((OpOutput::Values { values, confidences }, vec![each; items.len()]))
     }
+
+    /// Generating the program is the one-off setup: tens of seconds of decoding on 2 CPU cores.
+    fn one_off_setup(&self) -> bool {
+        true
+    }
 }
 
 stretto_core::inventory::submit! {

@@ -556,6 +556,53 @@ pub const HOPELESS_QUALITY: f64 = 0.6;
 /// A candidate costing at least this share of gold's cost per tuple is no cheaper stage in front of gold.
 pub const NEAR_GOLD_COST: f64 = 0.9;
 
+/// Drops, after the probe, the candidates as dear as gold and the compressed rungs no cheaper than their
+/// uncompressed parent, with their reasons (gold and what was already kept stay).
+fn probe_drops(
+    tasks: &[SemanticTask],
+    cands: &[Vec<Arc<RegisteredOp>>],
+    tried: &mut [Vec<Tried>],
+    probe: usize,
+    dropped: &mut Vec<Dropped>,
+) {
+    for ((task, ops), tried) in tasks.iter().zip(cands).zip(tried.iter_mut()) {
+        let Some(gold) = tried.first().filter(|t| t.idx == 0).map(Tried::cost) else { continue };
+        let costs: Vec<(usize, f64)> = tried.iter().map(|t| (t.idx, t.cost())).collect();
+        tried.retain(|t| {
+            let reason = if t.idx == 0 {
+                None
+            } else if t.cost() >= NEAR_GOLD_COST * gold {
+                Some(format!(
+                    "costs {:.4} s per tuple, {:.0}% of gold's (on the first {probe} screening tuples)",
+                    t.cost(),
+                    100.0 * t.cost() / gold
+                ))
+            } else {
+                uncompressed_parent(ops, &costs, t.idx).filter(|&(_, c)| t.cost() >= COMPRESSED_SAVING * c).map(
+                    |(parent, c)| {
+                        format!(
+                            "costs {:.4} s per tuple, {:.0}% of its uncompressed parent {}'s, which it can only be \
+                             less faithful than (items this short leave compression little to save; on the first \
+                             {probe} screening tuples)",
+                            t.cost(),
+                            100.0 * t.cost() / c,
+                            ops[parent].name()
+                        )
+                    },
+                )
+            };
+            if let Some(reason) = &reason {
+                dropped.push(Dropped {
+                    logical: task.name.clone(),
+                    operator: ops[t.idx].name().to_string(),
+                    reason: reason.clone(),
+                });
+            }
+            reason.is_none()
+        });
+    }
+}
+
 /// A compressed rung costing at least this share of its uncompressed parent per tuple is not offered: compression
 /// only loses information, so it must at least save time.
 pub const COMPRESSED_SAVING: f64 = 0.95;
@@ -766,56 +813,32 @@ fn profile_candidates(
         // 3a-i. Every candidate on the first `probe` screening tuples: what each costs per tuple beside gold. Those
         //       as dear as gold go no further, and the pay check runs before the rest of the screening is spent.
         let head = batch.slice(0, probe);
-        let mut tried: Vec<Vec<Tried>> = per_task(&tasks, &cands, parallel, |_, task, ops| {
-            let mut out = Vec::new();
-            for (i, op) in ops.iter().enumerate() {
-                match op.evaluate_timed(task, &head) {
-                    Ok((output, secs)) => out.push(Tried { idx: i, output, secs }),
-                    // A decline is dropped again, with its reason, at the profiling stage.
-                    Err(stretto_core::CoreError::NotApplicable { .. }) if i > 0 => continue,
-                    Err(e) => return Err(e.into()),
+        // Candidates with a one-off setup (a generated program) are probed only once profiling can pay without
+        // them: they add to what profiling costs, and a plan can save no more with them than with the cheapest of
+        // the others deciding every tuple, which the pay check already assumes.
+        let probe_pass = |setup: bool| {
+            per_task(&tasks, &cands, parallel, |_, task, ops| {
+                let mut out = Vec::new();
+                for (i, op) in ops.iter().enumerate() {
+                    if (i > 0 && op.one_off_setup()) != setup {
+                        continue;
+                    }
+                    match op.evaluate_timed(task, &head) {
+                        Ok((output, secs)) => out.push(Tried { idx: i, output, secs }),
+                        // A decline is dropped again, with its reason, at the profiling stage.
+                        Err(stretto_core::CoreError::NotApplicable { .. }) if i > 0 => continue,
+                        Err(e) => return Err(e.into()),
+                    }
                 }
-            }
-            Ok(out)
-        })?;
-        let ran: Vec<BTreeSet<usize>> = tried.iter().map(|t| t.iter().map(|t| t.idx).collect()).collect();
-        screening.seconds = tried.iter().flatten().map(|t| t.secs.iter().sum::<f64>()).sum();
-        for ((task, ops), tried) in tasks.iter().zip(&cands).zip(tried.iter_mut()) {
-            let Some(gold) = tried.first().map(Tried::cost) else { continue };
-            let costs: Vec<(usize, f64)> = tried.iter().map(|t| (t.idx, t.cost())).collect();
-            tried.retain(|t| {
-                let reason = if t.idx == 0 {
-                    None
-                } else if t.cost() >= NEAR_GOLD_COST * gold {
-                    Some(format!(
-                        "costs {:.4} s per tuple, {:.0}% of gold's (on the first {probe} screening tuples)",
-                        t.cost(),
-                        100.0 * t.cost() / gold
-                    ))
-                } else {
-                    uncompressed_parent(ops, &costs, t.idx).filter(|&(_, c)| t.cost() >= COMPRESSED_SAVING * c).map(
-                        |(parent, c)| {
-                            format!(
-                                "costs {:.4} s per tuple, {:.0}% of its uncompressed parent {}'s, which it can only \
-                                 be less faithful than (items this short leave compression little to save; on the \
-                                 first {probe} screening tuples)",
-                                t.cost(),
-                                100.0 * t.cost() / c,
-                                ops[parent].name()
-                            )
-                        },
-                    )
-                };
-                if let Some(reason) = &reason {
-                    screening.dropped.push(Dropped {
-                        logical: task.name.clone(),
-                        operator: ops[t.idx].name().to_string(),
-                        reason: reason.clone(),
-                    });
-                }
-                reason.is_none()
-            });
-        }
+                Ok(out)
+            })
+        };
+        let spent = |tried: &[Vec<Tried>]| tried.iter().flatten().map(|t| t.secs.iter().sum::<f64>()).sum::<f64>();
+        let mut tried: Vec<Vec<Tried>> = probe_pass(false)?;
+        screening.seconds = spent(&tried);
+        // Which candidates answered the probe (a decline is not among them).
+        let mut ran: Vec<BTreeSet<usize>> = tried.iter().map(|t| t.iter().map(|t| t.idx).collect()).collect();
+        probe_drops(&tasks, &cands, &mut tried, probe, &mut screening.dropped);
         // The tuples whose answers a plan could still save on: those neither profiled nor screened (with a fetch,
         // about those gold needs to find the rows wanted: twice k over the share of tuples gold lets through, so
         // that a low estimate does not talk the optimizer out of a plan that would have paid).
@@ -856,6 +879,35 @@ fn profile_candidates(
             (cost, saving)
         };
         let kept = |tried: &[Vec<Tried>]| tried.iter().map(|t| t.len().saturating_sub(1)).sum::<usize>();
+        let with_setup: Vec<(usize, usize)> = cands
+            .iter()
+            .enumerate()
+            .flat_map(|(t, ops)| {
+                ops.iter().enumerate().skip(1).filter(|(_, op)| op.one_off_setup()).map(move |(i, _)| (t, i))
+            })
+            .collect();
+        if !with_setup.is_empty() {
+            let (rest, _) = rest_of(&tried, probe);
+            let (cost, saving) = pays(&tried, rest, rows.len() - probe);
+            if pay_check && cost >= saving {
+                for &(t, i) in &with_setup {
+                    screening.dropped.push(Dropped {
+                        logical: tasks[t].name.clone(),
+                        operator: cands[t][i].name().to_string(),
+                        reason: "never set up: profiling could not pay even without its one-off setup".into(),
+                    });
+                }
+            } else {
+                let more = probe_pass(true)?;
+                screening.seconds += spent(&more);
+                for ((tried, ran), more) in tried.iter_mut().zip(ran.iter_mut()).zip(more) {
+                    ran.extend(more.iter().map(|t| t.idx));
+                    tried.extend(more);
+                    tried.sort_by_key(|t| t.idx);
+                }
+                probe_drops(&tasks, &cands, &mut tried, probe, &mut screening.dropped);
+            }
+        }
         let (rest, note) = rest_of(&tried, probe);
         let (cost, saving) = pays(&tried, rest, rows.len() - probe);
         if pay_check && cost >= saving {

@@ -15,6 +15,10 @@ struct Fixed {
     name: String,
     props: OpProperties,
     secs: f64,
+    /// Whether its first call pays a one-off setup ([`PhysicalOp::one_off_setup`]).
+    setup: bool,
+    /// Tuples it was asked to answer.
+    asked: std::sync::atomic::AtomicUsize,
 }
 
 impl Fixed {
@@ -30,7 +34,14 @@ impl Fixed {
             cost_hint: secs,
             score_range: (-1.0, 1.0),
         };
-        Arc::new(Self { name: name.into(), props, secs })
+        Arc::new(Self { name: name.into(), props, secs, setup: false, asked: Default::default() })
+    }
+
+    /// A candidate that generates something for the task before its first answer.
+    fn with_setup(name: &str, secs: f64) -> Arc<Self> {
+        let mut op = Arc::try_unwrap(Self::new(name, secs, false)).unwrap();
+        op.setup = true;
+        Arc::new(op)
     }
 
     /// A rung of a `family` of KV-compressed operators at compression `ratio` (0: the uncompressed parent).
@@ -49,7 +60,11 @@ impl PhysicalOp for Fixed {
     fn properties(&self) -> &OpProperties {
         &self.props
     }
+    fn one_off_setup(&self) -> bool {
+        self.setup
+    }
     fn evaluate_items(&self, _: &SemanticTask, items: &[String]) -> stretto::core::Result<(OpOutput, Vec<f64>)> {
+        self.asked.fetch_add(items.len(), std::sync::atomic::Ordering::SeqCst);
         let scores = items
             .iter()
             .map(|t| {
@@ -237,4 +252,31 @@ fn profiling_does_not_run_operators_side_by_side_on_cores_they_fill() {
         .unwrap();
     frame.collect(Targets::new(0.8, 0.8, 0.95).unwrap()).unwrap();
     assert_eq!(MOST.load(Ordering::SeqCst), 1, "two logical operators' candidates ran at once");
+}
+
+/// A candidate with a one-off setup (a generated program) is set up only once profiling can pay without it: on an
+/// input too small for profiling to pay it never runs, and on a large one it is probed like the others.
+#[test]
+fn a_candidate_with_a_one_off_setup_is_not_set_up_when_profiling_cannot_pay() {
+    use std::sync::atomic::Ordering;
+    let dir = tempfile::tempdir().unwrap();
+    let ops = [Fixed::new("gold", 1.0, true), Fixed::new("cheap", 0.8, false), Fixed::with_setup("generated", 0.5)];
+    let s = session(dir.path(), 100, 0.15, &ops);
+    let frame = s.table("t").unwrap().sem_filter("{t.text} is a multiple of three").unwrap();
+    let r = frame.collect(Targets::new(0.8, 0.8, 0.95).unwrap()).unwrap();
+    assert!(r.fell_back_to_gold());
+    assert_eq!(ops[2].asked.load(Ordering::SeqCst), 0, "the candidate with a setup ran");
+    let sc = r.report().screening.clone().expect("screening ran");
+    let generated = sc.dropped.iter().find(|d| d.operator == "generated").expect("its drop is reported");
+    assert!(generated.reason.starts_with("never set up"), "{}", generated.reason);
+    // Only gold and cheap were probed: 4 × (1 + 0.8) s.
+    assert!((sc.seconds - 7.2).abs() < 1e-3, "{sc:?}");
+
+    let dir = tempfile::tempdir().unwrap();
+    let ops = [Fixed::new("gold", 1.0, true), Fixed::new("cheap", 0.01, false), Fixed::with_setup("generated", 0.02)];
+    let s = session(dir.path(), 400, 0.3, &ops);
+    let frame = s.table("t").unwrap().sem_filter("{t.text} is a multiple of three").unwrap();
+    let r = frame.collect(Targets::new(0.8, 0.8, 0.95).unwrap()).unwrap();
+    assert!(!r.fell_back_to_gold(), "{:?}", r.plan().warnings);
+    assert!(ops[2].asked.load(Ordering::SeqCst) >= 4, "profiling could pay, yet the candidate was never probed");
 }
