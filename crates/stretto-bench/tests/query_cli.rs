@@ -63,19 +63,25 @@ fn a_two_operator_query_gets_a_certified_plan_cheaper_than_gold_that_meets_its_t
     assert!(ok, "{err}");
     assert!(out.contains("cost_per_tuple"), "{out}");
 
-    // By default every candidate first answers 4 of the 20 screening tuples; what they cost shows that screening
-    // and profiling them on 100 tuples would cost more than any plan could save on the other 80, so the rest of
-    // the screening is not spent, gold runs directly, and the plan says why.
+    // By default every candidate first answers 4 of the 20 screening tuples. Profiling cannot pay here, and the
+    // query runs gold directly and says why: either the probe's costs already show it (SmolLM2's compressed rungs
+    // cost about what its uncompressed one does on reviews, so whether they pass the probe depends on the timings
+    // of this machine) and the rest of the screening is not spent, or the cheap candidates left after the probe
+    // pay for the rest of the screening, which shows every one of them hopeless.
     let (ok, out, err) = run(&[]);
     assert!(ok, "{err}");
     let r: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
-    assert_eq!(r["screening"]["tuples"], 4, "{}", r["screening"]);
+    let screened = r["screening"]["tuples"].as_u64().unwrap();
+    assert!(screened == 4 || screened == 20, "{}", r["screening"]);
     assert_eq!(r["bounds"]["fell_back_to_gold"], true, "{}", r["plan"]);
     let warnings = r["plan"]["warnings"].to_string();
     assert!(
         warnings.contains("no plan can save more than") && warnings.contains("on the other 80 tuples"),
         "{warnings}"
     );
+    // The warning names the stage that decided.
+    assert_eq!(warnings.contains("on the first 4 screening tuples"), screened == 4, "{warnings}");
+    assert_eq!(warnings.contains("left after screening"), screened == 20, "{warnings}");
     for task in ["f1", "f2"] {
         assert_eq!(r["candidates"][task].as_array().unwrap().len(), 1, "only gold was profiled: {}", r["candidates"]);
     }
