@@ -796,7 +796,7 @@ fn profile_candidates(
     }
     timings.insert("kv_caches".into(), t0.elapsed().as_secs_f64());
 
-    // 3. Profile every candidate on the sample; logical operators in parallel.
+    // 3. Profile every candidate on the sample; logical operators side by side where the cores allow.
     let t0 = Instant::now();
     // 3a. Screening: every candidate on tuples outside the sample; the hopeless and the dominated go no further.
     //     Only tuples the optimizer never sees decide which candidates it gets, so its fit and its certificate
