@@ -186,7 +186,7 @@ fn score(
 ) -> Result<Scored, crate::experiments::Error> {
     let mut raw = vec![Vec::with_capacity(items.len()); prompts.len()];
     let one = |text: &str, out: &mut dyn FnMut(usize, f64)| -> Result<(), crate::experiments::Error> {
-        let (past, _) = dec.prefill(&dec.encode(&dec.item_prefix(text))?, false)?;
+        let (past, _) = dec.prefill(&dec.encode_item(&dec.item_prefix(text))?, false)?;
         for (k, p) in prompts.iter().enumerate() {
             let o = dec.run(&[Step { past: Some(&past), tokens: &p.tokens }], Want::default())?;
             let row = o.first().ok_or("empty decoder output")?;

@@ -192,7 +192,7 @@ impl PastSource {
     fn compute(&self, dec: &Decoder, prompt: &str, source: &str) -> Result<(KvPast, bool)> {
         let parent = self.prefill.as_ref().map(|load| load()).transpose()?;
         let dec = parent.as_deref().unwrap_or(dec);
-        let tokens = dec.encode(prompt)?;
+        let tokens = dec.encode_item(prompt)?;
         let query_stats = self.profile.press == crate::press::Press::ExpectedAttention;
         let (past, stats) = dec.prefill_within(&tokens, query_stats, self.memory_budget)?;
         let mut ratios: Vec<f64> = LADDER.to_vec();

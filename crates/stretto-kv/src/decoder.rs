@@ -156,6 +156,20 @@ pub fn item_prefix(config: &DecoderConfig, item: &str) -> String {
     format!("<|im_start|>system\n{}<|im_end|>\n<|im_start|>user\n{item}", config.system_prompt)
 }
 
+/// Tokens of a model's context kept free after an item's prefix for the question, the answer prefix and the answer
+/// (a map answer takes 12 tokens by default; instructions are a few dozen).
+pub const ANSWER_RESERVE: usize = 512;
+
+/// The most tokens of an item's prefix ([`item_prefix`]) a model is given: its context length less
+/// [`ANSWER_RESERVE`] (at least half the context); `None` where the model's config does not say its context length.
+///
+/// A longer item is cut to its first tokens ([`Decoder::encode_item`]): beyond its context a model attends at
+/// positions it never saw in training, and the item's cache grows with every token (SmolLM2-135M: 45 KB a token,
+/// 8,192 tokens of context; the bundled emails reach some 13,000 tokens).
+pub fn item_token_limit(config: &DecoderConfig) -> Option<usize> {
+    config.context_length.map(|n| n.saturating_sub(ANSWER_RESERVE).max(n / 2).max(1))
+}
+
 /// Working memory one prefill may take by default ([`Decoder::prefill`]): 1 GiB.
 pub const DEFAULT_MEMORY_BUDGET: u64 = 1 << 30;
 
@@ -359,6 +373,25 @@ impl Decoder {
             .map_err(|e| KvError::Runtime(format!("tokenizer: {e}")))?
             .get_ids()
             .to_vec())
+    }
+
+    /// Token ids of an item's prefix ([`Decoder::item_prefix`]), cut to the model's [`item_token_limit`]: the
+    /// tokens every cache of the item holds. The item is identified by its whole prompt (the caches' source hash);
+    /// what the model sees of it is the head that fits its context, and a cut is reported.
+    pub fn encode_item(&self, prompt: &str) -> Result<Vec<u32>> {
+        let mut tokens = self.encode(prompt)?;
+        if let Some(limit) = item_token_limit(&self.config) {
+            if tokens.len() > limit {
+                tracing::warn!(
+                    model = %self.name,
+                    tokens = tokens.len(),
+                    kept = limit,
+                    "an item is longer than the model's context: only its first {limit} tokens are used"
+                );
+                tokens.truncate(limit);
+            }
+        }
+        Ok(tokens)
     }
 
     /// Text of token ids, special tokens removed.
@@ -680,5 +713,40 @@ impl Decoder {
             g.text = self.decode(&g.tokens)?;
         }
         Ok(gens)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(context_length: Option<usize>) -> DecoderConfig {
+        DecoderConfig {
+            arch: "llama".into(),
+            layers: 1,
+            hidden: 8,
+            heads: 2,
+            kv_heads: 1,
+            head_dim: 4,
+            ffn: 8,
+            vocab: 10,
+            rope_base: 10000.0,
+            eps: 1e-5,
+            stop_tokens: vec![],
+            system_prompt: String::new(),
+            converter: crate::convert::CONVERTER_VERSION,
+            weights: Default::default(),
+            context_length,
+        }
+    }
+
+    #[test]
+    fn an_item_keeps_the_context_less_the_answers_room() {
+        assert_eq!(item_token_limit(&config(None)), None, "an unknown context cuts nothing");
+        assert_eq!(item_token_limit(&config(Some(8192))), Some(8192 - ANSWER_RESERVE));
+        assert_eq!(item_token_limit(&config(Some(32768))), Some(32768 - ANSWER_RESERVE));
+        // A short context keeps at least half of it for the item.
+        assert_eq!(item_token_limit(&config(Some(600))), Some(300));
+        assert_eq!(item_token_limit(&config(Some(1))), Some(1));
     }
 }

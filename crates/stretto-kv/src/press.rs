@@ -315,6 +315,7 @@ mod tests {
             system_prompt: String::new(),
             converter: crate::convert::CONVERTER_VERSION,
             weights: Default::default(),
+            context_length: None,
         }
     }
 

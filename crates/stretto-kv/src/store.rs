@@ -455,7 +455,7 @@ impl KvStore {
                 }
                 let dec = decoder.as_ref().ok_or_else(|| KvError::Runtime("decoder missing".into()))?;
                 let prompt = dec.item_prefix(text);
-                let tokens = dec.encode(&prompt)?;
+                let tokens = dec.encode_item(&prompt)?;
                 if tokens.is_empty() {
                     return Err(KvError::Usage(format!("item {item} of {} is empty", spec.column)));
                 }

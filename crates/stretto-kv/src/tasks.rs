@@ -398,6 +398,7 @@ mod tests {
             system_prompt: String::new(),
             converter: 1,
             weights: Default::default(),
+            context_length: None,
         };
         // The default budget allows about the usual bound (7,767 tokens, 15,534 characters); a large one the bound
         // itself; 100 MB about 723 tokens (1,446 characters); none, no grouping.

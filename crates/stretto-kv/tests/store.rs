@@ -170,3 +170,43 @@ fn a_store_build_within_a_memory_budget_prefills_in_chunks_and_stores_the_whole_
         assert!(err <= 2e-3 * scale, "layer {l}: {err} of {scale}");
     }
 }
+
+#[test]
+fn an_item_longer_than_the_models_context_is_cut_to_its_head_in_its_caches() {
+    use stretto_kv::cache::PastSource;
+    use stretto_kv::decoder::item_token_limit;
+    // The converted model records its context (from the GGUF header; filled in for folders converted before).
+    assert_eq!(decoder().config().context_length, Some(8192));
+    // The same files, told the model's context is 640 tokens.
+    let home = default_home();
+    let mut files = stretto_kv::prepare::ensure_decoder(&home, "smollm2-135m").unwrap();
+    files.config.context_length = Some(640);
+    let dec = Decoder::from_files(&home, "smollm2-135m", &files, 2).unwrap();
+    let limit = item_token_limit(dec.config()).unwrap();
+    assert!(limit < 640, "room is left for the question and the answer");
+    let long = REVIEWS.iter().cycle().take(30).copied().collect::<Vec<_>>().join(" ");
+    let whole = dec.encode(&dec.item_prefix(&long)).unwrap();
+    assert!(whole.len() > limit, "{} tokens", whole.len());
+    assert_eq!(dec.encode_item(&dec.item_prefix(&long)).unwrap(), whole[..limit], "the head is kept");
+    let short = dec.encode(&dec.item_prefix(REVIEWS[0])).unwrap();
+    assert_eq!(dec.encode_item(&dec.item_prefix(REVIEWS[0])).unwrap(), short, "a short item is not cut");
+
+    let dir = tempfile::tempdir().unwrap();
+    let profile =
+        Profile { model: "smollm2-135m".into(), press: Press::KeyNorm, ratio: 0.0, positions: Positions::Keep };
+    let items = vec![long.clone(), REVIEWS[0].to_string()];
+    let (pasts, computed) = PastSource::new(profile.clone(), dir.path().into()).get(&dec, &items).unwrap();
+    assert_eq!(computed, [true, true]);
+    assert_eq!((pasts[0].len, pasts[0].next_position), (limit, limit as i64), "the cache holds the head only");
+    assert_eq!(pasts[1].len, short.len());
+    // What was kept on disk is the cut cache, and its answers are those of the head prefilled alone.
+    let (stored, computed) = PastSource::new(profile, dir.path().into()).get(&dec, &items).unwrap();
+    assert_eq!(computed, [false, false]);
+    assert_eq!(stored[0].len, limit);
+    let q = dec.encode(&dec.question_suffix("Is this review clearly positive? Answer 1 or 0.")).unwrap();
+    let (head, _) = dec.prefill(&whole[..limit], false).unwrap();
+    let (a, b) = (logits(&dec, &stored[0], &q), logits(&dec, &f16_rounded(&head), &q));
+    let worst = a.iter().zip(&b).map(|(x, y)| (x - y).abs()).fold(0f32, f32::max);
+    let scale = b.iter().fold(0f32, |m, v| m.max(v.abs()));
+    assert!(worst <= 0.01 * scale, "{worst} (scale {scale})");
+}

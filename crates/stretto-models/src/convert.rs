@@ -125,6 +125,12 @@ pub struct DecoderConfig {
     /// How the graph stores its linear weights.
     #[serde(default)]
     pub weights: Weights,
+    /// Tokens the model was trained to attend over (GGUF `{arch}.context_length`, Hugging Face
+    /// `max_position_embeddings`); `None` where the source does not say. Items are cut to fit it (see
+    /// `stretto_kv::decoder::item_token_limit`). Folders converted before it was recorded lack it; opening a
+    /// catalog model fills it in from the GGUF ([`crate::prepare::ensure_decoder`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub context_length: Option<usize>,
 }
 
 impl DecoderConfig {
@@ -170,6 +176,7 @@ impl DecoderConfig {
             _ => "You are Qwen, created by Alibaba Cloud. You are a helpful assistant.",
         }
         .to_string();
+        let context_length = u("context_length").ok().filter(|&n| n > 0);
         Ok(Self {
             layers: u("block_count")?,
             hidden,
@@ -185,6 +192,7 @@ impl DecoderConfig {
             arch,
             converter: CONVERTER_VERSION,
             weights: Weights::F32,
+            context_length,
         })
     }
 }

@@ -265,6 +265,11 @@ impl Export {
             system_prompt,
             converter: CONVERTER_VERSION,
             weights: crate::convert::Weights::F32,
+            context_length: c
+                .get("max_position_embeddings")
+                .and_then(Value::as_u64)
+                .map(|n| n as usize)
+                .filter(|&n| n > 0),
         })
     }
 

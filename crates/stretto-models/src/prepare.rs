@@ -37,7 +37,7 @@ pub fn ensure_decoder(home: &Path, name: &str) -> Result<DecoderFiles> {
     }
     let dir = decoder_dir(home, name);
     if let Ok(files) = DecoderFiles::open(&dir) {
-        return Ok(files);
+        return Ok(with_context_length(home, name, files));
     }
     convert_atomically(
         home,
@@ -47,6 +47,32 @@ pub fn ensure_decoder(home: &Path, name: &str) -> Result<DecoderFiles> {
         |model_dir, tmp| convert_gguf(&model_dir.join("model.gguf"), tmp).map(|_| ()),
     )?;
     DecoderFiles::open(&dir)
+}
+
+/// A catalog decoder converted before `config.json` recorded the context length: the length is read from the
+/// model's GGUF header and written into the config (atomically: a temporary file renamed over it), so that items
+/// are cut to the model's context without converting again. Where the GGUF cannot be read or the folder cannot be
+/// written, the files are returned as they are (items are then not cut).
+fn with_context_length(home: &Path, name: &str, mut files: DecoderFiles) -> DecoderFiles {
+    if files.config.context_length.is_some() {
+        return files;
+    }
+    let gguf = crate::models::model_dir(home, name).join("model.gguf");
+    let Ok(g) = crate::gguf::Gguf::open(&gguf) else { return files };
+    let key = format!("{}.context_length", files.config.arch);
+    let Some(n) = g.metadata.get(&key).and_then(|v| v.as_u64()).filter(|&n| n > 0) else { return files };
+    files.config.context_length = Some(n as usize);
+    let cpath = files.dir.join("config.json");
+    let tmp = crate::fsutil::unique_tmp(&files.dir, "config.json");
+    let written = serde_json::to_vec_pretty(&files.config)
+        .map_err(|e| e.to_string())
+        .and_then(|bytes| fs::write(&tmp, bytes).map_err(|e| e.to_string()))
+        .and_then(|()| fs::rename(&tmp, &cpath).map_err(|e| e.to_string()));
+    if let Err(e) = written {
+        let _ = fs::remove_file(&tmp);
+        tracing::debug!(config = %cpath.display(), error = %e, "could not record the context length");
+    }
+    files
 }
 
 /// [`ensure_decoder`] with the linear layers' weights stored as `weights` says: [`Weights::Int8`] is a second
@@ -64,7 +90,7 @@ pub fn ensure_decoder_with(home: &Path, name: &str, weights: Weights) -> Result<
     let dir = crate::models::model_dir(home, name).join(weights.folder());
     let open = |d: &Path| DecoderFiles::open(d).ok().filter(|f| f.config.weights == weights);
     if let Some(files) = open(&dir) {
-        return Ok(files);
+        return Ok(with_context_length(home, name, files));
     }
     convert_atomically(
         home,
