@@ -15,7 +15,8 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use crate::budget::{touch, DiskBudget};
-use crate::decoder::{Decoder, KvPast};
+use crate::convert::DecoderConfig;
+use crate::decoder::{within_item_limit, Decoder, KvPast};
 use crate::error::{KvError, Result};
 use crate::press::compress_ladder;
 use crate::store::{decode_record, encode_record, read_meta, sha256_text, write_atomic, Profile, RecordMeta};
@@ -100,7 +101,7 @@ impl PastSource {
         &self.profile
     }
 
-    fn build_index(&self) -> HashMap<String, PathBuf> {
+    fn build_index(&self, config: &DecoderConfig) -> HashMap<String, PathBuf> {
         let id = self.profile.id();
         let mut map = HashMap::new();
         // <kv_dir>/<dataset>/<column>/<profile>/*.safetensors
@@ -113,8 +114,11 @@ impl PastSource {
                 for r in records.flatten() {
                     let p = r.path();
                     if p.extension().is_some_and(|e| e == "safetensors") {
-                        if let Ok(meta) = read_meta(&p) {
-                            map.insert(meta.source_sha256, p);
+                        match read_meta(&p) {
+                            Ok(meta) if within_item_limit(config, meta.tokens) => {
+                                map.insert(meta.source_sha256, p);
+                            }
+                            _ => {}
                         }
                     }
                 }
@@ -127,7 +131,7 @@ impl PastSource {
     /// many were computed.
     pub fn ensure(&self, dec: &Decoder, items: &[String]) -> Result<usize> {
         let mut guard = self.index.lock().map_err(|_| KvError::Runtime("cache index poisoned".into()))?;
-        let index = guard.get_or_insert_with(|| self.build_index());
+        let index = guard.get_or_insert_with(|| self.build_index(dec.config()));
         let bar = crate::progress::bar(items.len() as u64, &format!("kv {}", self.profile.id()));
         let mut computed = 0;
         for item in items {
@@ -135,7 +139,7 @@ impl PastSource {
             let prompt = dec.item_prefix(item);
             let source = sha256_text(&prompt);
             let path = index.get(&source).cloned().unwrap_or_else(|| adhoc_path(&self.kv_dir, &self.profile, &source));
-            if path.is_file() {
+            if read_meta(&path).is_ok_and(|m| m.source_sha256 == source && within_item_limit(dec.config(), m.tokens)) {
                 touch(&path);
                 continue;
             }
@@ -152,7 +156,7 @@ impl PastSource {
     /// The pasts of `items` (raw item texts), in order. `computed[i]` says whether item `i` had to be prefilled.
     pub fn get(&self, dec: &Decoder, items: &[String]) -> Result<(Vec<KvPast>, Vec<bool>)> {
         let mut guard = self.index.lock().map_err(|_| KvError::Runtime("cache index poisoned".into()))?;
-        let index = guard.get_or_insert_with(|| self.build_index());
+        let index = guard.get_or_insert_with(|| self.build_index(dec.config()));
         let mut out = Vec::with_capacity(items.len());
         let mut computed = Vec::with_capacity(items.len());
         for item in items {
@@ -164,7 +168,7 @@ impl PastSource {
             });
             if let Some(path) = found {
                 match fs::read(&path).map_err(|e| KvError::io(&path, e)).and_then(|b| decode_record(&path, &b)) {
-                    Ok(rec) if rec.meta.source_sha256 == source => {
+                    Ok(rec) if rec.meta.source_sha256 == source && within_item_limit(dec.config(), rec.meta.tokens) => {
                         touch(&path);
                         out.push(rec.past);
                         computed.push(false);

@@ -170,6 +170,12 @@ pub fn item_token_limit(config: &DecoderConfig) -> Option<usize> {
     config.context_length.map(|n| n.saturating_sub(ANSWER_RESERVE).max(n / 2).max(1))
 }
 
+/// Whether a cache of `tokens` prefix tokens was made within `config`'s [`item_token_limit`]: caches made before
+/// items were cut may hold more, and are made again.
+pub fn within_item_limit(config: &DecoderConfig, tokens: usize) -> bool {
+    item_token_limit(config).is_none_or(|limit| tokens <= limit)
+}
+
 /// Working memory one prefill may take by default ([`Decoder::prefill`]): 1 GiB.
 pub const DEFAULT_MEMORY_BUDGET: u64 = 1 << 30;
 

@@ -444,7 +444,9 @@ impl KvStore {
                 // A record counts only if it caches this very text: data may have changed since it was built.
                 let source = sha256_text(&crate::decoder::item_prefix(&config, text));
                 let done = profiles.iter().all(|p| {
-                    read_meta(&self.record_path(&spec.column, p, *item)).is_ok_and(|m| m.source_sha256 == source)
+                    read_meta(&self.record_path(&spec.column, p, *item)).is_ok_and(|m| {
+                        m.source_sha256 == source && crate::decoder::within_item_limit(&config, m.tokens)
+                    })
                 });
                 if done {
                     report.skipped += 1;

@@ -195,8 +195,13 @@ fn an_item_longer_than_the_models_context_is_cut_to_its_head_in_its_caches() {
     let profile =
         Profile { model: "smollm2-135m".into(), press: Press::KeyNorm, ratio: 0.0, positions: Positions::Keep };
     let items = vec![long.clone(), REVIEWS[0].to_string()];
-    let (pasts, computed) = PastSource::new(profile.clone(), dir.path().into()).get(&dec, &items).unwrap();
+    // Caches made with the whole context (as before items were cut) ...
+    let (whole_pasts, computed) = PastSource::new(profile.clone(), dir.path().into()).get(decoder(), &items).unwrap();
     assert_eq!(computed, [true, true]);
+    assert_eq!(whole_pasts[0].len, whole.len());
+    // ... are made again where they hold more than the model's limit; the short item's is reused.
+    let (pasts, computed) = PastSource::new(profile.clone(), dir.path().into()).get(&dec, &items).unwrap();
+    assert_eq!(computed, [true, false]);
     assert_eq!((pasts[0].len, pasts[0].next_position), (limit, limit as i64), "the cache holds the head only");
     assert_eq!(pasts[1].len, short.len());
     // What was kept on disk is the cut cache, and its answers are those of the head prefilled alone.
