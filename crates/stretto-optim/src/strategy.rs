@@ -211,6 +211,25 @@ impl Strategy for Gold {
     }
 }
 
+/// Whether strategy `method` certifies its plans on held-out profiled tuples (`global`, `local`, `independent`): a
+/// plan of theirs other than gold needs at least [`min_certifiable_positives`] gold result rows held out.
+pub fn certifies(method: &str) -> bool {
+    matches!(method, "global" | "local" | "independent")
+}
+
+/// The fewest gold result rows a hold-out must hold for any plan other than gold to be certified at `targets`
+/// (a necessary condition for every certified strategy). Even a plan with no error on them, one of whose sides its
+/// shape makes exact (only the other is tested), has the bound `BetaQuantile(1 − α; 1 + TP, 1)`, which reaches the
+/// lower target `T` only when `TP + 1 ≥ ln(1 − α) / ln T`: at 95%, 12.4 rows for 0.8 and 27.4 for 0.9. Infinite
+/// for a target of 1, which no finite hold-out certifies.
+pub fn min_certifiable_positives(targets: &Targets) -> f64 {
+    let t = targets.precision.min(targets.recall);
+    if t >= 1.0 {
+        return f64::INFINITY;
+    }
+    ((1.0 - targets.credible).ln() / t.ln() - 1.0).max(0.0)
+}
+
 /// Settings shared by the certified strategies.
 #[derive(Debug, Clone)]
 pub struct Certification {
@@ -1220,6 +1239,22 @@ impl Strategy for Abacus {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn fewer_held_out_positives_than_the_minimum_certify_no_error_free_plan() {
+        for (t, level) in [(0.9, 0.95), (0.8, 0.95), (0.7, 0.9), (0.5, 0.95)] {
+            let targets = Targets::new(t, 0.99, level).unwrap();
+            let min = min_certifiable_positives(&targets);
+            let (below, at) = (min.floor(), min.ceil());
+            assert!(beta_lower_bound(below, 0.0, level) < t, "{t} {level}: {below} rows certify");
+            assert!(beta_lower_bound(at, 0.0, level) >= t, "{t} {level}: {at} rows do not certify");
+        }
+        assert!((min_certifiable_positives(&Targets::new(0.9, 0.9, 0.95).unwrap()) - 27.43).abs() < 0.01);
+        // The lower target decides (a plan exact on the other side is tested on this one alone) ...
+        assert!((min_certifiable_positives(&Targets::new(1.0, 0.9, 0.95).unwrap()) - 27.43).abs() < 0.01);
+        // ... and targets of 1 are beyond any hold-out.
+        assert!(min_certifiable_positives(&Targets::new(1.0, 1.0, 0.95).unwrap()).is_infinite());
+    }
 
     #[test]
     fn auc_of_perfect_and_reversed_scores() {

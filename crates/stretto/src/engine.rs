@@ -392,17 +392,62 @@ pub fn run_pipeline(
 
 /// Why a query about to run with `o` on `n` input tuples should profile only its gold operators, if it should:
 /// the method is gold (nothing else will run), or the sample would cover the whole input, so that profiling every
-/// implementation would cost at least running gold on every tuple and no plan can win it back.
+/// implementation would cost at least running gold on every tuple and no plan can win it back, or the method
+/// certifies its plans and the sample could not hold out enough gold result rows to certify any plan but gold even
+/// if every tuple were one ([`most_held_out`]; unless screening is off, which profiles every candidate).
 pub fn gold_only_reason(o: &QueryOptions, n: usize) -> Option<String> {
     if o.method == "gold" {
         return Some("the gold plan was asked for: only the gold operators were profiled".into());
     }
     let sample = sample_size(o, n);
-    (sample >= n).then(|| {
-        format!(
+    if sample >= n {
+        return Some(format!(
             "the input has {n} tuples and the profiling sample ({sample}) would cover all of them: profiling every \
              implementation costs more than running gold on everything, so gold ran directly (a larger input, or \
              a smaller minimum sample, lets the optimizer look for a cheaper plan)"
+        ));
+    }
+    // `screen 0` asks for every candidate to be profiled, whatever the pay checks say.
+    if o.screen == 0 {
+        return None;
+    }
+    uncertifiable(o, sample, 1.0).map(|why| format!("{why} even if every tuple were one, so gold ran directly"))
+}
+
+/// The most tuples of a profiling sample of `sample` that a certified strategy holds out (the largest share
+/// [`Certification`](stretto_optim::strategy::Certification) allows).
+fn most_held_out(sample: usize) -> f64 {
+    let c = stretto_optim::strategy::Certification::default();
+    c.max_holdout.max(c.holdout) * sample as f64
+}
+
+/// Why no plan but gold can be certified for `o` on a profiling sample of `sample` tuples whose share of gold
+/// result rows is at most `share`: its hold-out would hold fewer gold result rows than even an error-free plan
+/// needs ([`min_certifiable_positives`](stretto_optim::strategy::min_certifiable_positives)). `None` when a plan
+/// could be, or the method certifies nothing.
+fn uncertifiable(o: &QueryOptions, sample: usize, share: f64) -> Option<String> {
+    if !stretto_optim::strategy::certifies(&o.method) {
+        return None;
+    }
+    let targets = Targets::new(o.precision, o.recall, o.credible).ok()?;
+    let needed = stretto_optim::strategy::min_certifiable_positives(&targets);
+    // The stratified split rounds each part's count to the nearest tuple.
+    let most = (most_held_out(sample) * share + 0.5).floor();
+    if needed.is_infinite() {
+        return Some(format!(
+            "no hold-out certifies a target of 1 (precision {}, recall {}), so no plan but gold can be certified",
+            o.precision, o.recall
+        ));
+    }
+    (most < needed).then(|| {
+        format!(
+            "the {sample}-tuple profiling sample would hold out at most {most:.0} gold result rows for certification, \
+             and no plan but gold can be certified at precision {} and recall {} ({:.0}% credible) on fewer than \
+             {:.0}, not even one without an error,",
+            o.precision,
+            o.recall,
+            100.0 * o.credible,
+            needed.ceil()
         )
     })
 }
@@ -682,6 +727,20 @@ fn screened(gold: &OpOutput, output: &OpOutput, secs: &[f64]) -> Screened {
     Screened { cost, quality }
 }
 
+/// How many of the first `looked` screening tuples gold lets through every filter (gold's outputs come first in
+/// each logical operator's `tried`; a map lets every tuple through).
+fn gold_through(tried: &[Vec<Tried>], looked: usize) -> usize {
+    let mut through = vec![true; looked];
+    for t in tried {
+        if let Some(Tried { output: OpOutput::Scores(g), .. }) = t.first() {
+            for (a, v) in through.iter_mut().zip(g) {
+                *a &= *v > 0.0;
+            }
+        }
+    }
+    through.iter().filter(|&&t| t).count()
+}
+
 /// Validation, KV caches and profiling of every candidate operator: the profile any strategy can be optimized
 /// on (a query about to run uses [`profile_to_run`], which may profile less).
 pub fn profile_pipeline(
@@ -846,15 +905,7 @@ fn profile_candidates(
             let mut rest = (n - want - rows.len()) as f64;
             let mut note = String::new();
             if let Some(k) = o.fetch {
-                let mut through = vec![true; looked];
-                for t in tried {
-                    if let Some(Tried { output: OpOutput::Scores(g), .. }) = t.first() {
-                        for (a, v) in through.iter_mut().zip(g) {
-                            *a &= *v > 0.0;
-                        }
-                    }
-                }
-                let share = (through.iter().filter(|&&t| t).count() as f64).max(1.0) / looked as f64;
+                let share = (gold_through(tried, looked) as f64).max(1.0) / looked as f64;
                 let needed = 2.0 * k as f64 / share;
                 if needed < rest {
                     rest = needed.ceil();
@@ -879,6 +930,21 @@ fn profile_candidates(
             (cost, saving)
         };
         let kept = |tried: &[Vec<Tried>]| tried.iter().map(|t| t.len().saturating_sub(1)).sum::<usize>();
+        // A certified plan needs enough gold result rows held out: the share of tuples gold lets through on the
+        // screening tuples, at the upper end of its credible interval, bounds how many the sample can hold out.
+        let cannot_certify = |tried: &[Vec<Tried>], looked: usize| -> Option<String> {
+            let through = gold_through(tried, looked);
+            let share =
+                1.0 - stretto_optim::bounds::beta_lower_bound((looked - through) as f64, through as f64, o.credible);
+            uncertifiable(o, want, share).map(|why| {
+                format!(
+                    "gold let {through} of {looked} screening tuples through (a share of at most {:.0}% at {:.0}% \
+                     credibility): {why} so gold ran directly",
+                    100.0 * share,
+                    100.0 * o.credible
+                )
+            })
+        };
         let with_setup: Vec<(usize, usize)> = cands
             .iter()
             .enumerate()
@@ -889,7 +955,7 @@ fn profile_candidates(
         if !with_setup.is_empty() {
             let (rest, _) = rest_of(&tried, probe);
             let (cost, saving) = pays(&tried, rest, rows.len() - probe);
-            if pay_check && cost >= saving {
+            if pay_check && (cost >= saving || cannot_certify(&tried, probe).is_some()) {
                 for &(t, i) in &with_setup {
                     screening.dropped.push(Dropped {
                         logical: tasks[t].name.clone(),
@@ -910,7 +976,13 @@ fn profile_candidates(
         }
         let (rest, note) = rest_of(&tried, probe);
         let (cost, saving) = pays(&tried, rest, rows.len() - probe);
-        if pay_check && cost >= saving {
+        let uncertified = if pay_check && cost < saving { cannot_certify(&tried, probe) } else { None };
+        if let Some(why) = uncertified {
+            // 3a-ii skipped: only the probed tuples were screened.
+            screening.tuples = probe;
+            screening.rows.truncate(probe);
+            gold_only = Some(format!("on the first {probe} screening tuples {why}"));
+        } else if pay_check && cost >= saving {
             // 3a-ii skipped: only the probed tuples were screened.
             screening.tuples = probe;
             screening.rows.truncate(probe);
@@ -956,7 +1028,10 @@ fn profile_candidates(
             }
             let (rest, note) = rest_of(&tried, rows.len());
             let (cost, saving) = pays(&tried, rest, 0);
-            if pay_check && cost >= saving {
+            let uncertified = if pay_check && cost < saving { cannot_certify(&tried, rows.len()) } else { None };
+            if let Some(why) = uncertified {
+                gold_only = Some(format!("after screening, {why}"));
+            } else if pay_check && cost >= saving {
                 gold_only = Some(format!(
                     "profiling the {} candidates left after screening on {want} tuples would cost {cost:.1} s, and no \
                      plan can save more than {saving:.1} s on the other {rest} tuples{note} (every tuple decided by \

@@ -8,8 +8,8 @@ use arrow::datatypes::{DataType, Field, Schema};
 use stretto::core::op::{LogicalKind, Modality, OpOutput, OpProperties, PhysicalOp, SemanticTask};
 use stretto::{Session, Targets};
 
-/// A filter answering "row N" items: +1 when N is a multiple of three, else −1 (gold's answer, and every
-/// candidate's), at a fixed number of seconds per tuple.
+/// A filter answering "row N" items: +1 when N is a multiple of three (or of its `modulus`), else −1 (gold's
+/// answer, and every candidate's), at a fixed number of seconds per tuple.
 #[derive(Debug)]
 struct Fixed {
     name: String,
@@ -19,6 +19,8 @@ struct Fixed {
     setup: bool,
     /// Tuples it was asked to answer.
     asked: std::sync::atomic::AtomicUsize,
+    /// It passes the rows whose number this divides.
+    modulus: usize,
 }
 
 impl Fixed {
@@ -34,7 +36,14 @@ impl Fixed {
             cost_hint: secs,
             score_range: (-1.0, 1.0),
         };
-        Arc::new(Self { name: name.into(), props, secs, setup: false, asked: Default::default() })
+        Arc::new(Self { name: name.into(), props, secs, setup: false, asked: Default::default(), modulus: 3 })
+    }
+
+    /// A filter passing one row in `modulus`.
+    fn one_in(name: &str, secs: f64, gold: bool, modulus: usize) -> Arc<Self> {
+        let mut op = Arc::try_unwrap(Self::new(name, secs, gold)).unwrap();
+        op.modulus = modulus;
+        Arc::new(op)
     }
 
     /// A candidate that generates something for the task before its first answer.
@@ -69,7 +78,7 @@ impl PhysicalOp for Fixed {
             .iter()
             .map(|t| {
                 let n: usize = t.trim_start_matches("row ").parse().unwrap_or(1);
-                if n.is_multiple_of(3) {
+                if n.is_multiple_of(self.modulus) {
                     1.0
                 } else {
                     -1.0
@@ -279,4 +288,51 @@ fn a_candidate_with_a_one_off_setup_is_not_set_up_when_profiling_cannot_pay() {
     let r = frame.collect(Targets::new(0.8, 0.8, 0.95).unwrap()).unwrap();
     assert!(!r.fell_back_to_gold(), "{:?}", r.plan().warnings);
     assert!(ops[2].asked.load(Ordering::SeqCst) >= 4, "profiling could pay, yet the candidate was never probed");
+}
+
+/// A certified plan needs gold result rows held out: at targets 0.9 with 95% credibility, 28 even for a plan with no
+/// error. A 40-tuple sample holds out 20 tuples, so the query runs gold without probing or screening anything.
+#[test]
+fn a_sample_too_small_to_certify_any_plan_runs_gold_without_screening() {
+    let dir = tempfile::tempdir().unwrap();
+    let ops = [Fixed::new("gold", 1.0, true), Fixed::new("cheap", 0.01, false)];
+    let s = session(dir.path(), 400, 0.1, &ops);
+    let frame = s.table("t").unwrap().sem_filter("{t.text} is a multiple of three").unwrap();
+    let r = frame.collect(Targets::new(0.9, 0.9, 0.95).unwrap()).unwrap();
+    assert!(r.report().screening.is_none(), "{:?}", r.report().screening);
+    assert_eq!(ops[1].asked.load(std::sync::atomic::Ordering::SeqCst), 0, "the cheap candidate never ran");
+    let warnings = r.plan().warnings.join(" ");
+    assert!(
+        warnings.contains("hold out at most 20 gold result rows") && warnings.contains("fewer than 28"),
+        "{warnings}"
+    );
+    // At 0.8 a sample of 120 can certify (13 rows), and the cheap candidate is screened and profiled.
+    let dir = tempfile::tempdir().unwrap();
+    let ops = [Fixed::new("gold", 1.0, true), Fixed::new("cheap", 0.01, false)];
+    let s = session(dir.path(), 400, 0.3, &ops);
+    let frame = s.table("t").unwrap().sem_filter("{t.text} is a multiple of three").unwrap();
+    let r = frame.collect(Targets::new(0.8, 0.8, 0.95).unwrap()).unwrap();
+    assert!(r.report().candidates.values().next().unwrap().contains(&"cheap".to_string()), "{:?}", r.plan().warnings);
+}
+
+/// Where gold lets few tuples through, the screening shows that the sample cannot hold out the gold result rows a
+/// certificate needs: gold runs, though a cheap candidate agreeing with gold would otherwise pay for its profiling.
+#[test]
+fn a_filter_too_selective_to_certify_on_the_sample_runs_gold_after_the_screening_shows_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let ops = [Fixed::one_in("gold", 1.0, true, 10), Fixed::one_in("cheap", 0.01, false, 10)];
+    let s = session(dir.path(), 400, 0.15, &ops);
+    let frame = s.table("t").unwrap().sem_filter("{t.text} is a multiple of ten").unwrap();
+    let r = frame.collect(Targets::new(0.8, 0.8, 0.95).unwrap()).unwrap();
+    assert!(r.fell_back_to_gold());
+    let warnings = r.plan().warnings.join(" ");
+    assert!(warnings.contains("screening tuples through") && warnings.contains("fewer than 13"), "{warnings}");
+    assert_eq!(r.report().candidates.values().next().unwrap().len(), 1, "only gold was profiled");
+    // One in three passes, in a sample twice as large: the cheap candidate is certified and makes the plan.
+    let dir = tempfile::tempdir().unwrap();
+    let ops = [Fixed::one_in("gold", 1.0, true, 3), Fixed::one_in("cheap", 0.01, false, 3)];
+    let s = session(dir.path(), 400, 0.3, &ops);
+    let frame = s.table("t").unwrap().sem_filter("{t.text} is a multiple of three").unwrap();
+    let r = frame.collect(Targets::new(0.8, 0.8, 0.95).unwrap()).unwrap();
+    assert!(!r.fell_back_to_gold(), "{:?}", r.plan().warnings);
 }
