@@ -170,6 +170,22 @@ pub fn item_token_limit(config: &DecoderConfig) -> Option<usize> {
     config.context_length.map(|n| n.saturating_sub(ANSWER_RESERVE).max(n / 2).max(1))
 }
 
+/// `tokens` to run after a past that ends at position `start`, cut to fit `config`'s context: where they would
+/// run past it, their middle goes, keeping the head that fits and their last `tail` tokens (the question and the
+/// answer's opening, which must stay whole). Unchanged where they fit or the context is unknown; never cut below
+/// the tail (the model's context is then exceeded rather than the question lost).
+pub fn fit_after(config: &DecoderConfig, start: usize, tokens: Vec<u32>, tail: usize) -> Vec<u32> {
+    let Some(context) = config.context_length else { return tokens };
+    if start + tokens.len() <= context {
+        return tokens;
+    }
+    let tail = tail.min(tokens.len());
+    let head = context.saturating_sub(start + tail).min(tokens.len() - tail);
+    let mut out = tokens[..head].to_vec();
+    out.extend_from_slice(&tokens[tokens.len() - tail..]);
+    out
+}
+
 /// Whether a cache of `tokens` prefix tokens was made within `config`'s [`item_token_limit`]: caches made before
 /// items were cut may hold more, and are made again.
 pub fn within_item_limit(config: &DecoderConfig, tokens: usize) -> bool {
@@ -754,5 +770,19 @@ mod tests {
         // A short context keeps at least half of it for the item.
         assert_eq!(item_token_limit(&config(Some(600))), Some(300));
         assert_eq!(item_token_limit(&config(Some(1))), Some(1));
+    }
+
+    #[test]
+    fn a_continuation_loses_its_middle_to_fit_the_context_and_keeps_its_question() {
+        let c = config(Some(100));
+        let t: Vec<u32> = (0..50).collect();
+        assert_eq!(fit_after(&c, 50, t.clone(), 10), t, "fits exactly");
+        assert_eq!(fit_after(&config(None), 90, t.clone(), 10), t, "no known context");
+        // After 80 positions, 20 are left: the first 10 tokens and the last 10.
+        let cut = fit_after(&c, 80, t.clone(), 10);
+        assert_eq!(cut, (0..10).chain(40..50).collect::<Vec<u32>>());
+        // No room at all: the question stays.
+        assert_eq!(fit_after(&c, 100, t.clone(), 10), (40..50).collect::<Vec<u32>>());
+        assert_eq!(fit_after(&c, 100, t.clone(), 80), t, "a tail longer than the tokens keeps them all");
     }
 }

@@ -193,7 +193,12 @@ pub fn pair_filter_scores(
             let t0 = Instant::now();
             let tokens: Vec<Vec<u32>> = chunk
                 .iter()
-                .map(|&(_, i)| dec.encode(&format!("{}{}", second_text(&pairs[i].1), prompt.suffix)))
+                .map(|&(k, i)| {
+                    // The second text gives way where the pair would run past the model's context.
+                    let tokens = dec.encode(&format!("{}{}", second_text(&pairs[i].1), prompt.suffix))?;
+                    let start = usize::try_from(pasts[k].next_position).unwrap_or(0);
+                    Ok(crate::decoder::fit_after(dec.config(), start, tokens, prompt.tokens.len()))
+                })
                 .collect::<Result<_>>()?;
             let steps: Vec<Step<'_>> =
                 chunk.iter().zip(&tokens).map(|(&(k, _), t)| Step { past: Some(&pasts[k]), tokens: t }).collect();
