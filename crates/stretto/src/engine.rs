@@ -411,7 +411,7 @@ pub fn gold_only_reason(o: &QueryOptions, n: usize) -> Option<String> {
     if o.screen == 0 {
         return None;
     }
-    uncertifiable(o, sample, 1.0).map(|why| format!("{why} even if every tuple were one, so gold ran directly"))
+    uncertifiable(o, sample, 1.0, " (were every tuple one)").map(|why| format!("{why}, so gold ran directly"))
 }
 
 /// The most tuples of a profiling sample of `sample` that a certified strategy holds out (the largest share
@@ -425,7 +425,7 @@ fn most_held_out(sample: usize) -> f64 {
 /// result rows is at most `share`: its hold-out would hold fewer gold result rows than even an error-free plan
 /// needs ([`min_certifiable_positives`](stretto_optim::strategy::min_certifiable_positives)). `None` when a plan
 /// could be, or the method certifies nothing.
-fn uncertifiable(o: &QueryOptions, sample: usize, share: f64) -> Option<String> {
+fn uncertifiable(o: &QueryOptions, sample: usize, share: f64, given: &str) -> Option<String> {
     if !stretto_optim::strategy::certifies(&o.method) {
         return None;
     }
@@ -441,9 +441,9 @@ fn uncertifiable(o: &QueryOptions, sample: usize, share: f64) -> Option<String> 
     }
     (most < needed).then(|| {
         format!(
-            "the {sample}-tuple profiling sample would hold out at most {most:.0} gold result rows for certification, \
-             and no plan but gold can be certified at precision {} and recall {} ({:.0}% credible) on fewer than \
-             {:.0}, not even one without an error,",
+            "the {sample}-tuple profiling sample would hold out at most {most:.0} gold result rows{given} for \
+             certification, and no plan but gold can be certified at precision {} and recall {} ({:.0}% credible) \
+             on fewer than {:.0} of them, not even one without an error",
             o.precision,
             o.recall,
             100.0 * o.credible,
@@ -936,10 +936,10 @@ fn profile_candidates(
             let through = gold_through(tried, looked);
             let share =
                 1.0 - stretto_optim::bounds::beta_lower_bound((looked - through) as f64, through as f64, o.credible);
-            uncertifiable(o, want, share).map(|why| {
+            uncertifiable(o, want, share, "").map(|why| {
                 format!(
                     "gold let {through} of {looked} screening tuples through (a share of at most {:.0}% at {:.0}% \
-                     credibility): {why} so gold ran directly",
+                     credibility): {why}, so gold ran directly",
                     100.0 * share,
                     100.0 * o.credible
                 )
