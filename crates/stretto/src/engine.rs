@@ -16,7 +16,7 @@ use rand::SeedableRng;
 use stretto_core::datasets::Dataset;
 use stretto_core::exec::{CascadeExecutor, CascadePlan, PaidAnswers, StageStats};
 use stretto_core::format::PlanFile;
-use stretto_core::op::{Modality, OpOutput, RegisteredOp, Registry, SemanticTask, ValueType};
+use stretto_core::op::{LogicalKind, Modality, OpOutput, RegisteredOp, Registry, SemanticTask, ValueType};
 use stretto_core::plan::PlanBuilder;
 use stretto_core::table::{resolve_column, ColumnKind};
 use stretto_kv::press::{Positions, Press};
@@ -917,15 +917,26 @@ fn profile_candidates(
             }
             (rest, note)
         };
+        // The share of tuples gold lets through every filter, at the upper end of its credible interval, on the
+        // first `looked` screening tuples (1 for a query of maps alone).
+        let through_share = |tried: &[Vec<Tried>], looked: usize| -> (usize, f64) {
+            let through = gold_through(tried, looked);
+            let low = stretto_optim::bounds::beta_lower_bound((looked - through) as f64, through as f64, o.credible);
+            (through, 1.0 - low)
+        };
         // Profiling pays only if some plan could save more than it costs: at best the cheapest candidate decides
-        // every tuple outside the sample and the screening (whose gold answers execution reuses).
-        let pays = |tried: &[Vec<Tried>], rest: f64, screen_left: usize| -> (f64, f64) {
+        // every tuple outside the sample and the screening (whose gold answers execution reuses) that reaches its
+        // operator. A map rejects nothing, so a plan runs it after the filters (the ordering's DP places it there),
+        // on the tuples they let through: at most the gold result rows over the precision target.
+        let pays = |tried: &[Vec<Tried>], rest: f64, screen_left: usize, looked: usize| -> (f64, f64) {
+            let reach = (through_share(tried, looked).1 / o.precision).min(1.0);
             let (mut cost, mut saving) = (0.0, 0.0);
-            for t in tried {
+            for (task, t) in tasks.iter().zip(tried) {
                 let Some((gold, others)) = t.split_first() else { continue };
                 let others: Vec<f64> = others.iter().map(Tried::cost).collect();
                 cost += (want + screen_left) as f64 * others.iter().sum::<f64>();
-                saving += rest * (gold.cost() - others.iter().cloned().fold(gold.cost(), f64::min)).max(0.0);
+                let seen = if task.kind == LogicalKind::Map { rest * reach } else { rest };
+                saving += seen * (gold.cost() - others.iter().cloned().fold(gold.cost(), f64::min)).max(0.0);
             }
             (cost, saving)
         };
@@ -933,9 +944,7 @@ fn profile_candidates(
         // A certified plan needs enough gold result rows held out: the share of tuples gold lets through on the
         // screening tuples, at the upper end of its credible interval, bounds how many the sample can hold out.
         let cannot_certify = |tried: &[Vec<Tried>], looked: usize| -> Option<String> {
-            let through = gold_through(tried, looked);
-            let share =
-                1.0 - stretto_optim::bounds::beta_lower_bound((looked - through) as f64, through as f64, o.credible);
+            let (through, share) = through_share(tried, looked);
             uncertifiable(o, want, share, "").map(|why| {
                 format!(
                     "gold let {through} of {looked} screening tuples through (a share of at most {:.0}% at {:.0}% \
@@ -954,7 +963,7 @@ fn profile_candidates(
             .collect();
         if !with_setup.is_empty() {
             let (rest, _) = rest_of(&tried, probe);
-            let (cost, saving) = pays(&tried, rest, rows.len() - probe);
+            let (cost, saving) = pays(&tried, rest, rows.len() - probe, probe);
             if pay_check && (cost >= saving || cannot_certify(&tried, probe).is_some()) {
                 for &(t, i) in &with_setup {
                     screening.dropped.push(Dropped {
@@ -975,7 +984,7 @@ fn profile_candidates(
             }
         }
         let (rest, note) = rest_of(&tried, probe);
-        let (cost, saving) = pays(&tried, rest, rows.len() - probe);
+        let (cost, saving) = pays(&tried, rest, rows.len() - probe, probe);
         let uncertified = if pay_check && cost < saving { cannot_certify(&tried, probe) } else { None };
         if let Some(why) = uncertified {
             // 3a-ii skipped: only the probed tuples were screened.
@@ -989,7 +998,8 @@ fn profile_candidates(
             gold_only = Some(format!(
                 "on the first {probe} screening tuples the {} candidates cheaper than gold showed that screening and \
                  profiling them on {want} tuples would cost {cost:.1} s, and no plan can save more than {saving:.1} s \
-                 on the other {rest} tuples{note} (every tuple decided by the cheapest candidate), so gold ran directly",
+                 on the other {rest} tuples{note} (every tuple reaching an operator decided by its cheapest candidate; \
+                 maps reached by the tuples the filters let through), so gold ran directly",
                 kept(&tried)
             ));
         } else {
@@ -1027,15 +1037,16 @@ fn profile_candidates(
                 });
             }
             let (rest, note) = rest_of(&tried, rows.len());
-            let (cost, saving) = pays(&tried, rest, 0);
+            let (cost, saving) = pays(&tried, rest, 0, rows.len());
             let uncertified = if pay_check && cost < saving { cannot_certify(&tried, rows.len()) } else { None };
             if let Some(why) = uncertified {
                 gold_only = Some(format!("after screening, {why}"));
             } else if pay_check && cost >= saving {
                 gold_only = Some(format!(
                     "profiling the {} candidates left after screening on {want} tuples would cost {cost:.1} s, and no \
-                     plan can save more than {saving:.1} s on the other {rest} tuples{note} (every tuple decided by \
-                     the cheapest candidate), so gold ran directly",
+                     plan can save more than {saving:.1} s on the other {rest} tuples{note} (every tuple reaching an \
+                     operator decided by its cheapest candidate; maps reached by the tuples the filters let through), \
+                     so gold ran directly",
                     kept(&tried)
                 ));
             }

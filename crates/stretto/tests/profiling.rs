@@ -336,3 +336,85 @@ fn a_filter_too_selective_to_certify_on_the_sample_runs_gold_after_the_screening
     let r = frame.collect(Targets::new(0.8, 0.8, 0.95).unwrap()).unwrap();
     assert!(!r.fell_back_to_gold(), "{:?}", r.plan().warnings);
 }
+
+/// A map answering "x" for every item, at a fixed number of seconds per tuple.
+#[derive(Debug)]
+struct FixedMap {
+    name: String,
+    props: OpProperties,
+    secs: f64,
+}
+
+impl FixedMap {
+    fn new(name: &str, secs: f64, gold: bool) -> Arc<Self> {
+        let props = OpProperties {
+            kind: LogicalKind::Map,
+            family: "fixed-map".into(),
+            modality: Modality::Text,
+            model: None,
+            compression: None,
+            tunable: true,
+            gold,
+            cost_hint: secs,
+            score_range: (0.0, 1.0),
+        };
+        Arc::new(Self { name: name.into(), props, secs })
+    }
+}
+
+impl PhysicalOp for FixedMap {
+    fn name(&self) -> &str {
+        &self.name
+    }
+    fn properties(&self) -> &OpProperties {
+        &self.props
+    }
+    fn evaluate_items(&self, _: &SemanticTask, items: &[String]) -> stretto::core::Result<(OpOutput, Vec<f64>)> {
+        let values = items.iter().map(|_| Some("x".to_string())).collect();
+        Ok((OpOutput::Values { values, confidences: vec![1.0; items.len()] }, vec![self.secs; items.len()]))
+    }
+}
+
+/// A map runs after the filters, on the tuples they let through: a cheap map candidate saves on those alone, and
+/// where they are few, profiling it cannot pay. Here 4 of the 20 screening tuples pass, a share of at most 38% at
+/// 95%: profiling the cheap map on 120 tuples costs 72 s, and it could save at most 0.4 s on each of 260 × 38% / 0.8
+/// tuples (50 s); on all 260 it would have saved 104 s.
+#[test]
+fn a_map_behind_a_selective_filter_saves_only_on_the_tuples_the_filter_lets_through() {
+    let run = |modulus: usize| {
+        let dir = tempfile::tempdir().unwrap();
+        let s = session(dir.path(), 400, 0.3, &[Fixed::one_in("gold", 0.001, true, modulus)]);
+        // (A third candidate, as dear as gold, makes the query screen its candidates.)
+        let maps = [
+            FixedMap::new("gold-map", 1.0, true),
+            FixedMap::new("cheap-map", 0.6, false),
+            FixedMap::new("dear-map", 0.95, false),
+        ];
+        for op in maps {
+            s.register(op).unwrap();
+        }
+        let frame = s
+            .table("t")
+            .unwrap()
+            .sem_filter("{t.text} is a multiple of something")
+            .unwrap()
+            .sem_map("v", "the value of {t.text}", stretto::core::op::ValueType::String)
+            .unwrap();
+        frame.collect(Targets::new(0.8, 0.8, 0.95).unwrap()).unwrap()
+    };
+    // One tuple in ten passes the filter: only gold is profiled, and the warning gives the figures.
+    let r = run(10);
+    let warnings = r.plan().warnings.join(" ");
+    assert!(
+        warnings.contains("no plan can save more than") && warnings.contains("maps reached by"),
+        "{warnings} {:?} {:?}",
+        r.report().screening,
+        r.report().candidates
+    );
+    let map = r.report().candidates["v"].clone();
+    assert_eq!(map, ["gold-map"], "{:?}", r.report().candidates);
+    // Every tuple passes: the cheap map is profiled.
+    let r = run(1);
+    let map = r.report().candidates["v"].clone();
+    assert!(map.contains(&"cheap-map".to_string()), "{:?} {:?}", r.report().candidates, r.plan().warnings);
+}
