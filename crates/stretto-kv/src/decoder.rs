@@ -739,10 +739,11 @@ impl Decoder {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn config(context_length: Option<usize>) -> DecoderConfig {
+    /// A one-layer config for tests that need no model.
+    pub(crate) fn tiny_config(context_length: Option<usize>) -> DecoderConfig {
         DecoderConfig {
             arch: "llama".into(),
             layers: 1,
@@ -764,20 +765,20 @@ mod tests {
 
     #[test]
     fn an_item_keeps_the_context_less_the_answers_room() {
-        assert_eq!(item_token_limit(&config(None)), None, "an unknown context cuts nothing");
-        assert_eq!(item_token_limit(&config(Some(8192))), Some(8192 - ANSWER_RESERVE));
-        assert_eq!(item_token_limit(&config(Some(32768))), Some(32768 - ANSWER_RESERVE));
+        assert_eq!(item_token_limit(&tiny_config(None)), None, "an unknown context cuts nothing");
+        assert_eq!(item_token_limit(&tiny_config(Some(8192))), Some(8192 - ANSWER_RESERVE));
+        assert_eq!(item_token_limit(&tiny_config(Some(32768))), Some(32768 - ANSWER_RESERVE));
         // A short context keeps at least half of it for the item.
-        assert_eq!(item_token_limit(&config(Some(600))), Some(300));
-        assert_eq!(item_token_limit(&config(Some(1))), Some(1));
+        assert_eq!(item_token_limit(&tiny_config(Some(600))), Some(300));
+        assert_eq!(item_token_limit(&tiny_config(Some(1))), Some(1));
     }
 
     #[test]
     fn a_continuation_loses_its_middle_to_fit_the_context_and_keeps_its_question() {
-        let c = config(Some(100));
+        let c = tiny_config(Some(100));
         let t: Vec<u32> = (0..50).collect();
         assert_eq!(fit_after(&c, 50, t.clone(), 10), t, "fits exactly");
-        assert_eq!(fit_after(&config(None), 90, t.clone(), 10), t, "no known context");
+        assert_eq!(fit_after(&tiny_config(None), 90, t.clone(), 10), t, "no known context");
         // After 80 positions, 20 are left: the first 10 tokens and the last 10.
         let cut = fit_after(&c, 80, t.clone(), 10);
         assert_eq!(cut, (0..10).chain(40..50).collect::<Vec<u32>>());

@@ -300,23 +300,7 @@ mod tests {
     use super::*;
 
     fn config() -> DecoderConfig {
-        DecoderConfig {
-            arch: "llama".into(),
-            layers: 1,
-            hidden: 8,
-            heads: 2,
-            kv_heads: 1,
-            head_dim: 4,
-            ffn: 8,
-            vocab: 10,
-            rope_base: 10000.0,
-            eps: 1e-5,
-            stop_tokens: vec![],
-            system_prompt: String::new(),
-            converter: crate::convert::CONVERTER_VERSION,
-            weights: Default::default(),
-            context_length: None,
-        }
+        crate::decoder::tests::tiny_config(None)
     }
 
     fn past(n: usize) -> KvPast {

@@ -8,6 +8,21 @@ use arrow::datatypes::{DataType, Field, Schema};
 use stretto::core::op::{LogicalKind, Modality, OpOutput, OpProperties, PhysicalOp, SemanticTask};
 use stretto::{Session, Targets};
 
+/// The properties of a model-free text operator of `kind` costing `secs` per tuple.
+fn props(kind: LogicalKind, family: &str, secs: f64, gold: bool) -> OpProperties {
+    OpProperties {
+        kind,
+        family: family.into(),
+        modality: Modality::Text,
+        model: None,
+        compression: None,
+        tunable: true,
+        gold,
+        cost_hint: secs,
+        score_range: (-1.0, 1.0),
+    }
+}
+
 /// A filter answering "row N" items: +1 when N is a multiple of three (or of its `modulus`), else −1 (gold's
 /// answer, and every candidate's), at a fixed number of seconds per tuple.
 #[derive(Debug)]
@@ -25,17 +40,7 @@ struct Fixed {
 
 impl Fixed {
     fn new(name: &str, secs: f64, gold: bool) -> Arc<Self> {
-        let props = OpProperties {
-            kind: LogicalKind::Filter,
-            family: "fixed".into(),
-            modality: Modality::Text,
-            model: None,
-            compression: None,
-            tunable: true,
-            gold,
-            cost_hint: secs,
-            score_range: (-1.0, 1.0),
-        };
+        let props = props(LogicalKind::Filter, "fixed", secs, gold);
         Arc::new(Self { name: name.into(), props, secs, setup: false, asked: Default::default(), modulus: 3 })
     }
 
@@ -347,18 +352,7 @@ struct FixedMap {
 
 impl FixedMap {
     fn new(name: &str, secs: f64, gold: bool) -> Arc<Self> {
-        let props = OpProperties {
-            kind: LogicalKind::Map,
-            family: "fixed-map".into(),
-            modality: Modality::Text,
-            model: None,
-            compression: None,
-            tunable: true,
-            gold,
-            cost_hint: secs,
-            score_range: (0.0, 1.0),
-        };
-        Arc::new(Self { name: name.into(), props, secs })
+        Arc::new(Self { name: name.into(), props: props(LogicalKind::Map, "fixed-map", secs, gold), secs })
     }
 }
 
