@@ -138,8 +138,15 @@ impl PastSource {
             bar.inc(1);
             let prompt = dec.item_prefix(item);
             let source = sha256_text(&prompt);
-            let path = index.get(&source).cloned().unwrap_or_else(|| adhoc_path(&self.kv_dir, &self.profile, &source));
-            if read_meta(&path).is_ok_and(|m| m.source_sha256 == source && within_item_limit(dec.config(), m.tokens)) {
+            // An indexed record was checked when the index was built; an ad-hoc one is checked here.
+            let usable = match index.get(&source) {
+                Some(path) => path.is_file().then(|| path.clone()),
+                None => {
+                    let path = adhoc_path(&self.kv_dir, &self.profile, &source);
+                    read_meta(&path).is_ok_and(|m| within_item_limit(dec.config(), m.tokens)).then_some(path)
+                }
+            };
+            if let Some(path) = usable {
                 touch(&path);
                 continue;
             }

@@ -985,23 +985,24 @@ fn profile_candidates(
         }
         let (rest, note) = rest_of(&tried, probe);
         let (cost, saving) = pays(&tried, rest, rows.len() - probe, probe);
-        let uncertified = if pay_check && cost < saving { cannot_certify(&tried, probe) } else { None };
-        if let Some(why) = uncertified {
-            // 3a-ii skipped: only the probed tuples were screened.
-            screening.tuples = probe;
-            screening.rows.truncate(probe);
-            gold_only = Some(format!("on the first {probe} screening tuples {why}"));
-        } else if pay_check && cost >= saving {
-            // 3a-ii skipped: only the probed tuples were screened.
-            screening.tuples = probe;
-            screening.rows.truncate(probe);
-            gold_only = Some(format!(
+        let stop = if !pay_check {
+            None
+        } else if cost >= saving {
+            Some(format!(
                 "on the first {probe} screening tuples the {} candidates cheaper than gold showed that screening and \
                  profiling them on {want} tuples would cost {cost:.1} s, and no plan can save more than {saving:.1} s \
                  on the other {rest} tuples{note} (every tuple reaching an operator decided by its cheapest candidate; \
                  maps reached by the tuples the filters let through), so gold ran directly",
                 kept(&tried)
-            ));
+            ))
+        } else {
+            cannot_certify(&tried, probe).map(|why| format!("on the first {probe} screening tuples {why}"))
+        };
+        if let Some(why) = stop {
+            // 3a-ii skipped: only the probed tuples were screened.
+            screening.tuples = probe;
+            screening.rows.truncate(probe);
+            gold_only = Some(why);
         } else {
             // 3a-ii. The candidates left on the rest of the screening tuples; the hopeless and the dominated go no
             //        further. Only tuples the optimizer never sees decide which candidates it gets, so its fit and
@@ -1038,10 +1039,11 @@ fn profile_candidates(
             }
             let (rest, note) = rest_of(&tried, rows.len());
             let (cost, saving) = pays(&tried, rest, 0, rows.len());
-            let uncertified = if pay_check && cost < saving { cannot_certify(&tried, rows.len()) } else { None };
-            if let Some(why) = uncertified {
-                gold_only = Some(format!("after screening, {why}"));
-            } else if pay_check && cost >= saving {
+            if pay_check && cost < saving {
+                if let Some(why) = cannot_certify(&tried, rows.len()) {
+                    gold_only = Some(format!("after screening, {why}"));
+                }
+            } else if pay_check {
                 gold_only = Some(format!(
                     "profiling the {} candidates left after screening on {want} tuples would cost {cost:.1} s, and no \
                      plan can save more than {saving:.1} s on the other {rest} tuples{note} (every tuple reaching an \
