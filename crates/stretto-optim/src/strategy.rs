@@ -160,6 +160,12 @@ pub trait Strategy: Send + Sync {
     fn name(&self) -> &'static str;
     /// Optimizes a plan for `problem`.
     fn optimize(&self, problem: &Problem, targets: &Targets, seed: u64) -> Result<Optimized>;
+    /// The hold-out rules under which it certifies its plans, if it does (`global`, `local`, `independent`): a
+    /// plan of theirs other than gold needs at least [`min_certifiable_positives`] gold result rows held out, so
+    /// the engine can tell before profiling that a sample is too small for any plan but gold.
+    fn certification(&self) -> Option<&Certification> {
+        None
+    }
 }
 
 /// The methods of `stretto optimize --method`.
@@ -209,12 +215,6 @@ impl Strategy for Gold {
     fn optimize(&self, problem: &Problem, _: &Targets, _: u64) -> Result<Optimized> {
         Ok(gold_result(problem, None))
     }
-}
-
-/// Whether strategy `method` certifies its plans on held-out profiled tuples (`global`, `local`, `independent`): a
-/// plan of theirs other than gold needs at least [`min_certifiable_positives`] gold result rows held out.
-pub fn certifies(method: &str) -> bool {
-    matches!(method, "global" | "local" | "independent")
 }
 
 /// The fewest gold result rows a hold-out must hold for any plan other than gold to be certified at `targets`
@@ -300,6 +300,12 @@ impl Default for Certification {
 }
 
 impl Certification {
+    /// The most tuples of a profiling sample of `sample` it holds out (the larger of its two shares), rounded like
+    /// the split rounds them.
+    pub fn most_held_out(&self, sample: usize) -> f64 {
+        self.max_holdout.max(self.holdout) * sample as f64
+    }
+
     /// The hold-out share for a sample with `positives` gold result rows. High targets need many held-out positives
     /// even for an error-free plan (`ln(1 − level) / ln T` of them), and the fit part needs far fewer to propose
     /// candidates, so the split moves towards the hold-out when positives are scarce. The share depends on the
@@ -954,6 +960,9 @@ impl Strategy for Global {
     fn name(&self) -> &'static str {
         "global"
     }
+    fn certification(&self) -> Option<&Certification> {
+        Some(&self.certification)
+    }
     fn optimize(&self, problem: &Problem, targets: &Targets, seed: u64) -> Result<Optimized> {
         certified_search(problem, targets, seed, &self.certification, Mode::Global, targets.credible)
     }
@@ -969,6 +978,9 @@ pub struct Independent {
 impl Strategy for Independent {
     fn name(&self) -> &'static str {
         "independent"
+    }
+    fn certification(&self) -> Option<&Certification> {
+        Some(&self.certification)
     }
     fn optimize(&self, problem: &Problem, targets: &Targets, seed: u64) -> Result<Optimized> {
         let level = targets.credible.powf(1.0 / problem.ops.len() as f64);
@@ -986,6 +998,9 @@ pub struct Local {
 impl Strategy for Local {
     fn name(&self) -> &'static str {
         "local"
+    }
+    fn certification(&self) -> Option<&Certification> {
+        Some(&self.certification)
     }
     fn optimize(&self, problem: &Problem, targets: &Targets, seed: u64) -> Result<Optimized> {
         let n = problem.ops.len() as f64;

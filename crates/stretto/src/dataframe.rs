@@ -126,11 +126,12 @@ impl DataFrame {
         self.plan.clone().build()
     }
 
-    fn options(&self, targets: &Targets, strategy: &str) -> QueryOptions {
+    fn options(&self, targets: &Targets, strategy: &dyn Strategy) -> QueryOptions {
         let c = &self.session.config;
         let mut o = QueryOptions::new(&self.source, &self.logical_plan().to_string());
         (o.precision, o.recall, o.credible) = (targets.precision, targets.recall, targets.credible);
-        o.method = strategy.to_string();
+        o.method = strategy.name().to_string();
+        o.certification = strategy.certification().cloned();
         o.seed = c.seed;
         o.sample_fraction = c.sample_fraction;
         o.min_sample = c.min_sample;
@@ -156,7 +157,7 @@ impl DataFrame {
     /// (any strategy, any targets) starts from.
     pub fn profile(&self) -> Result<ProfiledFrame> {
         // Targets do not matter to profiling; these pass validation.
-        let o = self.options(&Targets::new(0.9, 0.9, 0.95)?, "global");
+        let o = self.options(&Targets::new(0.9, 0.9, 0.95)?, &Global::default());
         self.profiled_by(&o, engine::profile_pipeline)
     }
 
@@ -193,7 +194,7 @@ impl DataFrame {
     /// when nothing else can pay for its profiling (the gold strategy; an input no larger than the sample), and
     /// the result's plan then says so.
     pub fn collect_with(&self, targets: Targets, strategy: &dyn Strategy) -> Result<QueryResult> {
-        let o = self.options(&targets, strategy.name());
+        let o = self.options(&targets, strategy);
         self.profiled_by(&o, engine::profile_to_run)?.collect_with(targets, strategy)
     }
 }
@@ -234,7 +235,7 @@ impl ProfiledFrame {
 
     /// Optimizes with `strategy` under `targets`: the plan, its certified bounds and warnings, before anything runs.
     pub fn optimize(&self, targets: Targets, strategy: &dyn Strategy) -> Result<OptimizedPlan> {
-        let options = self.frame.options(&targets, strategy.name());
+        let options = self.frame.options(&targets, strategy);
         let planned = engine::optimize(&self.profiled, &options, strategy)?;
         Ok(OptimizedPlan { planned, options })
     }

@@ -22,7 +22,7 @@ use stretto_core::table::{resolve_column, ColumnKind};
 use stretto_kv::press::{Positions, Press};
 use stretto_optim::problem::Problem;
 use stretto_optim::profile::{LogicalEntry, PhysicalEntry, Profile, PROFILE_FORMAT};
-use stretto_optim::strategy::{strategy, Optimized, Strategy, Targets};
+use stretto_optim::strategy::{strategy, Certification, Optimized, Strategy, Targets};
 
 use crate::error::{Error, Result};
 
@@ -41,6 +41,10 @@ pub struct QueryOptions {
     pub credible: f64,
     /// Optimizer strategy.
     pub method: String,
+    /// The hold-out rules of the strategy that will optimize, where it is not `method`'s default (a certified
+    /// strategy built with its own [`Certification`]): the pay checks foresee its certificate. `None` takes
+    /// [`strategy`]`(method)`'s.
+    pub certification: Option<Certification>,
     /// Seed of the sample and the optimizer.
     pub seed: u64,
     /// Fraction of the input profiled.
@@ -83,6 +87,7 @@ impl QueryOptions {
             recall: 0.9,
             credible: 0.95,
             method: "global".into(),
+            certification: None,
             seed: 42,
             sample_fraction: 0.15,
             min_sample: 40,
@@ -394,7 +399,7 @@ pub fn run_pipeline(
 /// the method is gold (nothing else will run), or the sample would cover the whole input, so that profiling every
 /// implementation would cost at least running gold on every tuple and no plan can win it back, or the method
 /// certifies its plans and the sample could not hold out enough gold result rows to certify any plan but gold even
-/// if every tuple were one ([`most_held_out`]; unless screening is off, which profiles every candidate).
+/// if every tuple were one (its [`Certification`]; unless screening is off, which profiles every candidate).
 pub fn gold_only_reason(o: &QueryOptions, n: usize) -> Option<String> {
     if o.method == "gold" {
         return Some("the gold plan was asked for: only the gold operators were profiled".into());
@@ -414,25 +419,33 @@ pub fn gold_only_reason(o: &QueryOptions, n: usize) -> Option<String> {
     uncertifiable(o, sample, 1.0, " (were every tuple one)").map(|why| format!("{why}, so gold ran directly"))
 }
 
-/// The most tuples of a profiling sample of `sample` that a certified strategy holds out (the largest share
-/// [`Certification`](stretto_optim::strategy::Certification) allows).
-fn most_held_out(sample: usize) -> f64 {
-    let c = stretto_optim::strategy::Certification::default();
-    c.max_holdout.max(c.holdout) * sample as f64
+/// The hold-out rules the pay checks assume for `o`'s strategy: [`QueryOptions::certification`], or the
+/// method's default strategy's. `None` when the strategy certifies nothing.
+fn certification(o: &QueryOptions) -> Option<Certification> {
+    match &o.certification {
+        Some(c) => Some(c.clone()),
+        None => strategy(&o.method).ok()?.certification().cloned(),
+    }
 }
 
 /// Why no plan but gold can be certified for `o` on a profiling sample of `sample` tuples whose share of gold
 /// result rows is at most `share`: its hold-out would hold fewer gold result rows than even an error-free plan
-/// needs ([`min_certifiable_positives`](stretto_optim::strategy::min_certifiable_positives)). `None` when a plan
-/// could be, or the method certifies nothing.
+/// needs ([`min_certifiable_positives`](stretto_optim::strategy::min_certifiable_positives)), or fewer tuples
+/// than the strategy certifies on at all. `None` when a plan could be, or the strategy certifies nothing.
 fn uncertifiable(o: &QueryOptions, sample: usize, share: f64, given: &str) -> Option<String> {
-    if !stretto_optim::strategy::certifies(&o.method) {
-        return None;
-    }
+    let cert = certification(o)?;
     let targets = Targets::new(o.precision, o.recall, o.credible).ok()?;
     let needed = stretto_optim::strategy::min_certifiable_positives(&targets);
     // The stratified split rounds each part's count to the nearest tuple.
-    let most = (most_held_out(sample) * share + 0.5).floor();
+    let held_out = cert.most_held_out(sample);
+    let most = (held_out * share + 0.5).floor();
+    if ((held_out + 0.5).floor() as usize) < cert.min_holdout {
+        return Some(format!(
+            "the {sample}-tuple profiling sample would hold out at most {held_out:.0} tuples for certification, \
+             fewer than the {} the strategy certifies on, so no plan but gold can be certified",
+            cert.min_holdout
+        ));
+    }
     if needed.is_infinite() {
         return Some(format!(
             "no hold-out certifies a target of 1 (precision {}, recall {}), so no plan but gold can be certified",

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use arrow::array::{Int64Array, RecordBatch, StringArray};
 use arrow::datatypes::{DataType, Field, Schema};
 use stretto::core::op::{LogicalKind, Modality, OpOutput, OpProperties, PhysicalOp, SemanticTask};
+use stretto::optim::strategy::{Certification, Global};
 use stretto::{Session, Targets};
 
 /// The properties of a model-free text operator of `kind` costing `secs` per tuple.
@@ -318,6 +319,33 @@ fn a_sample_too_small_to_certify_any_plan_runs_gold_without_screening() {
     let frame = s.table("t").unwrap().sem_filter("{t.text} is a multiple of three").unwrap();
     let r = frame.collect(Targets::new(0.8, 0.8, 0.95).unwrap()).unwrap();
     assert!(r.report().candidates.values().next().unwrap().contains(&"cheap".to_string()), "{:?}", r.plan().warnings);
+}
+
+/// The check before profiling foresees the hold-out of the strategy that will optimize, not the default one's: a
+/// `Global` that may hold out 80% of the sample can certify on a sample where the default's 50% cannot, and one
+/// that certifies on no fewer than 100 tuples cannot on a sample of 120.
+#[test]
+fn the_certification_check_before_profiling_uses_the_strategys_own_hold_out() {
+    let wide =
+        Global { certification: Certification { max_holdout: 0.8, positive_room: 1.5, ..Certification::default() } };
+    let dir = tempfile::tempdir().unwrap();
+    let ops = [Fixed::new("gold", 1.0, true), Fixed::new("cheap", 0.01, false)];
+    let s = session(dir.path(), 400, 0.1, &ops);
+    let frame = s.table("t").unwrap().sem_filter("{t.text} is a multiple of three").unwrap();
+    let r = frame.collect_with(Targets::new(0.9, 0.9, 0.95).unwrap(), &wide).unwrap();
+    // (At the probe, one in three through leaves 21 rows of 32 held out: gold runs there, for another reason.)
+    assert!(ops[1].asked.load(std::sync::atomic::Ordering::SeqCst) > 0, "{:?}", r.plan().warnings);
+    assert!(!r.plan().warnings.join(" ").contains("were every tuple one"), "{:?}", r.plan().warnings);
+
+    let strict = Global { certification: Certification { min_holdout: 100, ..Certification::default() } };
+    let dir = tempfile::tempdir().unwrap();
+    let ops = [Fixed::new("gold", 1.0, true), Fixed::new("cheap", 0.01, false)];
+    let s = session(dir.path(), 400, 0.3, &ops);
+    let frame = s.table("t").unwrap().sem_filter("{t.text} is a multiple of three").unwrap();
+    let r = frame.collect_with(Targets::new(0.8, 0.8, 0.95).unwrap(), &strict).unwrap();
+    assert_eq!(ops[1].asked.load(std::sync::atomic::Ordering::SeqCst), 0, "the cheap candidate never ran");
+    let warnings = r.plan().warnings.join(" ");
+    assert!(warnings.contains("hold out at most 60 tuples") && warnings.contains("fewer than the 100"), "{warnings}");
 }
 
 /// Where gold lets few tuples through, the screening shows that the sample cannot hold out the gold result rows a
