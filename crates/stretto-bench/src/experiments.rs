@@ -141,6 +141,9 @@ impl Scale {
         o.sample_fraction = self.sample_fraction;
         o.min_sample = self.min_sample;
         o.run_dir = Some(run_dir);
+        // Every method is priced as a cold run would pay it, though they share one memo (and `global-as-run`
+        // follows the shared profile): its pay checks must not see the others' answers as free.
+        o.price_memo_hits = true;
         o
     }
 }

@@ -85,6 +85,11 @@ impl Memo {
         self.entries.lock().ok().and_then(|m| m.get(key).cloned())
     }
 
+    /// Whether it holds an answer under `key`.
+    pub fn contains(&self, key: &str) -> bool {
+        self.entries.lock().is_ok_and(|m| m.contains_key(key))
+    }
+
     /// Number of answers.
     pub fn len(&self) -> usize {
         self.entries.lock().map(|m| m.len()).unwrap_or(0)

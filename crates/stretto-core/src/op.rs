@@ -581,10 +581,30 @@ impl RegisteredOp {
         })
     }
 
+    /// Which rows of `batch` already have an answer to `task` in the memo: what [`RegisteredOp::evaluate_timed`]
+    /// would read rather than compute. Asks the operator nothing; all `false` without a memo, or where the operator
+    /// does not serve the task.
+    pub fn memoised_rows(&self, task: &SemanticTask, batch: &RecordBatch) -> Result<Vec<bool>> {
+        let none = vec![false; batch.num_rows()];
+        let Some(memo) = self.memo() else { return Ok(none) };
+        if !self.serves(task) {
+            return Ok(none);
+        }
+        let identity = self.op.accept(task)?;
+        let items = if task.is_join() { task.pair_items(batch)? } else { task.item_texts(batch)? };
+        let prompt = memo_prompt(task);
+        Ok(items.iter().map(|i| memo.contains(&memo_key(&identity, &prompt, i))).collect())
+    }
+
     /// [`RegisteredOp::evaluate_timed`] without the costs.
     pub fn evaluate(&self, task: &SemanticTask, batch: &RecordBatch) -> Result<OpOutput> {
         Ok(self.evaluate_timed(task, batch)?.0)
     }
+}
+
+/// The part of a memo key that says which task an answer is to.
+fn memo_prompt(task: &SemanticTask) -> String {
+    serde_json::to_string(task).unwrap_or_else(|_| task.prompt.clone())
 }
 
 /// Evaluates `task` on `items` through `memo`: memoised answers are reused, the rest are computed by `compute`
@@ -598,7 +618,7 @@ fn memoised(
     items: &[String],
     compute: impl FnOnce(&[usize]) -> Result<(OpOutput, Vec<f64>)>,
 ) -> Result<(OpOutput, Vec<f64>)> {
-    let prompt = serde_json::to_string(task).unwrap_or_else(|_| task.prompt.clone());
+    let prompt = memo_prompt(task);
     let keys: Vec<String> = items.iter().map(|i| memo_key(operator, &prompt, i)).collect();
     let mut hits: Vec<Option<MemoEntry>> = keys.iter().map(|k| memo.and_then(|m| m.get(k))).collect();
     // The first occurrence of each item the memo does not know.

@@ -45,6 +45,10 @@ pub struct QueryOptions {
     /// strategy built with its own [`Certification`]): the pay checks foresee its certificate. `None` takes
     /// [`strategy`]`(method)`'s.
     pub certification: Option<Certification>,
+    /// Whether the pay checks price the profiling answers already in the memo at the seconds they once cost, as a
+    /// cold run would pay them (the bench's replays of a cold memo need this), rather than as free: by default an
+    /// answer an earlier query computed costs a profile nothing.
+    pub price_memo_hits: bool,
     /// Seed of the sample and the optimizer.
     pub seed: u64,
     /// Fraction of the input profiled.
@@ -88,6 +92,7 @@ impl QueryOptions {
             credible: 0.95,
             method: "global".into(),
             certification: None,
+            price_memo_hits: false,
             seed: 42,
             sample_fraction: 0.15,
             min_sample: 40,
@@ -576,6 +581,21 @@ impl Tried {
     }
 }
 
+/// For one logical operator, what the memo leaves profiling to compute (see [`QueryOptions::price_memo_hits`]).
+struct Fresh {
+    /// Per candidate, the sample tuples whose answers the memo lacks.
+    sample: Vec<f64>,
+    /// Per candidate, the screening tuples after the probe whose answers the memo lacks.
+    screening: Vec<f64>,
+}
+
+impl Fresh {
+    /// Tuples candidate `idx` still has to answer: the sample's, and the rest of the screening's if it is left.
+    fn ahead(&self, idx: usize, screening_left: bool) -> f64 {
+        self.sample[idx] + if screening_left { self.screening[idx] } else { 0.0 }
+    }
+}
+
 /// Whether profiling may run a query's logical operators side by side: only where the cores (or a GPU) leave each
 /// its own threads. Otherwise they contend, and every answer's recorded seconds, which plans are priced on, would
 /// be those of a crowded machine rather than of the execution that runs its stages one after another (measured on
@@ -937,19 +957,40 @@ fn profile_candidates(
             let low = stretto_optim::bounds::beta_lower_bound((looked - through) as f64, through as f64, o.credible);
             (through, 1.0 - low)
         };
+        // What profiling will compute rather than read from the memo: per logical operator and candidate, the
+        // tuples of the sample and of the screening after the probe whose answers the memo lacks. (The saving side
+        // stays priced at recorded seconds even where gold's answers are known: a query rerun after an interruption
+        // must choose as the interrupted run did, and the answers that run's execution left would talk it out of
+        // its plan.)
+        let sample_batch = take_record_batch(&input, &UInt32Array::from_iter_values(sample.iter().map(|&r| r as u32)))?;
+        let tail = batch.slice(probe, rows.len() - probe);
+        let unknown = |op: &RegisteredOp, task: &SemanticTask, b: &RecordBatch| -> f64 {
+            if o.price_memo_hits {
+                return b.num_rows() as f64;
+            }
+            op.memoised_rows(task, b).map_or(b.num_rows(), |known| known.iter().filter(|k| !**k).count()) as f64
+        };
+        let fresh: Vec<Fresh> = tasks
+            .iter()
+            .zip(&cands)
+            .map(|(task, ops)| Fresh {
+                sample: ops.iter().map(|op| unknown(op, task, &sample_batch)).collect(),
+                screening: ops.iter().map(|op| unknown(op, task, &tail)).collect(),
+            })
+            .collect();
         // Profiling pays only if some plan could save more than it costs: at best the cheapest candidate decides
         // every tuple outside the sample and the screening (whose gold answers execution reuses) that reaches its
         // operator. A map rejects nothing, so a plan runs it after the filters (the ordering's DP places it there),
         // on the tuples they let through: at most the gold result rows over the precision target.
-        let pays = |tried: &[Vec<Tried>], rest: f64, screen_left: usize, looked: usize| -> (f64, f64) {
+        let pays = |tried: &[Vec<Tried>], rest: f64, screening_left: bool, looked: usize| -> (f64, f64) {
             let reach = (through_share(tried, looked).1 / o.precision).min(1.0);
             let (mut cost, mut saving) = (0.0, 0.0);
-            for (task, t) in tasks.iter().zip(tried) {
+            for ((task, t), fresh) in tasks.iter().zip(tried).zip(&fresh) {
                 let Some((gold, others)) = t.split_first() else { continue };
-                let others: Vec<f64> = others.iter().map(Tried::cost).collect();
-                cost += (want + screen_left) as f64 * others.iter().sum::<f64>();
+                cost += others.iter().map(|c| c.cost() * fresh.ahead(c.idx, screening_left)).sum::<f64>();
+                let cheapest = others.iter().map(Tried::cost).fold(gold.cost(), f64::min);
                 let seen = if task.kind == LogicalKind::Map { rest * reach } else { rest };
-                saving += seen * (gold.cost() - others.iter().cloned().fold(gold.cost(), f64::min)).max(0.0);
+                saving += seen * (gold.cost() - cheapest).max(0.0);
             }
             (cost, saving)
         };
@@ -976,7 +1017,7 @@ fn profile_candidates(
             .collect();
         if !with_setup.is_empty() {
             let (rest, _) = rest_of(&tried, probe);
-            let (cost, saving) = pays(&tried, rest, rows.len() - probe, probe);
+            let (cost, saving) = pays(&tried, rest, true, probe);
             if pay_check && (cost >= saving || cannot_certify(&tried, probe).is_some()) {
                 for &(t, i) in &with_setup {
                     screening.dropped.push(Dropped {
@@ -997,7 +1038,7 @@ fn profile_candidates(
             }
         }
         let (rest, note) = rest_of(&tried, probe);
-        let (cost, saving) = pays(&tried, rest, rows.len() - probe, probe);
+        let (cost, saving) = pays(&tried, rest, true, probe);
         let stop = if !pay_check {
             None
         } else if cost >= saving {
@@ -1020,7 +1061,6 @@ fn profile_candidates(
             // 3a-ii. The candidates left on the rest of the screening tuples; the hopeless and the dominated go no
             //        further. Only tuples the optimizer never sees decide which candidates it gets, so its fit and
             //        its certificate stand as they would on a profile of those candidates alone.
-            let tail = batch.slice(probe, rows.len() - probe);
             let more: Vec<Vec<(OpOutput, Vec<f64>)>> = per_task(&tasks, &cands, parallel, |i, task, ops| {
                 tried[i].iter().map(|t| Ok(ops[t.idx].evaluate_timed(task, &tail)?)).collect()
             })?;
@@ -1051,7 +1091,7 @@ fn profile_candidates(
                 });
             }
             let (rest, note) = rest_of(&tried, rows.len());
-            let (cost, saving) = pays(&tried, rest, 0, rows.len());
+            let (cost, saving) = pays(&tried, rest, false, rows.len());
             if pay_check && cost < saving {
                 if let Some(why) = cannot_certify(&tried, rows.len()) {
                     gold_only = Some(format!("after screening, {why}"));

@@ -182,6 +182,34 @@ fn when_the_probe_shows_profiling_cannot_pay_gold_runs_without_finishing_the_scr
     assert!((c.total_seconds - 103.2).abs() < 0.01, "{c:?}");
 }
 
+/// Answers an earlier query computed cost a profile nothing: where a cold memo makes the probe's pay check run
+/// gold, a memo that already holds the candidates' answers on the sample and the screening lets profiling go on.
+#[test]
+fn answers_already_in_the_memo_make_profiling_free_to_the_pay_check() {
+    let targets = Targets::new(0.8, 0.8, 0.95).unwrap();
+    let cold = tempfile::tempdir().unwrap();
+    let ops = [Fixed::one_in("gold", 1.0, true, 2), Fixed::one_in("cheap", 0.8, false, 2)];
+    let s = session(cold.path(), 100, 0.15, &ops);
+    let frame = s.table("t").unwrap().sem_filter("{t.text} is even").unwrap();
+    let r = frame.collect(targets).unwrap();
+    assert_eq!(r.report().screening.as_ref().map(|sc| sc.tuples), Some(4), "{:?}", r.plan().warnings);
+
+    let warm = tempfile::tempdir().unwrap();
+    let ops = [Fixed::one_in("gold", 1.0, true, 2), Fixed::one_in("cheap", 0.8, false, 2)];
+    let s = session(warm.path(), 100, 0.15, &ops);
+    let frame = s.table("t").unwrap().sem_filter("{t.text} is even").unwrap();
+    // An earlier profile of the same operators on the same seeded sample and screening tuples.
+    frame.profile().unwrap();
+    let asked = ops[1].asked.load(std::sync::atomic::Ordering::SeqCst);
+    let r = frame.collect(targets).unwrap();
+    let sc = r.report().screening.clone().expect("screening ran");
+    assert_eq!(sc.tuples, 20, "the whole screening ran: {:?}", r.plan().warnings);
+    assert!(!r.plan().warnings.join(" ").contains("gold ran directly"), "{:?}", r.plan().warnings);
+    assert!(r.report().candidates.values().next().unwrap().contains(&"cheap".to_string()));
+    // Profiling read the cheap candidate's answers; only execution asked it anything new.
+    assert!(ops[1].asked.load(std::sync::atomic::Ordering::SeqCst) >= asked);
+}
+
 /// The gold plan asked for profiles nothing but gold on a few tuples (to order its stages), and execution reuses
 /// those answers: the query costs exactly what gold on every tuple does.
 #[test]
