@@ -109,6 +109,9 @@ fn session(b: &ClusterBench, memo: &Path) -> Result<stretto::Session, Error> {
         .ladder(b.ladder.clone())
         .models(std::iter::once("minilm".to_string()).chain(b.ladder.iter().cloned()))
         .progress(false)
+        // Every configuration certifies through the client's memo, which the first one fills: the later ones must
+        // price profiling as the first did, or they could choose another plan than the one the summary prints.
+        .price_memo_hits(true)
         .build()?)
 }
 

@@ -300,8 +300,8 @@ impl Default for Certification {
 }
 
 impl Certification {
-    /// The most tuples of a profiling sample of `sample` it holds out (the larger of its two shares), rounded like
-    /// the split rounds them.
+    /// The larger of its two hold-out shares of a profiling sample of `sample` tuples, unrounded (the split rounds
+    /// each class apart, so it may hold out one tuple more than this rounded down).
     pub fn most_held_out(&self, sample: usize) -> f64 {
         self.max_holdout.max(self.holdout) * sample as f64
     }

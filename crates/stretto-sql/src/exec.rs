@@ -228,7 +228,7 @@ pub fn certify(
     let mut q = QueryOptions::new("sql", &spec.describe());
     (q.precision, q.recall, q.credible, q.method) = (o.precision, o.recall, o.credible, o.method.clone());
     (q.seed, q.sample_fraction, q.min_sample, q.screen) = (c.seed, c.sample_fraction, c.min_sample, c.screen);
-    q.max_sample = c.max_sample;
+    (q.max_sample, q.price_memo_hits) = (c.max_sample, c.price_memo_hits);
     (q.models, q.run_dir, q.progress, q.fetch) = (c.models.clone(), c.run_dir.clone(), c.progress, fetch);
     let strategy = stretto::optim::strategy::strategy(&q.method)?;
     let registry = session.registry();

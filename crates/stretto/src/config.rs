@@ -28,6 +28,9 @@ pub struct SessionConfig {
     /// Tuples of the first, screening stage of profiling (outside the sample; 0 profiles every candidate on the
     /// whole sample): see [`crate::engine::QueryOptions::screen`].
     pub screen: usize,
+    /// Whether the pay checks price profiling answers already in the memo as a cold run would pay them
+    /// ([`crate::engine::QueryOptions::price_memo_hits`]; off: they cost nothing).
+    pub price_memo_hits: bool,
     /// The user's own models (name, GGUF file or ONNX export folder), registered when the session is built.
     pub user_models: Vec<(String, PathBuf)>,
 }

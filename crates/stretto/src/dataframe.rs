@@ -137,6 +137,7 @@ impl DataFrame {
         o.min_sample = c.min_sample;
         o.max_sample = c.max_sample;
         o.screen = c.screen;
+        o.price_memo_hits = c.price_memo_hits;
         o.models = c.models.clone();
         o.run_dir = c.run_dir.clone();
         o.progress = c.progress;

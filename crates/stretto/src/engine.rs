@@ -43,7 +43,8 @@ pub struct QueryOptions {
     pub method: String,
     /// The hold-out rules of the strategy that will optimize, where it is not `method`'s default (a certified
     /// strategy built with its own [`Certification`]): the pay checks foresee its certificate. `None` takes
-    /// [`strategy`]`(method)`'s.
+    /// [`strategy`]`(method)`'s. Only the pay checks read it: the strategy that optimizes is the one the caller
+    /// passes ([`optimize`], [`crate::DataFrame::collect_with`]); [`run_pipeline`] optimizes with `method`'s.
     pub certification: Option<Certification>,
     /// Whether the pay checks price the profiling answers already in the memo at the seconds they once cost, as a
     /// cold run would pay them (the bench's replays of a cold memo need this), rather than as free: by default an
@@ -444,9 +445,11 @@ fn uncertifiable(o: &QueryOptions, sample: usize, share: f64, given: &str) -> Op
     // The stratified split rounds each part's count to the nearest tuple.
     let held_out = cert.most_held_out(sample);
     let most = (held_out * share + 0.5).floor();
-    if ((held_out + 0.5).floor() as usize) < cert.min_holdout {
+    // Each class is rounded apart, so the split holds out at most one more than the share rounded down.
+    let most_tuples = held_out.floor() as usize + 1;
+    if most_tuples < cert.min_holdout {
         return Some(format!(
-            "the {sample}-tuple profiling sample would hold out at most {held_out:.0} tuples for certification, \
+            "the {sample}-tuple profiling sample would hold out at most {most_tuples} tuples for certification, \
              fewer than the {} the strategy certifies on, so no plan but gold can be certified",
             cert.min_holdout
         ));

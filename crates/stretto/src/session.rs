@@ -39,6 +39,7 @@ impl SessionBuilder {
                 min_sample: 40,
                 max_sample: crate::engine::DEFAULT_MAX_SAMPLE,
                 screen: 20,
+                price_memo_hits: false,
                 user_models: Vec::new(),
             },
         }
@@ -160,6 +161,14 @@ impl SessionBuilder {
     /// are neither hopeless nor dominated there (0: profile every candidate on the whole sample).
     pub fn screen(mut self, tuples: usize) -> Self {
         self.config.screen = tuples;
+        self
+    }
+
+    /// Price the profiling answers already in the memo at the seconds they once cost, as a cold run would pay
+    /// them, when deciding whether profiling pays (off by default: an earlier query's answers cost nothing).
+    /// Benchmarks that share one memo between runs they compare as cold need it on.
+    pub fn price_memo_hits(mut self, on: bool) -> Self {
+        self.config.price_memo_hits = on;
         self
     }
 
