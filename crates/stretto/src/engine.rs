@@ -965,10 +965,16 @@ fn profile_candidates(
         // stays priced at recorded seconds even where gold's answers are known: a query rerun after an interruption
         // must choose as the interrupted run did, and the answers that run's execution left would talk it out of
         // its plan.)
-        let sample_batch = take_record_batch(&input, &UInt32Array::from_iter_values(sample.iter().map(|&r| r as u32)))?;
+        // (Without a pay check, or pricing memo hits, nothing is looked up: every tuple counts.)
+        let look_up = pay_check && !o.price_memo_hits;
+        let sample_batch = if look_up {
+            take_record_batch(&input, &UInt32Array::from_iter_values(sample.iter().map(|&r| r as u32)))?
+        } else {
+            input.slice(0, sample.len())
+        };
         let tail = batch.slice(probe, rows.len() - probe);
         let unknown = |op: &RegisteredOp, task: &SemanticTask, b: &RecordBatch| -> f64 {
-            if o.price_memo_hits {
+            if !look_up {
                 return b.num_rows() as f64;
             }
             op.memoised_rows(task, b).map_or(b.num_rows(), |known| known.iter().filter(|k| !**k).count()) as f64
