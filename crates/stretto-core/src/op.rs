@@ -563,8 +563,7 @@ impl RegisteredOp {
                 },
             });
         }
-        let identity = self.op.accept(task)?;
-        let items = if is_join { task.pair_items(batch)? } else { task.item_texts(batch)? };
+        let (identity, items) = self.identity_and_items(task, batch)?;
         memoised(self.memo(), &identity, task, &items, |missing| {
             let todo: Vec<String> = missing.iter().map(|&i| items[i].clone()).collect();
             let (out, seconds) = self.op.evaluate_items(task, &todo)?;
@@ -590,10 +589,18 @@ impl RegisteredOp {
         if !self.serves(task) {
             return Ok(none);
         }
-        let identity = self.op.accept(task)?;
-        let items = if task.is_join() { task.pair_items(batch)? } else { task.item_texts(batch)? };
+        let (identity, items) = self.identity_and_items(task, batch)?;
         let prompt = memo_prompt(task);
         Ok(items.iter().map(|i| memo.contains(&memo_key(&identity, &prompt, i))).collect())
+    }
+
+    /// What the memo keys an answer by (with [`memo_prompt`]): the operator's identity for `task` (its accept), and
+    /// the items of `batch` it judges (each row's text, or each pair's for a join predicate). Shared by evaluation
+    /// and [`RegisteredOp::memoised_rows`], so that a lookup finds exactly what evaluation stores.
+    fn identity_and_items(&self, task: &SemanticTask, batch: &RecordBatch) -> Result<(String, Vec<String>)> {
+        let identity = self.op.accept(task)?;
+        let items = if task.is_join() { task.pair_items(batch)? } else { task.item_texts(batch)? };
+        Ok((identity, items))
     }
 
     /// [`RegisteredOp::evaluate_timed`] without the costs.
