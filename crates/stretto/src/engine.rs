@@ -592,6 +592,19 @@ struct Fresh {
     screening: Vec<f64>,
 }
 
+/// What a pay check's stop message adds where its cost left out answers the memo holds: how many of the candidates'
+/// answers (gold's, the first of each logical operator's, aside) on the sample and the screening after the probe
+/// (`all` tuples) were counted free; nothing where none were.
+fn memo_note(fresh: &[Fresh], all: f64) -> String {
+    let known: f64 =
+        fresh.iter().map(|f| f.sample.iter().zip(&f.screening).skip(1).map(|(s, t)| all - s - t).sum::<f64>()).sum();
+    if known > 0.0 {
+        format!(" ({known:.0} candidate answers already in the memo counted free)")
+    } else {
+        String::new()
+    }
+}
+
 impl Fresh {
     /// Tuples candidate `idx` still has to answer: the sample's, and the rest of the screening's if it is left.
     fn ahead(&self, idx: usize, screening_left: bool) -> f64 {
@@ -987,6 +1000,8 @@ fn profile_candidates(
                 screening: ops.iter().map(|op| unknown(op, task, &tail)).collect(),
             })
             .collect();
+        // The stop messages say where the cost left out answers the memo already holds.
+        let memo_note = memo_note(&fresh, (sample_batch.num_rows() + tail.num_rows()) as f64);
         // Profiling pays only if some plan could save more than it costs: at best the cheapest candidate decides
         // every tuple outside the sample and the screening (whose gold answers execution reuses) that reaches its
         // operator. A map rejects nothing, so a plan runs it after the filters (the ordering's DP places it there),
@@ -1053,9 +1068,9 @@ fn profile_candidates(
         } else if cost >= saving {
             Some(format!(
                 "on the first {probe} screening tuples the {} candidates cheaper than gold showed that screening and \
-                 profiling them on {want} tuples would cost {cost:.1} s, and no plan can save more than {saving:.1} s \
-                 on the other {rest} tuples{note} (every tuple reaching an operator decided by its cheapest candidate; \
-                 maps reached by the tuples the filters let through), so gold ran directly",
+                 profiling them on {want} tuples would cost {cost:.1} s{memo_note}, and no plan can save more than \
+                 {saving:.1} s on the other {rest} tuples{note} (every tuple reaching an operator decided by its \
+                 cheapest candidate; maps reached by the tuples the filters let through), so gold ran directly",
                 kept(&tried)
             ))
         } else {
@@ -1107,10 +1122,10 @@ fn profile_candidates(
                 }
             } else if pay_check {
                 gold_only = Some(format!(
-                    "profiling the {} candidates left after screening on {want} tuples would cost {cost:.1} s, and no \
-                     plan can save more than {saving:.1} s on the other {rest} tuples{note} (every tuple reaching an \
-                     operator decided by its cheapest candidate; maps reached by the tuples the filters let through), \
-                     so gold ran directly",
+                    "profiling the {} candidates left after screening on {want} tuples would cost {cost:.1} \
+                     s{memo_note}, and no plan can save more than {saving:.1} s on the other {rest} tuples{note} \
+                     (every tuple reaching an operator decided by its cheapest candidate; maps reached by the tuples \
+                     the filters let through), so gold ran directly",
                     kept(&tried)
                 ));
             }
@@ -1756,6 +1771,19 @@ mod tests {
 
     fn names(n: usize) -> Vec<String> {
         (0..n).map(|i| format!("op{i}")).collect()
+    }
+
+    #[test]
+    fn a_stop_counts_the_candidates_memoised_answers_and_not_golds() {
+        // Two logical operators over 10 sample and 6 screening tuples: gold's answers (first) are all known and do
+        // not count; the candidates of the first know 3 + 1 and 0, the second's 2.
+        let fresh = [
+            Fresh { sample: vec![0.0, 7.0, 10.0], screening: vec![0.0, 5.0, 6.0] },
+            Fresh { sample: vec![0.0, 8.0], screening: vec![0.0, 6.0] },
+        ];
+        assert_eq!(memo_note(&fresh, 16.0), " (6 candidate answers already in the memo counted free)");
+        let cold = [Fresh { sample: vec![3.0, 10.0], screening: vec![6.0, 6.0] }];
+        assert_eq!(memo_note(&cold, 16.0), "", "nothing known, nothing said");
     }
 
     #[test]
