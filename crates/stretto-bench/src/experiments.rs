@@ -28,6 +28,11 @@ pub const BENCHMARKS: [(&str, &str); 4] = [
     ("artwork_random_medium", "artwork"),
 ];
 
+/// The experiments' name for the bundled e-commerce products that have a photo (232 of 1000): queries over
+/// `{products.photo}` run the image operators (bridges, see [`crate::photos`]) and are scored against the labels
+/// derived from the catalog. Not a bundled dataset: [`bench_queries`], [`bench_input`] and [`query_truth`] know it.
+pub const PHOTOS: &str = "photos";
+
 /// The targets of every experiment.
 pub const TARGETS: [f64; 3] = [0.5, 0.7, 0.9];
 
@@ -68,6 +73,27 @@ impl Scale {
         self
     }
 
+    /// This scale with `ladder` as its LLM ladder (smallest first; the last, uncompressed, is the gold candidate):
+    /// the scale's decoders are replaced by it in the models the operators may use, and the operators' context
+    /// offers its rungs. An unknown model name is an error.
+    pub fn with_ladder(mut self, ladder: Vec<String>) -> Result<Self, Error> {
+        for m in &ladder {
+            if !stretto::models::models::spec(m)?.is_decoder() {
+                return Err(format!("`{m}` is not a decoder LLM: a ladder's rungs are decoders").into());
+            }
+        }
+        let mut models = Vec::new();
+        for m in std::mem::take(&mut self.models) {
+            if !stretto::models::models::spec(&m).is_ok_and(|s| s.is_decoder()) {
+                models.push(m);
+            }
+        }
+        models.extend(ladder.iter().cloned());
+        self.models = models;
+        self.context.ladder = ladder;
+        Ok(self)
+    }
+
     /// Rows read from `dataset`'s main table.
     pub fn rows_for(&self, dataset: &str) -> usize {
         self.rows_override.iter().find(|(d, _)| d == dataset).map_or(self.rows, |(_, n)| *n)
@@ -80,12 +106,13 @@ impl Scale {
         };
         match name {
             // Emails average ~1,400 tokens (some over 9,000): prefilling them for Qwen costs seconds each on 2 cores.
+            // 232 of the 1000 products have a photo: the photo queries read all of them.
             "small" => Ok(Self {
                 name: name.into(),
                 rows: 400,
-                rows_override: vec![("email".into(), 80)],
+                rows_override: vec![("email".into(), 80), (PHOTOS.into(), 232)],
                 queries: 4,
-                datasets: vec!["movie".to_string(), "ecommerce".into(), "email".into()],
+                datasets: vec!["movie".to_string(), "ecommerce".into(), "email".into(), PHOTOS.into()],
                 models: all_models(),
                 sample_fraction: 0.15,
                 min_sample: 120,
@@ -98,7 +125,8 @@ impl Scale {
                 rows_override: Vec::new(),
                 queries: 1,
                 datasets: vec!["movie".into()],
-                models: vec!["smollm2-135m".into(), "minilm".into()],
+                // The image classifier serves `--datasets photos` (its operators never serve a text column).
+                models: vec!["smollm2-135m".into(), "minilm".into(), "efficientnet-lite0".into()],
                 sample_fraction: 0.15,
                 min_sample: 40,
                 labelled: false,
@@ -109,7 +137,7 @@ impl Scale {
                 rows: 1000,
                 rows_override: Vec::new(),
                 queries: 60,
-                datasets: vec!["movie".into(), "email".into(), "ecommerce".into(), "artwork".into()],
+                datasets: vec!["movie".into(), "email".into(), "ecommerce".into(), "artwork".into(), PHOTOS.into()],
                 models: all_models(),
                 sample_fraction: 0.15,
                 min_sample: 40,
@@ -379,11 +407,55 @@ pub fn labelled_filters(dataset: &str, query: &str) -> Option<Vec<&'static crate
 /// query is one of the labelled predicates ([`labelled_filters`]): a tuple belongs in the answer when every
 /// filter's label says so. `None` when a filter has no label, or there is no filter.
 pub fn query_truth(dataset: &str, query: &str, rows: usize) -> Result<Option<crate::query::TruthLabels>, Error> {
+    if dataset == PHOTOS {
+        return photo_truth(query, rows);
+    }
     let Some(labels) = labelled_filters(dataset, query) else { return Ok(None) };
     let ds = Dataset::load(dataset)?;
-    let mut out: Option<crate::query::TruthLabels> = None;
+    let mut out = Vec::new();
     for t in labels {
-        let l = crate::query::TruthLabels::bundled(&ds, t.table, t.label, rows)?;
+        out.push(crate::query::TruthLabels::bundled(&ds, t.table, t.label, rows)?);
+    }
+    Ok(all_of(out))
+}
+
+/// Whether every filter of a generated query over `dataset` has a true label (and there is a filter).
+pub fn is_labelled(dataset: &str, query: &str) -> bool {
+    if dataset == PHOTOS {
+        return photo_labels(query).is_some();
+    }
+    labelled_filters(dataset, query).is_some()
+}
+
+/// The derived label of each filter of a photo query; `None` when a filter has none, or there is no filter.
+fn photo_labels(query: &str) -> Option<Vec<&'static str>> {
+    let labels = query
+        .split(" -- ")
+        .filter(|op| !op.contains('['))
+        .map(crate::photos::photo_label)
+        .collect::<Option<Vec<_>>>()?;
+    (!labels.is_empty()).then_some(labels)
+}
+
+/// The true labels of a photo query over the first `rows` rows of the [`PHOTOS`] table.
+fn photo_truth(query: &str, rows: usize) -> Result<Option<crate::query::TruthLabels>, Error> {
+    let Some(labels) = photo_labels(query) else { return Ok(None) };
+    let ds = Dataset::load("ecommerce")?;
+    let (at, _) = crate::photos::products_with_photos(&ds)?;
+    let all = ds.table("products")?.num_rows();
+    let mut out = Vec::new();
+    for label in labels {
+        let l = crate::query::TruthLabels::bundled(&ds, "products", label, all)?;
+        let values = at.iter().take(rows).map(|&i| l.values[i]).collect();
+        out.push(crate::query::TruthLabels { column: l.column, values });
+    }
+    Ok(all_of(out))
+}
+
+/// The conjunction of label columns over the same tuples (`None` for none).
+fn all_of(labels: Vec<crate::query::TruthLabels>) -> Option<crate::query::TruthLabels> {
+    let mut out: Option<crate::query::TruthLabels> = None;
+    for l in labels {
         out = Some(match out {
             None => l,
             Some(acc) => crate::query::TruthLabels {
@@ -402,7 +474,34 @@ pub fn query_truth(dataset: &str, query: &str, rows: usize) -> Result<Option<cra
             },
         });
     }
-    Ok(out)
+    out
+}
+
+/// The queries of a bench dataset: the published pools' queries over its text columns ([`generate_queries`], seed
+/// 42), or for [`PHOTOS`] the photo predicates alone and in pairs ([`crate::photos::photo_queries`]).
+pub fn bench_queries(dataset: &str) -> Result<Vec<String>, Error> {
+    if dataset == PHOTOS {
+        return Ok(crate::photos::photo_queries(42));
+    }
+    generate_queries(dataset, 42, true)
+}
+
+/// The relational input of a generated query over a bench dataset's first `rows` rows ([`input_of`]); for
+/// [`PHOTOS`], over the products that have a photo (an image operator cannot judge a missing photo).
+pub fn bench_input(
+    dataset: &str,
+    tasks: &[stretto_core::op::SemanticTask],
+    rows: usize,
+) -> Result<(arrow::array::RecordBatch, stretto_core::plan::PulledUpPlan), Error> {
+    if dataset != PHOTOS {
+        return Ok(input_of(dataset, tasks, Some(rows))?);
+    }
+    let (_, products) = crate::photos::products_with_photos(&Dataset::load("ecommerce")?)?;
+    let table = |t: &str| match t {
+        "products" => Ok(products.clone()),
+        other => Err(stretto::Error::Query(format!("the {PHOTOS} bench dataset has only `products`, not `{other}`"))),
+    };
+    Ok(stretto::engine::input_from(table, tasks, Some(rows))?)
 }
 
 /// Runs `methods` at every target on generated queries; writes `results.csv`, `summary.md` and the figures
@@ -419,13 +518,13 @@ pub fn run_methods(methods: &[&str], scale: &Scale, runs: &Path) -> Result<(Vec<
     let mut outcomes = Vec::new();
     let mut skipped = Vec::new();
     for dataset in &scale.datasets {
-        let queries = generate_queries(dataset, 42, true)?;
+        let queries = bench_queries(dataset)?;
         let mut done = 0;
         for q in queries {
             if done >= scale.queries {
                 break;
             }
-            if scale.labelled && labelled_filters(dataset, &q).is_none() {
+            if scale.labelled && !is_labelled(dataset, &q) {
                 continue;
             }
             let _span = tracing::info_span!("bench_query", dataset = %dataset, n = done).entered();
@@ -456,7 +555,7 @@ fn run_query_methods(
     n: usize,
 ) -> Result<Option<Vec<Outcome>>, Error> {
     let tasks = parse_query(q)?;
-    let (input, pulled) = input_of(dataset, &tasks, Some(scale.rows_for(dataset)))?;
+    let (input, pulled) = bench_input(dataset, &tasks, scale.rows_for(dataset))?;
     let mut o = scale.options(dataset, q, runs.join(format!("{dataset}-{n}")));
     o.labels = query_truth(dataset, q, input.num_rows())?;
     let registry = stretto::registry_for(&scale.context)?;
@@ -663,9 +762,10 @@ pub fn truth_section(methods: &[&str], rows: &[Outcome]) -> String {
     let _ = writeln!(
         s,
         "\n## Against the true labels\n\nQueries whose every filter is a labelled predicate (`stretto bench protocols`' \
-         list: movie sentiment, the e-commerce description labels, the Enron labels) are also scored against the \
-         bundled human labels; a tuple belongs in the true answer when every filter's label says so (maps do not \
-         decide membership). Other queries have no truth figures.\n"
+         list: movie sentiment, the e-commerce description labels, the Enron labels; and every `photos` query, \
+         against the labels derived from the catalog) are also scored against the bundled labels; a tuple belongs \
+         in the true answer when every filter's label says so (maps do not decide membership). Other queries have \
+         no truth figures.\n"
     );
     let _ = writeln!(s, "| dataset | labelled queries | gold's F1 against the labels |");
     let _ = writeln!(s, "|---|---|---|");
@@ -804,6 +904,11 @@ pub fn run_exp2(scale: &Scale, out: &Path) -> Result<Exp2, Error> {
     let mut scatter: Vec<(String, f64, f64)> = Vec::new();
     let mut n = 0usize;
     for dataset in &scale.datasets {
+        if dataset == PHOTOS {
+            // The caption rungs are uncompressed (captions are short) and the label bridge has no KV cache: there
+            // is nothing compressed to compare.
+            continue;
+        }
         let mut singles = single_filter_queries(dataset)?;
         if scale.labelled {
             singles.retain(|q| labelled_filters(dataset, q).is_some());
@@ -885,10 +990,17 @@ pub fn run_exp2(scale: &Scale, out: &Path) -> Result<Exp2, Error> {
          over the queries; total = execution + profiling (every implementation on every sampled tuple).\n",
         scale.describe()
     );
+    if n == 0 {
+        let _ = writeln!(
+            md,
+            "No single-filter query of these datasets has compressed rungs to compare (`{PHOTOS}` has none: \
+             captions are short and the label bridge has no KV cache).\n"
+        );
+    }
     let _ = writeln!(md, "| target | execution with | execution without | speedup (execution) | total with | total without | speedup (total) |");
     let _ = writeln!(md, "|---|---|---|---|---|---|---|");
     let mut speedups = Vec::new();
-    for (ti, &t) in TARGETS.iter().enumerate() {
+    for (ti, &t) in TARGETS.iter().enumerate().filter(|_| n > 0) {
         let [ew, eo, pw, po] = sums[ti];
         let (se, st) = (eo / ew.max(1e-9), (eo + po) / (ew + pw).max(1e-9));
         speedups.push((t, se, st));
@@ -1076,9 +1188,11 @@ pub fn comparison(scale: &Scale, outcomes: &[Outcome], exp2: &Exp2, wall_seconds
          tuples the solver did not see; with few positive tuples even the gold plan cannot prove a 0.9 bound at 95% \
          credibility, and the optimizer then returns gold and says so (the fallback row above). That keeps the \
          guarantee at the price of cost.\n\
-         - **Text only.** Generated queries use the text columns; the bundled image operators are bridges \
-         (classifier labels or captions into text models), not a VLM, so image queries are not part of these \
-         figures. Joins are not generated.\n",
+         - **Images through bridges.** Generated queries over movie, ecommerce and email use the text columns \
+         (the published pools); the `photos` queries (when the scale has them) ask the labelled photo predicates \
+         of the e-commerce products that have a photo, alone and in pairs, and run the image operators: bridges \
+         (an image classifier's labels embedded, or written as a caption for a ladder LLM), not a VLM, so their \
+         gold is only as good as the caption lets the largest LLM be. Joins are not generated.\n",
         scale.models.iter().rfind(|m| m.contains("qwen") || m.contains("smollm")).map_or("none", |m| m.as_str()),
         scale.sample_fraction * 100.0,
         scale.min_sample
@@ -1246,5 +1360,48 @@ mod tests {
             assert!(!q.contains("photo"), "{q}");
         }
         assert!(generate_queries("nope", 42, true).is_err());
+    }
+
+    #[test]
+    fn a_ladder_replaces_the_scales_decoders_and_nothing_else() {
+        let ladder = vec!["smollm2-135m".to_string(), "qwen2.5-coder-1.5b".into()];
+        let s = Scale::named("small").unwrap().with_ladder(ladder.clone()).unwrap();
+        assert_eq!(s.models, ["minilm", "efficientnet-lite0", "smollm2-135m", "qwen2.5-coder-1.5b"]);
+        assert_eq!(s.context.ladder, ladder);
+        let not_a_decoder = Scale::named("small").unwrap().with_ladder(vec!["minilm".into()]);
+        assert!(not_a_decoder.unwrap_err().to_string().contains("not a decoder"));
+        assert!(Scale::named("small").unwrap().with_ladder(vec!["gpt-5".into()]).is_err());
+    }
+
+    #[test]
+    fn the_photo_queries_read_the_products_with_a_photo_and_their_derived_labels() {
+        let queries = bench_queries(PHOTOS).unwrap();
+        assert_eq!(queries, bench_queries(PHOTOS).unwrap(), "seeded");
+        assert_eq!(queries.len(), 7, "four predicates alone, three categories of the items for men: {queries:?}");
+        for q in &queries {
+            assert!(is_labelled(PHOTOS, q), "{q}");
+            let tasks = parse_query(q).unwrap();
+            assert!(tasks.iter().all(|t| t.references().unwrap() == ["products.photo"]), "{q}");
+            let (input, _) = bench_input(PHOTOS, &tasks, 400).unwrap();
+            assert_eq!(input.num_rows(), 232, "every product with a photo, none without");
+            let photo = input.column_by_name("products.photo").unwrap();
+            assert_eq!(photo.null_count(), 0, "{q}");
+        }
+        assert!(!is_labelled(PHOTOS, "{products.photo} shows a hat"));
+        // Positives among the first 116 photo rows, as `stretto bench photos` counted them (bench/results/photos).
+        let positives = |q: &str| {
+            let t = query_truth(PHOTOS, q, 116).unwrap().unwrap();
+            assert_eq!(t.values.len(), 116);
+            assert!(t.values.iter().all(Option::is_some), "every product has its derived labels");
+            t.values.iter().filter(|v| **v == Some(true)).count()
+        };
+        assert_eq!(positives("{products.photo} shows footwear"), 28);
+        assert_eq!(positives("{products.photo} shows a t-shirt or a top"), 24);
+        assert_eq!(positives("{products.photo} shows an item for men"), 83);
+        let both = positives("{products.photo} shows an item for men -- {products.photo} shows a t-shirt or a top");
+        assert!((1..24).contains(&both), "{both}: a conjunction, not either label");
+        // The bundled datasets' inputs are unchanged: the first rows, photo or not.
+        let tasks = parse_query("{products.description} mentions cotton").unwrap();
+        assert_eq!(bench_input("ecommerce", &tasks, 400).unwrap().0.num_rows(), 400);
     }
 }

@@ -370,11 +370,18 @@ struct ScaleArgs {
     /// also has its truth columns).
     #[arg(long)]
     labelled: bool,
+    /// Decoder models of the LLM ladder, smallest first, instead of the scale's (the last is gold), e.g.
+    /// smollm2-135m,qwen2.5-coder-0.5b,qwen2.5-coder-1.5b for the stronger gold.
+    #[arg(long, value_delimiter = ',')]
+    ladder: Option<Vec<String>>,
 }
 
 impl ScaleArgs {
     fn scale(self) -> Result<stretto_bench::experiments::Scale, BoxError> {
         let mut scale = stretto_bench::experiments::Scale::named(&self.scale)?.with(self.datasets, self.queries);
+        if let Some(ladder) = self.ladder {
+            scale = scale.with_ladder(ladder)?;
+        }
         scale.labelled = self.labelled;
         Ok(scale)
     }
@@ -382,9 +389,10 @@ impl ScaleArgs {
 
 #[derive(Subcommand, Debug)]
 enum BenchAction {
-    /// Print the generated queries of a dataset (published pools and shapes, seed 42).
+    /// Print the generated queries of a dataset (published pools and shapes, seed 42; `photos`: the experiments'
+    /// photo queries).
     Queries {
-        /// Dataset.
+        /// Dataset (a bundled one, or `photos`).
         #[arg(long)]
         dataset: String,
         /// Include operators over image columns.
@@ -928,7 +936,12 @@ fn run(cli: Cli) -> Result<(), BoxError> {
             use stretto_bench::experiments::{generate_queries, run_experiment, EXP1_METHODS, EXP3_METHODS};
             match action {
                 BenchAction::Queries { dataset, images } => {
-                    for q in generate_queries(&dataset, 42, !images)? {
+                    let queries = if dataset == stretto_bench::experiments::PHOTOS {
+                        stretto_bench::experiments::bench_queries(&dataset)?
+                    } else {
+                        generate_queries(&dataset, 42, !images)?
+                    };
+                    for q in queries {
                         println!("{q}");
                     }
                 }

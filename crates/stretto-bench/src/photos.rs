@@ -122,6 +122,35 @@ fn photo_rows(ds: &Dataset) -> Result<(Vec<usize>, StringArray), Error> {
     Ok((rows, paths))
 }
 
+/// The rows of `products` that have a bundled photo, in table order: their row numbers in the whole table, and the
+/// table cut to them (every column kept). The experiments' `photos` dataset is this table.
+pub fn products_with_photos(ds: &Dataset) -> Result<(Vec<usize>, RecordBatch), Error> {
+    let (rows, _) = photo_rows(ds)?;
+    let at = arrow::array::UInt32Array::from(rows.iter().map(|&i| i as u32).collect::<Vec<_>>());
+    let batch = arrow::compute::take_record_batch(ds.table("products")?, &at)?;
+    Ok((rows, batch))
+}
+
+/// The photo queries of the experiments: each predicate of [`PHOTO_TASKS`] alone, and each product category
+/// (every predicate but the audience, `is_menswear`) asked of the items for men as a two-filter query (the
+/// categories exclude each other: a photo shows one product), in an order shuffled with `seed`.
+pub fn photo_queries(seed: u64) -> Vec<String> {
+    use rand::seq::SliceRandom;
+    use rand::SeedableRng;
+    let men = PHOTO_TASKS.iter().find(|(_, l)| *l == "is_menswear").map(|(p, _)| *p);
+    let mut out: Vec<String> = PHOTO_TASKS.iter().map(|(p, _)| p.to_string()).collect();
+    for (p, _) in PHOTO_TASKS.iter().filter(|(p, _)| Some(*p) != men) {
+        out.extend(men.map(|m| format!("{m} -- {p}")));
+    }
+    out.shuffle(&mut rand::rngs::StdRng::seed_from_u64(seed));
+    out
+}
+
+/// The derived label column that a photo predicate is scored against (`None` for any other text).
+pub fn photo_label(predicate: &str) -> Option<&'static str> {
+    PHOTO_TASKS.iter().find(|(p, _)| *p == predicate.trim()).map(|(_, l)| *l)
+}
+
 /// Scores every image filter of `registry` on every predicate of [`PHOTO_TASKS`].
 pub fn measure(registry: &Registry, o: &PhotoOptions) -> Result<Vec<PhotoRow>, Error> {
     let ds = Dataset::load("ecommerce")?;

@@ -84,6 +84,34 @@ fn a_labelled_run_scores_plans_and_gold_against_the_human_labels() {
     assert!(stdout.contains("| global | 0.9 | 1 |"), "{stdout}");
 }
 
+/// `--datasets photos`: a query over the products that have a photo runs the image operators (the bridges) under
+/// every method, and every plan and gold are scored against the labels derived from the catalog.
+#[test]
+fn photo_queries_run_the_image_operators_and_are_scored_against_the_derived_labels() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("exp1");
+    let args = ["bench", "exp1", "--scale", "tiny", "--datasets", "photos", "--out", out.to_str().unwrap()];
+    let (ok, stdout, err) = stretto(&args, dir.path());
+    assert!(ok, "{err}");
+    let csv = std::fs::read_to_string(out.join("results.csv")).unwrap();
+    assert_eq!(csv.lines().count(), 1 + 12, "{csv}");
+    for line in csv.lines().skip(1) {
+        assert!(line.starts_with("photos,") && line.contains("{products.photo} shows"), "{line}");
+        // From the right after the truth columns: optimizer s, profiling s, fell_back, operators
+        // (`logical/implementation`, space-separated).
+        let f: Vec<&str> = line.rsplit(',').skip(TRUTH).collect();
+        let implementations = f[3].split(' ').map(|op| op.split_once('/').map_or(op, |(_, i)| i));
+        assert!(
+            implementations.into_iter().all(|op| op.starts_with("caption:") || op.starts_with("label-bridge:")),
+            "only image operators judge photos: {line}"
+        );
+        let truth: Vec<f64> = line.rsplit(',').skip(2).take(4).map(|x| x.parse().unwrap()).collect();
+        assert!(truth.iter().all(|x| (0.0..=1.0).contains(x)), "labelled: {line}");
+    }
+    assert!(stdout.contains("| photos | 1 |"), "{stdout}");
+    assert!(stdout.contains("every `photos` query"), "{stdout}");
+}
+
 /// Our measured figures, not literals: the certified global plan meets both targets against gold at every target
 /// and never costs more than gold or than the LOTUS-style plan (measured at tiny scale: cost/gold 0.246 at 0.5, a
 /// gold fallback at 0.7 and 0.9; LOTUS 1.009-1.374x gold); it is strictly cheaper than gold at one target at least;
