@@ -590,16 +590,16 @@ struct Fresh {
     sample: Vec<f64>,
     /// Per candidate, the screening tuples after the probe whose answers the memo lacks.
     screening: Vec<f64>,
+    /// Tuples of the sample.
+    sample_rows: f64,
+    /// Screening tuples after the probe.
+    screening_rows: f64,
 }
 
-/// What a pay check's stop message adds where its cost left out answers the memo holds: how many of the candidates'
-/// answers (gold's, the first of each logical operator's, aside) on the sample and the screening after the probe
-/// (`all` tuples) were counted free; nothing where none were.
-fn memo_note(fresh: &[Fresh], all: f64) -> String {
-    let known: f64 =
-        fresh.iter().map(|f| f.sample.iter().zip(&f.screening).skip(1).map(|(s, t)| all - s - t).sum::<f64>()).sum();
-    if known > 0.0 {
-        format!(" ({known:.0} candidate answers already in the memo counted free)")
+/// What a pay check's stop message adds where its cost left out `free` answers the memo holds; nothing where none.
+fn memo_note(free: f64) -> String {
+    if free > 0.0 {
+        format!(" ({free:.0} candidate answers already in the memo counted free)")
     } else {
         String::new()
     }
@@ -609,6 +609,12 @@ impl Fresh {
     /// Tuples candidate `idx` still has to answer: the sample's, and the rest of the screening's if it is left.
     fn ahead(&self, idx: usize, screening_left: bool) -> f64 {
         self.sample[idx] + if screening_left { self.screening[idx] } else { 0.0 }
+    }
+
+    /// The answers among those [`Fresh::ahead`] would count that the memo already holds.
+    fn known(&self, idx: usize, screening_left: bool) -> f64 {
+        let all = self.sample_rows + if screening_left { self.screening_rows } else { 0.0 };
+        all - self.ahead(idx, screening_left)
     }
 }
 
@@ -998,25 +1004,27 @@ fn profile_candidates(
             .map(|(task, ops)| Fresh {
                 sample: ops.iter().map(|op| unknown(op, task, &sample_batch)).collect(),
                 screening: ops.iter().map(|op| unknown(op, task, &tail)).collect(),
+                sample_rows: sample_batch.num_rows() as f64,
+                screening_rows: tail.num_rows() as f64,
             })
             .collect();
-        // The stop messages say where the cost left out answers the memo already holds.
-        let memo_note = memo_note(&fresh, (sample_batch.num_rows() + tail.num_rows()) as f64);
         // Profiling pays only if some plan could save more than it costs: at best the cheapest candidate decides
         // every tuple outside the sample and the screening (whose gold answers execution reuses) that reaches its
         // operator. A map rejects nothing, so a plan runs it after the filters (the ordering's DP places it there),
-        // on the tuples they let through: at most the gold result rows over the precision target.
-        let pays = |tried: &[Vec<Tried>], rest: f64, screening_left: bool, looked: usize| -> (f64, f64) {
+        // on the tuples they let through: at most the gold result rows over the precision target. Also returned:
+        // the answers the cost counted free because the memo holds them, for the stop messages.
+        let pays = |tried: &[Vec<Tried>], rest: f64, screening_left: bool, looked: usize| -> (f64, f64, f64) {
             let reach = (through_share(tried, looked).1 / o.precision).min(1.0);
-            let (mut cost, mut saving) = (0.0, 0.0);
+            let (mut cost, mut saving, mut free) = (0.0, 0.0, 0.0);
             for ((task, t), fresh) in tasks.iter().zip(tried).zip(&fresh) {
                 let Some((gold, others)) = t.split_first() else { continue };
                 cost += others.iter().map(|c| c.cost() * fresh.ahead(c.idx, screening_left)).sum::<f64>();
+                free += others.iter().map(|c| fresh.known(c.idx, screening_left)).sum::<f64>();
                 let cheapest = others.iter().map(Tried::cost).fold(gold.cost(), f64::min);
                 let seen = if task.kind == LogicalKind::Map { rest * reach } else { rest };
                 saving += seen * (gold.cost() - cheapest).max(0.0);
             }
-            (cost, saving)
+            (cost, saving, free)
         };
         let kept = |tried: &[Vec<Tried>]| tried.iter().map(|t| t.len().saturating_sub(1)).sum::<usize>();
         // A certified plan needs enough gold result rows held out: the share of tuples gold lets through on the
@@ -1041,7 +1049,7 @@ fn profile_candidates(
             .collect();
         if !with_setup.is_empty() {
             let (rest, _) = rest_of(&tried, probe);
-            let (cost, saving) = pays(&tried, rest, true, probe);
+            let (cost, saving, _) = pays(&tried, rest, true, probe);
             if pay_check && (cost >= saving || cannot_certify(&tried, probe).is_some()) {
                 for &(t, i) in &with_setup {
                     screening.dropped.push(Dropped {
@@ -1062,16 +1070,17 @@ fn profile_candidates(
             }
         }
         let (rest, note) = rest_of(&tried, probe);
-        let (cost, saving) = pays(&tried, rest, true, probe);
+        let (cost, saving, free) = pays(&tried, rest, true, probe);
         let stop = if !pay_check {
             None
         } else if cost >= saving {
             Some(format!(
                 "on the first {probe} screening tuples the {} candidates cheaper than gold showed that screening and \
-                 profiling them on {want} tuples would cost {cost:.1} s{memo_note}, and no plan can save more than \
+                 profiling them on {want} tuples would cost {cost:.1} s{}, and no plan can save more than \
                  {saving:.1} s on the other {rest} tuples{note} (every tuple reaching an operator decided by its \
                  cheapest candidate; maps reached by the tuples the filters let through), so gold ran directly",
-                kept(&tried)
+                kept(&tried),
+                memo_note(free)
             ))
         } else {
             cannot_certify(&tried, probe).map(|why| format!("on the first {probe} screening tuples {why}"))
@@ -1115,18 +1124,19 @@ fn profile_candidates(
                 });
             }
             let (rest, note) = rest_of(&tried, rows.len());
-            let (cost, saving) = pays(&tried, rest, false, rows.len());
+            let (cost, saving, free) = pays(&tried, rest, false, rows.len());
             if pay_check && cost < saving {
                 if let Some(why) = cannot_certify(&tried, rows.len()) {
                     gold_only = Some(format!("after screening, {why}"));
                 }
             } else if pay_check {
                 gold_only = Some(format!(
-                    "profiling the {} candidates left after screening on {want} tuples would cost {cost:.1} \
-                     s{memo_note}, and no plan can save more than {saving:.1} s on the other {rest} tuples{note} \
-                     (every tuple reaching an operator decided by its cheapest candidate; maps reached by the tuples \
-                     the filters let through), so gold ran directly",
-                    kept(&tried)
+                    "profiling the {} candidates left after screening on {want} tuples would cost {cost:.1} s{}, \
+                     and no plan can save more than {saving:.1} s on the other {rest} tuples{note} (every tuple \
+                     reaching an operator decided by its cheapest candidate; maps reached by the tuples the filters \
+                     let through), so gold ran directly",
+                    kept(&tried),
+                    memo_note(free)
                 ));
             }
         }
@@ -1774,16 +1784,14 @@ mod tests {
     }
 
     #[test]
-    fn a_stop_counts_the_candidates_memoised_answers_and_not_golds() {
-        // Two logical operators over 10 sample and 6 screening tuples: gold's answers (first) are all known and do
-        // not count; the candidates of the first know 3 + 1 and 0, the second's 2.
-        let fresh = [
-            Fresh { sample: vec![0.0, 7.0, 10.0], screening: vec![0.0, 5.0, 6.0] },
-            Fresh { sample: vec![0.0, 8.0], screening: vec![0.0, 6.0] },
-        ];
-        assert_eq!(memo_note(&fresh, 16.0), " (6 candidate answers already in the memo counted free)");
-        let cold = [Fresh { sample: vec![3.0, 10.0], screening: vec![6.0, 6.0] }];
-        assert_eq!(memo_note(&cold, 16.0), "", "nothing known, nothing said");
+    fn a_stop_counts_free_only_the_memoised_answers_its_cost_left_out() {
+        // 10 sample and 6 screening tuples; the candidate lacks 7 + 5 of its answers.
+        let f = Fresh { sample: vec![0.0, 7.0], screening: vec![0.0, 5.0], sample_rows: 10.0, screening_rows: 6.0 };
+        assert_eq!(f.known(1, true), 4.0, "3 sample and 1 screening answers");
+        assert_eq!(f.known(1, false), 3.0, "screening done: its answers are in no cost");
+        assert_eq!(f.known(0, true), 16.0);
+        assert_eq!(memo_note(4.0), " (4 candidate answers already in the memo counted free)");
+        assert_eq!(memo_note(0.0), "", "nothing known, nothing said");
     }
 
     #[test]

@@ -183,27 +183,38 @@ fn when_the_probe_shows_profiling_cannot_pay_gold_runs_without_finishing_the_scr
     assert!(!warnings.contains("in the memo"), "a cold memo has nothing to count free: {warnings}");
 }
 
-/// A stop whose cost left out answers the memo holds says how many: the candidates of an earlier profile are free,
-/// and a candidate registered since, the one screening keeps, costs as much to profile as any plan could save.
+/// A stop whose cost left out answers the memo holds says how many, and counts only the answers of candidates in
+/// that cost: an earlier profile leaves `cheap`'s sample and screening answers in the memo, and a candidate
+/// registered since is what profiling would still compute.
 #[test]
 fn a_pay_check_stop_says_how_many_memoised_answers_it_counted_free() {
     let targets = Targets::new(0.8, 0.8, 0.95).unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let ops = [Fixed::one_in("gold", 1.0, true, 2), Fixed::one_in("cheap", 0.8, false, 2)];
-    let s = session(dir.path(), 100, 0.15, &ops);
-    s.table("t").unwrap().sem_filter("{t.text} is even").unwrap().profile().unwrap();
-    let ops = [
-        Fixed::one_in("gold", 1.0, true, 2),
-        Fixed::one_in("cheap", 0.8, false, 2),
-        // Cheaper than `cheap`, which it dominates: its 40 sample tuples at 0.5 s cost 20 s, and it saves at most
-        // 0.5 s on each of the other 40 tuples. `cheap`'s 56 sample and screening answers are in the memo.
-        Fixed::one_in("new", 0.5, false, 2),
-    ];
-    let s = session(dir.path(), 100, 0.15, &ops);
-    let r = s.table("t").unwrap().sem_filter("{t.text} is even").unwrap().collect(targets).unwrap();
-    let warnings = r.plan().warnings.join(" ");
-    assert!(warnings.contains("gold ran directly"), "{warnings}");
-    assert!(warnings.contains("(56 candidate answers already in the memo counted free)"), "{warnings}");
+    let stop = |new_cost: f64| -> String {
+        let dir = tempfile::tempdir().unwrap();
+        let ops = [Fixed::one_in("gold", 1.0, true, 2), Fixed::one_in("cheap", 0.8, false, 2)];
+        let s = session(dir.path(), 100, 0.15, &ops);
+        s.table("t").unwrap().sem_filter("{t.text} is even").unwrap().profile().unwrap();
+        let ops = [
+            Fixed::one_in("gold", 1.0, true, 2),
+            Fixed::one_in("cheap", 0.8, false, 2),
+            Fixed::one_in("new", new_cost, false, 2),
+        ];
+        let s = session(dir.path(), 100, 0.15, &ops);
+        let r = s.table("t").unwrap().sem_filter("{t.text} is even").unwrap().collect(targets).unwrap();
+        let warnings = r.plan().warnings.join(" ");
+        assert!(warnings.contains("gold ran directly"), "{warnings}");
+        warnings
+    };
+    // Barely cheaper than gold: at the probe, with `cheap` still a candidate, its 56 answers cost nothing and the
+    // new candidate's 56 cost more than any plan could save.
+    let at_probe = stop(0.85);
+    assert!(at_probe.starts_with("on the first 4 screening tuples"), "{at_probe}");
+    assert!(at_probe.contains("(56 candidate answers already in the memo counted free)"), "{at_probe}");
+    // Cheaper than `cheap`, which screening then drops as dominated: the stop after screening prices the new
+    // candidate's sample alone, and none of that was in the memo.
+    let after_screening = stop(0.5);
+    assert!(after_screening.starts_with("profiling the 1 candidates left after screening"), "{after_screening}");
+    assert!(!after_screening.contains("in the memo"), "{after_screening}");
 }
 
 /// Answers an earlier query computed cost a profile nothing: where a cold memo makes the probe's pay check run
