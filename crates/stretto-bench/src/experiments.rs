@@ -1400,6 +1400,17 @@ mod tests {
         assert_eq!(positives("{products.photo} shows an item for men"), 83);
         let both = positives("{products.photo} shows an item for men -- {products.photo} shows a t-shirt or a top");
         assert!((1..24).contains(&both), "{both}: a conjunction, not either label");
+        // A cut input keeps the first photo rows, and their truth is the same rows' labels.
+        let q = "{products.photo} shows footwear";
+        let (cut, _) = bench_input(PHOTOS, &parse_query(q).unwrap(), 50).unwrap();
+        let (whole, _) = bench_input(PHOTOS, &parse_query(q).unwrap(), 232).unwrap();
+        assert_eq!(cut.num_rows(), 50);
+        assert_eq!(
+            cut.column_by_name("products.id").unwrap(),
+            &whole.column_by_name("products.id").unwrap().slice(0, 50)
+        );
+        let truth = |rows| query_truth(PHOTOS, q, rows).unwrap().unwrap().values;
+        assert_eq!(truth(50)[..], truth(232)[..50]);
         // The bundled datasets' inputs are unchanged: the first rows, photo or not.
         let tasks = parse_query("{products.description} mentions cotton").unwrap();
         assert_eq!(bench_input("ecommerce", &tasks, 400).unwrap().0.num_rows(), 400);
