@@ -441,7 +441,7 @@ fn photo_labels(query: &str) -> Option<Vec<&'static str>> {
 fn photo_truth(query: &str, rows: usize) -> Result<Option<crate::query::TruthLabels>, Error> {
     let Some(labels) = photo_labels(query) else { return Ok(None) };
     let ds = Dataset::load("ecommerce")?;
-    let (at, _) = crate::photos::products_with_photos(&ds)?;
+    let at = crate::photos::rows_with_photos(&ds)?;
     let all = ds.table("products")?.num_rows();
     let mut out = Vec::new();
     for label in labels {
@@ -496,7 +496,7 @@ pub fn bench_input(
     if dataset != PHOTOS {
         return Ok(input_of(dataset, tasks, Some(rows))?);
     }
-    let (_, products) = crate::photos::products_with_photos(&Dataset::load("ecommerce")?)?;
+    let products = crate::photos::products_with_photos(&Dataset::load("ecommerce")?)?;
     let table = |t: &str| match t {
         "products" => Ok(products.clone()),
         other => Err(stretto::Error::Query(format!("the {PHOTOS} bench dataset has only `products`, not `{other}`"))),

@@ -122,13 +122,16 @@ fn photo_rows(ds: &Dataset) -> Result<(Vec<usize>, StringArray), Error> {
     Ok((rows, paths))
 }
 
-/// The rows of `products` that have a bundled photo, in table order: their row numbers in the whole table, and the
-/// table cut to them (every column kept). The experiments' `photos` dataset is this table.
-pub fn products_with_photos(ds: &Dataset) -> Result<(Vec<usize>, RecordBatch), Error> {
-    let (rows, _) = photo_rows(ds)?;
-    let at = arrow::array::UInt32Array::from(rows.iter().map(|&i| i as u32).collect::<Vec<_>>());
-    let batch = arrow::compute::take_record_batch(ds.table("products")?, &at)?;
-    Ok((rows, batch))
+/// The row numbers of `products` that have a bundled photo, in table order.
+pub fn rows_with_photos(ds: &Dataset) -> Result<Vec<usize>, Error> {
+    Ok(photo_rows(ds)?.0)
+}
+
+/// The table `products` cut to the rows that have a bundled photo ([`rows_with_photos`]), every column kept. The
+/// experiments' `photos` dataset is this table.
+pub fn products_with_photos(ds: &Dataset) -> Result<RecordBatch, Error> {
+    let at = arrow::array::UInt32Array::from(rows_with_photos(ds)?.iter().map(|&i| i as u32).collect::<Vec<_>>());
+    Ok(arrow::compute::take_record_batch(ds.table("products")?, &at)?)
 }
 
 /// The photo queries of the experiments: each predicate of [`PHOTO_TASKS`] alone, and each product category
