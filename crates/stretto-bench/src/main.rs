@@ -170,7 +170,8 @@ enum Command {
         #[arg(long = "model", value_name = "NAME=PATH")]
         user_models: Vec<String>,
         /// Decoder models of the LLM ladder, smallest first; the last, uncompressed, is the gold candidate
-        /// (default: STRETTO_LADDER, else smollm2-135m,qwen2.5-coder-0.5b).
+        /// (default: STRETTO_LADDER, else smollm2-135m,qwen2.5-coder-0.5b). Models named here are allowed in this
+        /// query, whatever --models says.
         #[arg(long, value_delimiter = ',')]
         ladder: Option<Vec<String>>,
         /// Fraction of tuples profiled.
@@ -252,7 +253,7 @@ enum Command {
         #[arg(long, value_delimiter = ',', default_value = "smollm2-135m,minilm,efficientnet-lite0")]
         models: Vec<String>,
         /// Decoder models of the LLM ladder, smallest first (default: STRETTO_LADDER, else
-        /// smollm2-135m,qwen2.5-coder-0.5b).
+        /// smollm2-135m,qwen2.5-coder-0.5b). Models named here are allowed in this query, whatever --models says.
         #[arg(long, value_delimiter = ',')]
         ladder: Option<Vec<String>>,
         /// Fraction of the pipeline's input profiled.
@@ -717,21 +718,30 @@ fn context() -> stretto::OpContext {
     ctx
 }
 
-/// The rung options `stretto query` and `stretto sql` share: int8-weight rungs, and the sentence encoders (which
-/// the query may then use).
+/// The rung options `stretto query` and `stretto sql` share: the LLM ladder and the sentence encoders, whose models
+/// the query may then use (a ladder named on the command line whose models `--models` left out would otherwise
+/// give no LLM rung at all, and gold would silently be another family's operator), and int8-weight rungs.
 fn rung_options(
     ctx: &mut stretto::OpContext,
     models: &mut Vec<String>,
+    ladder: Option<Vec<String>>,
     int8_rungs: bool,
     encoders: Option<Vec<String>>,
 ) {
-    ctx.int8_rungs = int8_rungs;
-    if let Some(encoders) = encoders {
-        for e in &encoders {
-            if !models.contains(e) {
-                models.push(e.clone());
+    let allow = |models: &mut Vec<String>, named: &[String]| {
+        for m in named {
+            if !models.contains(m) {
+                models.push(m.clone());
             }
         }
+    };
+    if let Some(ladder) = ladder {
+        allow(models, &ladder);
+        ctx.ladder = ladder;
+    }
+    ctx.int8_rungs = int8_rungs;
+    if let Some(encoders) = encoders {
+        allow(models, &encoders);
         ctx.encoders = encoders;
     }
 }
@@ -1135,11 +1145,8 @@ fn run(cli: Cli) -> Result<(), BoxError> {
                 (None, None) => unreachable!("clap requires --dataset or --input"),
             };
             let mut ctx = context();
-            if let Some(l) = ladder {
-                ctx.ladder = l;
-            }
             budgets(&mut ctx, disk_budget, memory_budget);
-            rung_options(&mut ctx, &mut models, int8_rungs, encoders);
+            rung_options(&mut ctx, &mut models, ladder, int8_rungs, encoders);
             for spec in &user_models {
                 let (name, path) = spec.split_once('=').ok_or_else(|| {
                     format!("--model {spec}: write it as NAME=PATH (a GGUF file or an ONNX export folder)")
@@ -1280,11 +1287,8 @@ fn run(cli: Cli) -> Result<(), BoxError> {
                 (None, None) => return Err("give the SQL as an argument or with --file".into()),
             };
             let mut ctx = context();
-            if let Some(l) = ladder {
-                ctx.ladder = l;
-            }
             budgets(&mut ctx, disk_budget, memory_budget);
-            rung_options(&mut ctx, &mut models, int8_rungs, encoders);
+            rung_options(&mut ctx, &mut models, ladder, int8_rungs, encoders);
             let session = stretto::Session::builder(ctx.model_home.clone())
                 .operators(ctx)
                 .models(models)

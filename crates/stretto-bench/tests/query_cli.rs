@@ -338,4 +338,9 @@ fn gold_and_inputs_too_small_for_profiling_to_pay_run_gold_without_profiling_the
     assert_eq!(r["bounds"]["fell_back_to_gold"], true);
     let warnings = r["plan"]["warnings"].to_string();
     assert!(warnings.contains("gold ran directly") && warnings.contains("30 tuples"), "{}", r["plan"]);
+
+    // A ladder named on the command line is allowed whatever `--models` says: without it, these models leave no
+    // LLM rung and MiniLM's embedding filter would silently be gold.
+    let r = run(&["--limit", "30", "--models", "minilm"]);
+    assert_eq!(r["candidates"]["f1"], gold, "{}", r["candidates"]);
 }
