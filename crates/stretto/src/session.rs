@@ -21,6 +21,8 @@ use crate::state::SessionState;
 #[derive(Debug, Clone)]
 pub struct SessionBuilder {
     config: SessionConfig,
+    /// Whether [`ladder`](Self::ladder) named the ladder (its models are then allowed in queries).
+    ladder_named: bool,
 }
 
 impl SessionBuilder {
@@ -42,6 +44,7 @@ impl SessionBuilder {
                 price_memo_hits: false,
                 user_models: Vec::new(),
             },
+            ladder_named: false,
         }
     }
 
@@ -70,9 +73,12 @@ impl SessionBuilder {
         self
     }
 
-    /// Decoder models of the LLM ladder, smallest first (the last, uncompressed, is the gold candidate).
+    /// Decoder models of the LLM ladder, smallest first (the last, uncompressed, is the gold candidate). They are
+    /// allowed in queries whatever [`models`](Self::models) says: a ladder whose models are not allowed would give
+    /// no LLM rung at all.
     pub fn ladder<S: Into<String>>(mut self, models: impl IntoIterator<Item = S>) -> Self {
         self.config.operators.ladder = models.into_iter().map(Into::into).collect();
+        self.ladder_named = true;
         self
     }
 
@@ -209,6 +215,13 @@ impl SessionBuilder {
         }
         let home = &home;
         let mut config = self.config;
+        if self.ladder_named {
+            for m in &config.operators.ladder {
+                if !config.models.contains(m) {
+                    config.models.push(m.clone());
+                }
+            }
+        }
         for e in encoders {
             if !config.operators.encoders.contains(&e) {
                 config.operators.encoders.push(e);

@@ -393,3 +393,19 @@ fn screening_keeps_its_tuples_out_of_the_profile_and_its_dropped_candidates_out_
     let (p, rc) = r.bounds();
     assert!(r.fell_back_to_gold() || (p >= 0.8 && rc >= 0.8), "bounds {p} {rc}");
 }
+
+/// A ladder named on the builder is allowed in queries whatever `models` says, in either order; the default ladder's
+/// models stay as the defaults allow them.
+#[test]
+fn a_named_ladder_is_allowed_in_queries() {
+    let home = tempfile::tempdir().unwrap();
+    let ladder = ["smollm2-135m", "qwen2.5-coder-1.5b"];
+    let allowed = |b: stretto::SessionBuilder| b.build().unwrap().config().models.clone();
+    let first = allowed(Session::builder(home.path()).ladder(ladder).models(["minilm"]));
+    let last = allowed(Session::builder(home.path()).models(["minilm"]).ladder(ladder));
+    for models in [&first, &last] {
+        assert_eq!(models, &["minilm", "smollm2-135m", "qwen2.5-coder-1.5b"]);
+    }
+    let default = allowed(Session::builder(home.path()));
+    assert_eq!(default, ["smollm2-135m", "minilm", "efficientnet-lite0"]);
+}
