@@ -187,9 +187,7 @@ impl SessionBuilder {
     ///   [`encoders`](Self::encoders) of embedding filters.
     pub fn model(mut self, name: impl Into<String>, path: impl Into<PathBuf>) -> Self {
         let name = name.into();
-        if !self.config.models.contains(&name) {
-            self.config.models.push(name.clone());
-        }
+        add_missing(&mut self.config.models, [&name]);
         self.config.user_models.push((name, path.into()));
         self
     }
@@ -216,17 +214,9 @@ impl SessionBuilder {
         let home = &home;
         let mut config = self.config;
         if self.ladder_named {
-            for m in &config.operators.ladder {
-                if !config.models.contains(m) {
-                    config.models.push(m.clone());
-                }
-            }
+            add_missing(&mut config.models, &config.operators.ladder);
         }
-        for e in encoders {
-            if !config.operators.encoders.contains(&e) {
-                config.operators.encoders.push(e);
-            }
-        }
+        add_missing(&mut config.operators.encoders, &encoders);
         let c = &config;
         for m in &c.operators.ladder {
             stretto_kv::prepare::check_decoder_name(home, m)?;
@@ -243,6 +233,15 @@ impl SessionBuilder {
         Ok(Session {
             inner: Arc::new(SessionState { config, registry: RwLock::new(registry), tables: RwLock::default() }),
         })
+    }
+}
+
+/// Appends to `list` each of `names` it lacks, in order.
+fn add_missing<'a>(list: &mut Vec<String>, names: impl IntoIterator<Item = &'a String>) {
+    for n in names {
+        if !list.contains(n) {
+            list.push(n.clone());
+        }
     }
 }
 
