@@ -170,8 +170,8 @@ enum Command {
         #[arg(long = "model", value_name = "NAME=PATH")]
         user_models: Vec<String>,
         /// Decoder models of the LLM ladder, smallest first; the last, uncompressed, is the gold candidate
-        /// (default: STRETTO_LADDER, else smollm2-135m,qwen2.5-coder-0.5b). Models named here are allowed in this
-        /// query, whatever --models says.
+        /// (default: STRETTO_LADDER, else smollm2-135m,qwen2.5-coder-0.5b). Models named here or in STRETTO_LADDER
+        /// are allowed in this query, whatever --models says.
         #[arg(long, value_delimiter = ',')]
         ladder: Option<Vec<String>>,
         /// Fraction of tuples profiled.
@@ -253,7 +253,8 @@ enum Command {
         #[arg(long, value_delimiter = ',', default_value = "smollm2-135m,minilm,efficientnet-lite0")]
         models: Vec<String>,
         /// Decoder models of the LLM ladder, smallest first (default: STRETTO_LADDER, else
-        /// smollm2-135m,qwen2.5-coder-0.5b). Models named here are allowed in this query, whatever --models says.
+        /// smollm2-135m,qwen2.5-coder-0.5b). Models named here or in STRETTO_LADDER are allowed in this query,
+        /// whatever --models says.
         #[arg(long, value_delimiter = ',')]
         ladder: Option<Vec<String>>,
         /// Fraction of the pipeline's input profiled.
@@ -396,7 +397,7 @@ enum BenchAction {
         /// Dataset (a bundled one, or `photos`).
         #[arg(long)]
         dataset: String,
-        /// Include operators over image columns.
+        /// Include operators over image columns (the `photos` queries always use them).
         #[arg(long)]
         images: bool,
     },
@@ -718,9 +719,18 @@ fn context() -> stretto::OpContext {
     ctx
 }
 
+/// The ladder `STRETTO_LADDER` names, when it names one (`context()` has read it into the context already; this
+/// says that the user named it, so that its models are allowed as a `--ladder`'s are).
+fn env_ladder() -> Option<Vec<String>> {
+    let v = std::env::var(stretto::core::context::LADDER_ENV).ok()?;
+    let models: Vec<String> = v.split(',').map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect();
+    (!models.is_empty()).then_some(models)
+}
+
 /// The rung options `stretto query` and `stretto sql` share: the LLM ladder and the sentence encoders, whose models
-/// the query may then use (a ladder named on the command line whose models `--models` left out would otherwise
-/// give no LLM rung at all, and gold would silently be another family's operator), and int8-weight rungs.
+/// the query may then use (a ladder named on the command line or in `STRETTO_LADDER` whose models `--models` left
+/// out would otherwise give no LLM rung at all, and gold would silently be another family's operator), and
+/// int8-weight rungs.
 fn rung_options(
     ctx: &mut stretto::OpContext,
     models: &mut Vec<String>,
@@ -735,7 +745,7 @@ fn rung_options(
             }
         }
     };
-    if let Some(ladder) = ladder {
+    if let Some(ladder) = ladder.or_else(env_ladder) {
         allow(models, &ladder);
         ctx.ladder = ladder;
     }

@@ -1,7 +1,7 @@
 //! `stretto query` end to end on a CI-sized slice (SmolLM2-135M + MiniLM), and its input validation.
 
 mod common;
-use common::{shared_kv, stretto, stretto_with_kv};
+use common::{shared_kv, stretto, stretto_with_env, stretto_with_kv};
 
 /// Data and targets where a certified plan cheaper than gold exists on real operators (SmolLM2-135M's compressed
 /// rungs and the keyword filter): 200 reviews, half profiled, targets 0.7/0.7. Measured: bounds 0.741/0.741, achieved
@@ -342,5 +342,12 @@ fn gold_and_inputs_too_small_for_profiling_to_pay_run_gold_without_profiling_the
     // A ladder named on the command line is allowed whatever `--models` says: without it, these models leave no
     // LLM rung and MiniLM's embedding filter would silently be gold.
     let r = run(&["--limit", "30", "--models", "minilm"]);
+    assert_eq!(r["candidates"]["f1"], gold, "{}", r["candidates"]);
+    // So is a ladder named in STRETTO_LADDER.
+    let args = ["query", "--dataset", "movie", "--query", "{reviews.reviewtext} is clearly positive", "--json"];
+    let args = [&args[..], &["--limit", "30", "--models", "minilm"]].concat();
+    let (ok, out, err) = stretto_with_env(&args, dir.path(), &shared_kv(), &[("STRETTO_LADDER", "smollm2-135m")]);
+    assert!(ok, "{err}");
+    let r: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
     assert_eq!(r["candidates"]["f1"], gold, "{}", r["candidates"]);
 }

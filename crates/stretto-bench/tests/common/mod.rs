@@ -20,11 +20,18 @@ pub fn shared_kv() -> std::path::PathBuf {
 /// Runs `stretto ARGS` in `dir` with `dir/memo` and the KV caches in `kv`; returns (success, stdout, stderr).
 #[allow(dead_code)]
 pub fn stretto_with_kv(args: &[&str], dir: &Path, kv: &Path) -> (bool, String, String) {
+    stretto_with_env(args, dir, kv, &[])
+}
+
+/// [`stretto_with_kv`] with further environment variables set.
+#[allow(dead_code)]
+pub fn stretto_with_env(args: &[&str], dir: &Path, kv: &Path, vars: &[(&str, &str)]) -> (bool, String, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_stretto"))
         .args(args)
         .current_dir(dir)
         .env("STRETTO_MEMO_DIR", dir.join("memo"))
         .env("STRETTO_KV_DIR", kv)
+        .envs(vars.iter().copied())
         .output()
         .expect("binary runs");
     (out.status.success(), String::from_utf8_lossy(&out.stdout).into(), String::from_utf8_lossy(&out.stderr).into())
