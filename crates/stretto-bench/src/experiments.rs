@@ -104,8 +104,8 @@ impl Scale {
         self.rows_override.iter().find(|(d, _)| d == dataset).map_or(self.rows, |(_, n)| *n)
     }
 
-    /// `small` (CPU; its gold is the stronger Qwen2.5-Coder-1.5B, so a run with nothing memoised takes hours on 2
-    /// cores), `tiny` (CI smoke) or `paper` (the published sizes). `small` and `paper` ask for [`STRONG_LADDER`];
+    /// `small` (CPU; its gold is the stronger Qwen2.5-Coder-1.5B: the movie part alone took 31 min on 2 cores with
+    /// nothing memoised, `bench/results/small-1.5b/`), `tiny` (CI smoke) or `paper` (the published sizes). `small` and `paper` ask for [`STRONG_LADDER`];
     /// `tiny` keeps SmolLM2-135M alone. `--ladder` ([`Scale::with_ladder`]) replaces a scale's ladder.
     pub fn named(name: &str) -> Result<Self, Error> {
         let all_models = || -> Vec<String> {
