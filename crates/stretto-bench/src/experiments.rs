@@ -105,8 +105,10 @@ impl Scale {
     }
 
     /// `small` (CPU; its gold is the stronger Qwen2.5-Coder-1.5B: the movie part alone took 31 min on 2 cores with
-    /// nothing memoised, `bench/results/small-1.5b/`), `tiny` (CI smoke) or `paper` (the published sizes). `small` and `paper` ask for [`STRONG_LADDER`];
-    /// `tiny` keeps SmolLM2-135M alone. `--ladder` ([`Scale::with_ladder`]) replaces a scale's ladder.
+    /// nothing memoised, `bench/results/small-1.5b/`), `tiny` (CI smoke) or `paper` (the published sizes; never
+    /// run on this machine kind, with either gold). `small` and `paper` ask for [`STRONG_LADDER`]; `tiny` keeps
+    /// SmolLM2-135M alone. The CLI's `--ladder` (else `STRETTO_LADDER`) replaces a scale's ladder
+    /// ([`Scale::with_ladder`]).
     pub fn named(name: &str) -> Result<Self, Error> {
         let all_models = || -> Vec<String> {
             ["smollm2-135m", "qwen2.5-coder-0.5b", "minilm", "efficientnet-lite0"].map(String::from).to_vec()

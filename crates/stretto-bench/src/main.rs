@@ -372,8 +372,8 @@ struct ScaleArgs {
     /// also has its truth columns).
     #[arg(long)]
     labelled: bool,
-    /// Decoder models of the LLM ladder, smallest first, instead of the scale's (the last is gold), e.g.
-    /// smollm2-135m,qwen2.5-coder-0.5b,qwen2.5-coder-1.5b for the stronger gold.
+    /// Decoder models of the LLM ladder, smallest first, instead of the scale's (default: STRETTO_LADDER, else the
+    /// scale's: smollm2-135m,qwen2.5-coder-0.5b,qwen2.5-coder-1.5b for small and paper); the last is gold.
     #[arg(long, value_delimiter = ',')]
     ladder: Option<Vec<String>>,
 }
@@ -381,7 +381,7 @@ struct ScaleArgs {
 impl ScaleArgs {
     fn scale(self) -> Result<stretto_bench::experiments::Scale, BoxError> {
         let mut scale = stretto_bench::experiments::Scale::named(&self.scale)?.with(self.datasets, self.queries);
-        if let Some(ladder) = self.ladder {
+        if let Some(ladder) = self.ladder.or_else(stretto::core::context::ladder_from_env) {
             scale = scale.with_ladder(ladder)?;
         }
         scale.labelled = self.labelled;
@@ -719,14 +719,6 @@ fn context() -> stretto::OpContext {
     ctx
 }
 
-/// The ladder `STRETTO_LADDER` names, when it names one (`context()` has read it into the context already; this
-/// says that the user named it, so that its models are allowed as a `--ladder`'s are).
-fn env_ladder() -> Option<Vec<String>> {
-    let v = std::env::var(stretto::core::context::LADDER_ENV).ok()?;
-    let models: Vec<String> = v.split(',').map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect();
-    (!models.is_empty()).then_some(models)
-}
-
 /// The rung options `stretto query` and `stretto sql` share: the LLM ladder and the sentence encoders, whose models
 /// the query may then use (a ladder named on the command line or in `STRETTO_LADDER` whose models `--models` left
 /// out would otherwise give no LLM rung at all, and gold would silently be another family's operator), and
@@ -745,7 +737,7 @@ fn rung_options(
             }
         }
     };
-    if let Some(ladder) = ladder.or_else(env_ladder) {
+    if let Some(ladder) = ladder.or_else(stretto::core::context::ladder_from_env) {
         allow(models, &ladder);
         ctx.ladder = ladder;
     }

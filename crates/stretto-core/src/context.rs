@@ -88,6 +88,14 @@ pub struct OpContext {
     pub int8_rungs: bool,
 }
 
+/// The ladder `STRETTO_LADDER` names (comma-separated model names), when it names one: binaries that let a named
+/// ladder's models into a query whatever else restricts them ask this, not only [`OpContext::from_env`].
+pub fn ladder_from_env() -> Option<Vec<String>> {
+    let v = std::env::var(LADDER_ENV).ok()?;
+    let models: Vec<String> = v.split(',').map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect();
+    (!models.is_empty()).then_some(models)
+}
+
 impl OpContext {
     /// Everything under `model_home`: KV caches in `kv/`, answers memoised in `memo/`, the default ladder.
     pub fn new(model_home: impl Into<PathBuf>) -> Self {
@@ -119,11 +127,8 @@ impl OpContext {
             Some(v) => ctx.memo = MemoPolicy::Dir(PathBuf::from(v)),
             None => {}
         }
-        if let Ok(v) = std::env::var(LADDER_ENV) {
-            let models: Vec<String> = v.split(',').map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect();
-            if !models.is_empty() {
-                ctx.ladder = models;
-            }
+        if let Some(models) = ladder_from_env() {
+            ctx.ladder = models;
         }
         if let Some(t) = std::env::var(THREADS_ENV).ok().and_then(|v| v.parse().ok()) {
             ctx.threads = t;

@@ -31,6 +31,8 @@ pub fn stretto_with_env(args: &[&str], dir: &Path, kv: &Path, vars: &[(&str, &st
         .current_dir(dir)
         .env("STRETTO_MEMO_DIR", dir.join("memo"))
         .env("STRETTO_KV_DIR", kv)
+        // A developer's own ladder would change which models the tests' queries may use.
+        .env_remove("STRETTO_LADDER")
         .envs(vars.iter().copied())
         .output()
         .expect("binary runs");
