@@ -110,9 +110,8 @@ impl Scale {
     /// SmolLM2-135M alone. The CLI's `--ladder` (else `STRETTO_LADDER`) replaces a scale's ladder
     /// ([`Scale::with_ladder`]).
     pub fn named(name: &str) -> Result<Self, Error> {
-        let all_models = || -> Vec<String> {
-            ["smollm2-135m", "qwen2.5-coder-0.5b", "minilm", "efficientnet-lite0"].map(String::from).to_vec()
-        };
+        // The models beside the LLM ladder; `with_ladder` adds the ladder's decoders.
+        let other_models = || -> Vec<String> { ["minilm", "efficientnet-lite0"].map(String::from).to_vec() };
         match name {
             // Emails average ~1,400 tokens (some over 9,000): prefilling them for Qwen costs seconds each on 2 cores.
             // 232 of the 1000 products have a photo: the photo queries read all of them.
@@ -122,7 +121,7 @@ impl Scale {
                 rows_override: vec![("email".into(), 80), (PHOTOS.into(), 232)],
                 queries: 4,
                 datasets: vec!["movie".to_string(), "ecommerce".into(), "email".into(), PHOTOS.into()],
-                models: all_models(),
+                models: other_models(),
                 sample_fraction: 0.15,
                 min_sample: 120,
                 labelled: false,
@@ -148,7 +147,7 @@ impl Scale {
                 rows_override: Vec::new(),
                 queries: 60,
                 datasets: vec!["movie".into(), "email".into(), "ecommerce".into(), "artwork".into(), PHOTOS.into()],
-                models: all_models(),
+                models: other_models(),
                 sample_fraction: 0.15,
                 min_sample: 40,
                 labelled: false,
