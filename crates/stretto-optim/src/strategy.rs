@@ -68,6 +68,9 @@
 //! probe (every candidate on the first 4 screening tuples, to learn its cost beside gold's and its uncompressed
 //! parent's), and for the pay check
 //! that may end profiling there and run gold: both read screening tuples only, and gold needs no certificate.
+//! So do the per-candidate pay check (a candidate whose profiling costs more than it could save in gold's place on
+//! the tuples left is not profiled) and the cost of gold's answers that its own plan would not ask: both read
+//! costs measured on screening tuples.
 //!
 //! The cheapest certified candidate wins. If none is certified, or gold is cheaper, the plan is gold, with a
 //! warning that says why. Gold meets any target by definition: it *is* the reference. Stretto-Independent,

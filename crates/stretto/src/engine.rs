@@ -796,6 +796,86 @@ fn gold_through(tried: &[Vec<Tried>], looked: usize) -> usize {
     through.iter().filter(|&&t| t).count()
 }
 
+/// The share of the first `looked` screening tuples that reaches each logical operator when gold's plan runs them:
+/// its filters in the order that costs least on those tuples (every order of up to 6 filters; beyond, by cost over
+/// rejected share), each on the tuples the earlier ones let through, and its maps on the tuples every filter let
+/// through. 1 for an operator whose gold did not answer.
+fn gold_reach(tried: &[Vec<Tried>], looked: usize) -> Vec<f64> {
+    let mut reach = vec![1.0; tried.len()];
+    if looked == 0 {
+        return reach;
+    }
+    fn gold(t: &[Tried]) -> Option<&Tried> {
+        t.first().filter(|g| g.idx == 0)
+    }
+    // (operator, seconds per tuple, which tuples it lets through)
+    let filters: Vec<(usize, f64, Vec<bool>)> = tried
+        .iter()
+        .enumerate()
+        .filter_map(|(i, t)| match gold(t) {
+            Some(g @ Tried { output: OpOutput::Scores(s), .. }) => {
+                Some((i, g.cost(), s.iter().take(looked).map(|v| *v > 0.0).collect()))
+            }
+            _ => None,
+        })
+        .collect();
+    let cost_of = |order: &[usize]| -> f64 {
+        let mut alive = vec![true; looked];
+        let mut cost = 0.0;
+        for &f in order {
+            let (_, c, pass) = &filters[f];
+            cost += c * alive.iter().filter(|a| **a).count() as f64;
+            for (a, p) in alive.iter_mut().zip(pass) {
+                *a &= *p;
+            }
+        }
+        cost
+    };
+    let mut best: Vec<usize> = (0..filters.len()).collect();
+    if filters.len() <= 6 {
+        let mut best_cost = cost_of(&best);
+        let mut perm = best.clone();
+        // Heap's algorithm over every order.
+        let mut c = vec![0usize; perm.len()];
+        let mut i = 1;
+        while i < perm.len() {
+            if c[i] < i {
+                perm.swap(if i % 2 == 0 { 0 } else { c[i] }, i);
+                let cost = cost_of(&perm);
+                if cost < best_cost {
+                    (best_cost, best) = (cost, perm.clone());
+                }
+                c[i] += 1;
+                i = 1;
+            } else {
+                c[i] = 0;
+                i += 1;
+            }
+        }
+    } else {
+        let rank = |f: &(usize, f64, Vec<bool>)| {
+            let rejected = f.2.iter().filter(|p| !**p).count() as f64 / looked as f64;
+            f.1 / rejected.max(1e-9)
+        };
+        best.sort_by(|&a, &b| rank(&filters[a]).total_cmp(&rank(&filters[b])));
+    }
+    let mut alive = vec![true; looked];
+    for &f in &best {
+        let (op, _, pass) = &filters[f];
+        reach[*op] = alive.iter().filter(|a| **a).count() as f64 / looked as f64;
+        for (a, p) in alive.iter_mut().zip(pass) {
+            *a &= *p;
+        }
+    }
+    let through = alive.iter().filter(|a| **a).count() as f64 / looked as f64;
+    for (i, t) in tried.iter().enumerate() {
+        if matches!(gold(t), Some(Tried { output: OpOutput::Values { .. }, .. })) {
+            reach[i] = through;
+        }
+    }
+    reach
+}
+
 /// Validation, KV caches and profiling of every candidate operator: the profile any strategy can be optimized
 /// on (a query about to run uses [`profile_to_run`], which may profile less).
 pub fn profile_pipeline(
@@ -986,17 +1066,17 @@ fn profile_candidates(
         // its plan.)
         // (Without a pay check, or pricing memo hits, nothing is looked up: every tuple counts.)
         let look_up = pay_check && !o.price_memo_hits;
-        let sample_batch = if look_up {
-            take_record_batch(&input, &UInt32Array::from_iter_values(sample.iter().map(|&r| r as u32)))?
-        } else {
-            input.slice(0, sample.len())
-        };
         let tail = batch.slice(probe, rows.len() - probe);
         let unknown = |op: &RegisteredOp, task: &SemanticTask, b: &RecordBatch| -> f64 {
             if !look_up {
                 return b.num_rows() as f64;
             }
             op.memoised_rows(task, b).map_or(b.num_rows(), |known| known.iter().filter(|k| !**k).count()) as f64
+        };
+        let sample_batch = if look_up {
+            take_record_batch(&input, &UInt32Array::from_iter_values(sample.iter().map(|&r| r as u32)))?
+        } else {
+            input.slice(0, sample.len())
         };
         let fresh: Vec<Fresh> = tasks
             .iter()
@@ -1013,12 +1093,18 @@ fn profile_candidates(
         // operator. A map rejects nothing, so a plan runs it after the filters (the ordering's DP places it there),
         // on the tuples they let through: at most the gold result rows over the precision target. Also returned:
         // the answers the cost counted free because the memo holds them, for the stop messages.
+        // The cost also counts gold's answers that profiling asks and gold's own plan would not: profiling asks gold
+        // of every operator on every tuple, gold's plan only of the tuples its earlier filters let through.
         let pays = |tried: &[Vec<Tried>], rest: f64, screening_left: bool, looked: usize| -> (f64, f64, f64) {
             let reach = (through_share(tried, looked).1 / o.precision).min(1.0);
+            let gold_reach = gold_reach(tried, looked);
             let (mut cost, mut saving, mut free) = (0.0, 0.0, 0.0);
-            for ((task, t), fresh) in tasks.iter().zip(tried).zip(&fresh) {
+            for (((task, t), fresh), gold_reach) in tasks.iter().zip(tried).zip(&fresh).zip(gold_reach) {
                 let Some((gold, others)) = t.split_first() else { continue };
                 cost += others.iter().map(|c| c.cost() * fresh.ahead(c.idx, screening_left)).sum::<f64>();
+                if gold.idx == 0 {
+                    cost += gold.cost() * (1.0 - gold_reach) * fresh.ahead(0, screening_left);
+                }
                 free += others.iter().map(|c| fresh.known(c.idx, screening_left)).sum::<f64>();
                 let cheapest = others.iter().map(Tried::cost).fold(gold.cost(), f64::min);
                 let seen = if task.kind == LogicalKind::Map { rest * reach } else { rest };
@@ -1069,6 +1155,34 @@ fn profile_candidates(
                 probe_drops(&tasks, &cands, &mut tried, probe, &mut screening.dropped);
             }
         }
+        // A candidate is worth profiling only if it could save more than its own profiling costs: at best it
+        // decides, in gold's place, every tuple outside the sample and the screening that reaches its operator
+        // (a plan with it in front of gold costs at least what gold's plan with that operator first would, less
+        // that saving).
+        let unpaying = |tried: &mut [Vec<Tried>], screening_left: bool, looked: usize, dropped: &mut Vec<Dropped>| {
+            let (rest, _) = rest_of(tried, looked);
+            let reach = (through_share(tried, looked).1 / o.precision).min(1.0);
+            for (((task, ops), t), fresh) in tasks.iter().zip(&cands).zip(tried.iter_mut()).zip(&fresh) {
+                let Some(gold) = t.first().filter(|g| g.idx == 0).map(Tried::cost) else { continue };
+                let seen = if task.kind == LogicalKind::Map { rest * reach } else { rest };
+                t.retain(|c| {
+                    let cost = c.cost() * fresh.ahead(c.idx, screening_left);
+                    let saving = seen * (gold - c.cost()).max(0.0);
+                    if c.idx == 0 || cost < saving {
+                        return true;
+                    }
+                    dropped.push(Dropped {
+                        logical: task.name.clone(),
+                        operator: ops[c.idx].name().to_string(),
+                        reason: format!(
+                            "profiling it would cost {cost:.1} s, and deciding in gold's place every one of the \
+                             other {rest} tuples that reach its operator would save at most {saving:.1} s"
+                        ),
+                    });
+                    false
+                });
+            }
+        };
         let (rest, note) = rest_of(&tried, probe);
         let (cost, saving, free) = pays(&tried, rest, true, probe);
         let stop = if !pay_check {
@@ -1076,7 +1190,8 @@ fn profile_candidates(
         } else if cost >= saving {
             Some(format!(
                 "on the first {probe} screening tuples the {} candidates cheaper than gold showed that screening and \
-                 profiling them on {want} tuples would cost {cost:.1} s{}, and no plan can save more than \
+                 profiling them on {want} tuples would cost {cost:.1} s{} (with gold's answers its own plan would \
+                 not need), and no plan can save more than \
                  {saving:.1} s on the other {rest} tuples{note} (every tuple reaching an operator decided by its \
                  cheapest candidate; maps reached by the tuples the filters let through), so gold ran directly",
                 kept(&tried),
@@ -1085,6 +1200,9 @@ fn profile_candidates(
         } else {
             cannot_certify(&tried, probe).map(|why| format!("on the first {probe} screening tuples {why}"))
         };
+        if stop.is_none() && pay_check {
+            unpaying(&mut tried, true, probe, &mut screening.dropped);
+        }
         if let Some(why) = stop {
             // 3a-ii skipped: only the probed tuples were screened.
             screening.tuples = probe;
@@ -1123,6 +1241,9 @@ fn profile_candidates(
                     !out.contains(&(k - 1))
                 });
             }
+            if pay_check {
+                unpaying(&mut tried, false, rows.len(), &mut screening.dropped);
+            }
             let (rest, note) = rest_of(&tried, rows.len());
             let (cost, saving, free) = pays(&tried, rest, false, rows.len());
             if pay_check && cost < saving {
@@ -1131,8 +1252,9 @@ fn profile_candidates(
                 }
             } else if pay_check {
                 gold_only = Some(format!(
-                    "profiling the {} candidates left after screening on {want} tuples would cost {cost:.1} s{}, \
-                     and no plan can save more than {saving:.1} s on the other {rest} tuples{note} (every tuple \
+                    "profiling the {} candidates left after screening on {want} tuples would cost {cost:.1} s{} \
+                     (with gold's answers its own plan would not need), and no plan can save more than {saving:.1} s \
+                     on the other {rest} tuples{note} (every tuple \
                      reaching an operator decided by its cheapest candidate; maps reached by the tuples the filters \
                      let through), so gold ran directly",
                     kept(&tried),
@@ -1815,6 +1937,35 @@ mod tests {
         // A hopeless candidate dominates nothing.
         let out = screen_out(&names(3), &[c(1.0, Some(1.0)), c(0.05, Some(0.55)), c(0.1, Some(0.6))]);
         assert_eq!(out.iter().map(|(i, _)| *i).collect::<Vec<_>>(), vec![1], "{out:?}");
+    }
+
+    #[test]
+    fn gold_reach_follows_golds_cheapest_order_of_filters_and_puts_maps_last() {
+        let filter = |idx: usize, secs: f64, pass: &[bool]| Tried {
+            idx,
+            output: OpOutput::Scores(pass.iter().map(|&p| if p { 1.0 } else { -1.0 }).collect()),
+            secs: vec![secs; pass.len()],
+        };
+        let (t, f) = (true, false);
+        // f1 is dear and lets 3 of 4 through; f2 is cheap and lets 1 of 4 through: gold's plan runs f2 first, so
+        // f1 sees a quarter of the tuples. The map sees the one both let through.
+        let map = Tried {
+            idx: 0,
+            output: OpOutput::Values { values: vec![None; 4], confidences: vec![0.0; 4] },
+            secs: vec![0.1; 4],
+        };
+        let tried = vec![
+            vec![filter(0, 1.0, &[t, t, t, f])],
+            vec![filter(0, 0.1, &[t, f, f, f]), filter(1, 0.01, &[t, t, f, f])],
+            vec![map],
+        ];
+        assert_eq!(gold_reach(&tried, 4), vec![0.25, 1.0, 0.25]);
+        // Swap the costs and f1 goes first.
+        let tried2 = vec![vec![filter(0, 0.1, &[t, t, t, f])], vec![filter(0, 1.0, &[t, f, f, f])]];
+        assert_eq!(gold_reach(&tried2, 4), vec![1.0, 0.75]);
+        // A candidate that is not gold, or nothing looked at, reaches everything.
+        assert_eq!(gold_reach(&[vec![filter(2, 0.1, &[f, f])]], 2), vec![1.0]);
+        assert_eq!(gold_reach(&tried, 0), vec![1.0, 1.0, 1.0]);
     }
 
     #[test]

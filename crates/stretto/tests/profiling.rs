@@ -189,7 +189,7 @@ fn when_the_probe_shows_profiling_cannot_pay_gold_runs_without_finishing_the_scr
 #[test]
 fn a_pay_check_stop_says_how_many_memoised_answers_it_counted_free() {
     let targets = Targets::new(0.8, 0.8, 0.95).unwrap();
-    let stop = |new_cost: f64| -> String {
+    let run = |new_cost: f64| {
         let dir = tempfile::tempdir().unwrap();
         let ops = [Fixed::one_in("gold", 1.0, true, 2), Fixed::one_in("cheap", 0.8, false, 2)];
         let s = session(dir.path(), 100, 0.15, &ops);
@@ -201,20 +201,21 @@ fn a_pay_check_stop_says_how_many_memoised_answers_it_counted_free() {
         ];
         let s = session(dir.path(), 100, 0.15, &ops);
         let r = s.table("t").unwrap().sem_filter("{t.text} is even").unwrap().collect(targets).unwrap();
-        let warnings = r.plan().warnings.join(" ");
-        assert!(warnings.contains("gold ran directly"), "{warnings}");
-        warnings
+        (r.plan().warnings.join(" "), r.report().screening.clone().expect("screened"))
     };
     // Barely cheaper than gold: at the probe, with `cheap` still a candidate, its 56 answers cost nothing and the
     // new candidate's 56 cost more than any plan could save.
-    let at_probe = stop(0.85);
+    let (at_probe, _) = run(0.85);
     assert!(at_probe.starts_with("on the first 4 screening tuples"), "{at_probe}");
+    assert!(at_probe.contains("gold ran directly"), "{at_probe}");
     assert!(at_probe.contains("(56 candidate answers already in the memo counted free)"), "{at_probe}");
-    // Cheaper than `cheap`, which screening then drops as dominated: the stop after screening prices the new
-    // candidate's sample alone, and none of that was in the memo.
-    let after_screening = stop(0.5);
-    assert!(after_screening.starts_with("profiling the 1 candidates left after screening"), "{after_screening}");
-    assert!(!after_screening.contains("in the memo"), "{after_screening}");
+    // Cheaper, but not by enough to save its own profiling: its 56 answers, none in the memo, would cost 28 s, and
+    // deciding the other 40 tuples in gold's place saves at most 20 s. It alone goes no further; `cheap`, whose
+    // answers are in the memo, costs profiling nothing.
+    let (_, sc) = run(0.5);
+    let new = sc.dropped.iter().find(|d| d.operator == "new").expect("new was dropped");
+    assert!(new.reason.contains("would cost 28.0 s") && new.reason.contains("at most 20.0 s"), "{}", new.reason);
+    assert!(!sc.dropped.iter().any(|d| d.operator == "cheap"), "{sc:?}");
 }
 
 /// Answers an earlier query computed cost a profile nothing: where a cold memo makes the probe's pay check run
@@ -506,4 +507,26 @@ fn a_map_behind_a_selective_filter_saves_only_on_the_tuples_the_filter_lets_thro
     let r = run(1);
     let map = r.report().candidates["v"].clone();
     assert!(map.contains(&"cheap-map".to_string()), "{:?} {:?}", r.report().candidates, r.plan().warnings);
+}
+
+/// A candidate cheaper than gold, but not by enough to win back its own profiling, is dropped after the probe: here
+/// `near` costs 85% of gold's, so profiling it on the 60-tuple sample and the rest of the screening (76 tuples)
+/// costs 64.6 s, and deciding every one of the other 320 tuples in gold's place would save at most 48 s.
+#[test]
+fn a_candidate_that_cannot_save_its_own_profiling_is_not_profiled() {
+    let dir = tempfile::tempdir().unwrap();
+    let ops = [Fixed::new("gold", 1.0, true), Fixed::new("near", 0.85, false), Fixed::new("cheap", 0.01, false)];
+    let s = session(dir.path(), 400, 0.15, &ops);
+    let frame = s.table("t").unwrap().sem_filter("{t.text} is a multiple of three").unwrap();
+    let r = frame.collect(Targets::new(0.5, 0.5, 0.95).unwrap()).unwrap();
+    let sc = r.report().screening.clone().expect("screening ran");
+    let near = sc.dropped.iter().find(|d| d.operator == "near").expect("near was dropped");
+    assert!(
+        near.reason.contains("would cost 64.6 s") && near.reason.contains("would save at most 48.0 s"),
+        "{}",
+        near.reason
+    );
+    assert_eq!(ops[1].asked.load(std::sync::atomic::Ordering::SeqCst), 4, "near answered the probe alone");
+    let candidates = r.report().candidates.values().next().unwrap().clone();
+    assert!(candidates.contains(&"cheap".to_string()) && !candidates.contains(&"near".to_string()), "{candidates:?}");
 }
