@@ -84,6 +84,20 @@ fn a_labelled_run_scores_plans_and_gold_against_the_human_labels() {
     assert!(stdout.contains("| global | 0.9 | 1 |"), "{stdout}");
 }
 
+/// `--labelled` over a dataset none of whose generated queries has every filter labelled (ecommerce: the pools'
+/// filters are not the four derived labels) runs nothing, and the summary says so instead of an empty table alone.
+#[test]
+fn a_labelled_run_that_draws_no_query_says_so() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("exp1");
+    let args =
+        ["bench", "exp1", "--scale", "tiny", "--datasets", "ecommerce", "--labelled", "--out", out.to_str().unwrap()];
+    let (ok, stdout, err) = stretto(&args, dir.path());
+    assert!(ok, "{err}");
+    assert_eq!(std::fs::read_to_string(out.join("results.csv")).unwrap().lines().count(), 1);
+    assert!(stdout.contains("- ecommerce: no query ran (`--labelled` draws only"), "{stdout}");
+}
+
 /// `--datasets photos`: a query over the products that have a photo runs the image operators (the bridges) under
 /// every method, and every plan and gold are scored against the labels derived from the catalog.
 #[test]
