@@ -588,8 +588,8 @@ fn run_query_methods(
         finish_pipeline(&registry, &pulled, &profiled, &og)?.stages.iter().map(|s| s.cost_seconds).sum()
     };
     // `global` as `stretto query --precision t --recall t` runs it: its own profiling per target, whose pay checks
-    // and sample size follow that target and may stop at the probe or after screening and run gold (the same seeds
-    // draw the same tuples, so its answers are mostly memoised; they are priced as a cold run pays them).
+    // follow that target and may stop at the probe or after screening and run gold (the same seeds draw the same
+    // tuples, so its answers are mostly memoised; they are priced as a cold run pays them).
     let as_run: Vec<crate::query::Profiled> = if methods.contains(&"global") {
         TARGETS
             .iter()

@@ -797,79 +797,38 @@ fn gold_through(tried: &[Vec<Tried>], looked: usize) -> usize {
 }
 
 /// The share of the first `looked` screening tuples that reaches each logical operator when gold's plan runs them:
-/// its filters in the order that costs least on those tuples (every order of up to 6 filters; beyond, by cost over
-/// rejected share), each on the tuples the earlier ones let through, and its maps on the tuples every filter let
-/// through. 1 for an operator whose gold did not answer.
+/// its filters in the order the ordering DP gives a plan ([`best_order`](stretto_optim::order::best_order), on their
+/// costs and pass shares there), each on the tuples the earlier ones let through, and its maps on the tuples every
+/// filter let through. 1 for an operator whose gold did not answer.
 fn gold_reach(tried: &[Vec<Tried>], looked: usize) -> Vec<f64> {
+    use stretto_optim::order::{best_order, OrderStage};
     let mut reach = vec![1.0; tried.len()];
     if looked == 0 {
         return reach;
     }
-    fn gold(t: &[Tried]) -> Option<&Tried> {
-        t.first().filter(|g| g.idx == 0)
-    }
-    // (operator, seconds per tuple, which tuples it lets through)
-    let filters: Vec<(usize, f64, Vec<bool>)> = tried
-        .iter()
-        .enumerate()
-        .filter_map(|(i, t)| match gold(t) {
-            Some(g @ Tried { output: OpOutput::Scores(s), .. }) => {
-                Some((i, g.cost(), s.iter().take(looked).map(|v| *v > 0.0).collect()))
-            }
-            _ => None,
-        })
-        .collect();
-    let cost_of = |order: &[usize]| -> f64 {
-        let mut alive = vec![true; looked];
-        let mut cost = 0.0;
-        for &f in order {
-            let (_, c, pass) = &filters[f];
-            cost += c * alive.iter().filter(|a| **a).count() as f64;
-            for (a, p) in alive.iter_mut().zip(pass) {
-                *a &= *p;
-            }
+    let share = |n: usize| n as f64 / looked as f64;
+    // (operator, which tuples its gold lets through)
+    let mut passes: Vec<(usize, Vec<bool>)> = Vec::new();
+    let mut stages: Vec<OrderStage> = Vec::new();
+    for (i, t) in tried.iter().enumerate() {
+        if let Some(g @ Tried { idx: 0, output: OpOutput::Scores(s), .. }) = t.first() {
+            let pass: Vec<bool> = s.iter().take(looked).map(|v| *v > 0.0).collect();
+            let sel_inter = share(pass.iter().filter(|p| **p).count());
+            stages.push(OrderStage { op: passes.len(), cost: g.cost(), sel_inter, sel_intra: 0.0 });
+            passes.push((i, pass));
         }
-        cost
-    };
-    let mut best: Vec<usize> = (0..filters.len()).collect();
-    if filters.len() <= 6 {
-        let mut best_cost = cost_of(&best);
-        let mut perm = best.clone();
-        // Heap's algorithm over every order.
-        let mut c = vec![0usize; perm.len()];
-        let mut i = 1;
-        while i < perm.len() {
-            if c[i] < i {
-                perm.swap(if i % 2 == 0 { 0 } else { c[i] }, i);
-                let cost = cost_of(&perm);
-                if cost < best_cost {
-                    (best_cost, best) = (cost, perm.clone());
-                }
-                c[i] += 1;
-                i = 1;
-            } else {
-                c[i] = 0;
-                i += 1;
-            }
-        }
-    } else {
-        let rank = |f: &(usize, f64, Vec<bool>)| {
-            let rejected = f.2.iter().filter(|p| !**p).count() as f64 / looked as f64;
-            f.1 / rejected.max(1e-9)
-        };
-        best.sort_by(|&a, &b| rank(&filters[a]).total_cmp(&rank(&filters[b])));
     }
     let mut alive = vec![true; looked];
-    for &f in &best {
-        let (op, _, pass) = &filters[f];
-        reach[*op] = alive.iter().filter(|a| **a).count() as f64 / looked as f64;
+    for f in best_order(&stages) {
+        let (op, pass) = &passes[f];
+        reach[*op] = share(alive.iter().filter(|a| **a).count());
         for (a, p) in alive.iter_mut().zip(pass) {
             *a &= *p;
         }
     }
-    let through = alive.iter().filter(|a| **a).count() as f64 / looked as f64;
+    let through = share(alive.iter().filter(|a| **a).count());
     for (i, t) in tried.iter().enumerate() {
-        if matches!(gold(t), Some(Tried { output: OpOutput::Values { .. }, .. })) {
+        if matches!(t.first(), Some(Tried { idx: 0, output: OpOutput::Values { .. }, .. })) {
             reach[i] = through;
         }
     }
@@ -1066,17 +1025,17 @@ fn profile_candidates(
         // its plan.)
         // (Without a pay check, or pricing memo hits, nothing is looked up: every tuple counts.)
         let look_up = pay_check && !o.price_memo_hits;
+        let sample_batch = if look_up {
+            take_record_batch(&input, &UInt32Array::from_iter_values(sample.iter().map(|&r| r as u32)))?
+        } else {
+            input.slice(0, sample.len())
+        };
         let tail = batch.slice(probe, rows.len() - probe);
         let unknown = |op: &RegisteredOp, task: &SemanticTask, b: &RecordBatch| -> f64 {
             if !look_up {
                 return b.num_rows() as f64;
             }
             op.memoised_rows(task, b).map_or(b.num_rows(), |known| known.iter().filter(|k| !**k).count()) as f64
-        };
-        let sample_batch = if look_up {
-            take_record_batch(&input, &UInt32Array::from_iter_values(sample.iter().map(|&r| r as u32)))?
-        } else {
-            input.slice(0, sample.len())
         };
         let fresh: Vec<Fresh> = tasks
             .iter()
@@ -1095,8 +1054,15 @@ fn profile_candidates(
         // the answers the cost counted free because the memo holds them, for the stop messages.
         // The cost also counts gold's answers that profiling asks and gold's own plan would not: profiling asks gold
         // of every operator on every tuple, gold's plan only of the tuples its earlier filters let through.
+        // The tuples outside the sample and the screening that reach `task`'s operator at most: all `rest` for a
+        // filter; for a map, those gold's filters let through over the precision target.
+        let seen_by = |task: &SemanticTask, tried: &[Vec<Tried>], rest: f64, looked: usize| -> f64 {
+            match task.kind {
+                LogicalKind::Map => rest * (through_share(tried, looked).1 / o.precision).min(1.0),
+                _ => rest,
+            }
+        };
         let pays = |tried: &[Vec<Tried>], rest: f64, screening_left: bool, looked: usize| -> (f64, f64, f64) {
-            let reach = (through_share(tried, looked).1 / o.precision).min(1.0);
             let gold_reach = gold_reach(tried, looked);
             let (mut cost, mut saving, mut free) = (0.0, 0.0, 0.0);
             for (((task, t), fresh), gold_reach) in tasks.iter().zip(tried).zip(&fresh).zip(gold_reach) {
@@ -1107,8 +1073,7 @@ fn profile_candidates(
                 }
                 free += others.iter().map(|c| fresh.known(c.idx, screening_left)).sum::<f64>();
                 let cheapest = others.iter().map(Tried::cost).fold(gold.cost(), f64::min);
-                let seen = if task.kind == LogicalKind::Map { rest * reach } else { rest };
-                saving += seen * (gold.cost() - cheapest).max(0.0);
+                saving += seen_by(task, tried, rest, looked) * (gold.cost() - cheapest).max(0.0);
             }
             (cost, saving, free)
         };
@@ -1161,10 +1126,11 @@ fn profile_candidates(
         // that saving).
         let unpaying = |tried: &mut [Vec<Tried>], screening_left: bool, looked: usize, dropped: &mut Vec<Dropped>| {
             let (rest, _) = rest_of(tried, looked);
-            let reach = (through_share(tried, looked).1 / o.precision).min(1.0);
-            for (((task, ops), t), fresh) in tasks.iter().zip(&cands).zip(tried.iter_mut()).zip(&fresh) {
+            let seen: Vec<f64> = tasks.iter().map(|task| seen_by(task, tried, rest, looked)).collect();
+            for ((((task, ops), t), fresh), seen) in
+                tasks.iter().zip(&cands).zip(tried.iter_mut()).zip(&fresh).zip(seen)
+            {
                 let Some(gold) = t.first().filter(|g| g.idx == 0).map(Tried::cost) else { continue };
-                let seen = if task.kind == LogicalKind::Map { rest * reach } else { rest };
                 t.retain(|c| {
                     let cost = c.cost() * fresh.ahead(c.idx, screening_left);
                     let saving = seen * (gold - c.cost()).max(0.0);
