@@ -65,8 +65,9 @@
 //! the screening the profile is a seeded random sample of the other tuples, of a smaller candidate set; the three
 //! steps above run on it unchanged, and the hold-out test keeps its level. Screening can only make the plan
 //! dearer (a dropped candidate might have helped), never less certain. The same holds for its first step, the
-//! probe (every candidate on the first 4 screening tuples, to learn its cost beside gold's and its uncompressed
-//! parent's), and for the pay check
+//! probe (gold on the first 4 screening tuples, then, unless gold's answers alone show that the sample cannot hold
+//! out the gold result rows any certificate needs, every other candidate on them, to learn its cost beside gold's
+//! and its uncompressed parent's), and for the pay check
 //! that may end profiling there and run gold: both read screening tuples only, and gold needs no certificate.
 //! So do the per-candidate pay check (a candidate whose profiling costs more than it could save in gold's place on
 //! the tuples left is not profiled) and the cost of gold's answers that its own plan would not ask: both read

@@ -965,15 +965,18 @@ fn profile_candidates(
 
         // 3a-i. Every candidate on the first `probe` screening tuples: what each costs per tuple beside gold. Those
         //       as dear as gold go no further, and the pay check runs before the rest of the screening is spent.
+        //       Gold answers first: where its answers alone show that no plan but gold can be certified, no other
+        //       candidate is asked anything.
         let head = batch.slice(0, probe);
         // Candidates with a one-off setup (a generated program) are probed only once profiling can pay without
         // them: they add to what profiling costs, and a plan can save no more with them than with the cheapest of
         // the others deciding every tuple, which the pay check already assumes.
-        let probe_pass = |setup: bool| {
+        // `asked(i, setup)`: whether candidate `i` (with or without a one-off setup) answers in this pass.
+        let probe_pass = |asked: &(dyn Fn(usize, bool) -> bool + Sync)| {
             per_task(&tasks, &cands, parallel, |_, task, ops| {
                 let mut out = Vec::new();
                 for (i, op) in ops.iter().enumerate() {
-                    if (i > 0 && op.one_off_setup()) != setup {
+                    if !asked(i, op.one_off_setup()) {
                         continue;
                     }
                     match op.evaluate_timed(task, &head) {
@@ -987,7 +990,35 @@ fn profile_candidates(
             })
         };
         let spent = |tried: &[Vec<Tried>]| tried.iter().flatten().map(|t| t.secs.iter().sum::<f64>()).sum::<f64>();
-        let mut tried: Vec<Vec<Tried>> = probe_pass(false)?;
+        // The share of tuples gold lets through every filter, at the upper end of its credible interval, on the
+        // first `looked` screening tuples (1 for a query of maps alone).
+        let through_share = |tried: &[Vec<Tried>], looked: usize| -> (usize, f64) {
+            let through = gold_through(tried, looked);
+            let low = stretto_optim::bounds::beta_lower_bound((looked - through) as f64, through as f64, o.credible);
+            (through, 1.0 - low)
+        };
+        // A certified plan needs enough gold result rows held out: the share of tuples gold lets through on the
+        // screening tuples, at the upper end of its credible interval, bounds how many the sample can hold out.
+        let cannot_certify = |tried: &[Vec<Tried>], looked: usize| -> Option<String> {
+            let (through, share) = through_share(tried, looked);
+            uncertifiable(o, want, share, "").map(|why| {
+                format!(
+                    "gold let {through} of {looked} screening tuples through (a share of at most {:.0}% at {:.0}% \
+                     credibility): {why}, so gold ran directly",
+                    100.0 * share,
+                    100.0 * o.credible
+                )
+            })
+        };
+        let mut tried: Vec<Vec<Tried>> = probe_pass(&|i, _| i == 0)?;
+        // Gold's answers alone decide this check: where it fails, the other candidates are not probed.
+        let uncertified = if pay_check { cannot_certify(&tried, probe) } else { None };
+        if uncertified.is_none() {
+            let more = probe_pass(&|i, setup| i > 0 && !setup)?;
+            for (tried, more) in tried.iter_mut().zip(more) {
+                tried.extend(more);
+            }
+        }
         screening.seconds = spent(&tried);
         // Which candidates answered the probe (a decline is not among them).
         let mut ran: Vec<BTreeSet<usize>> = tried.iter().map(|t| t.iter().map(|t| t.idx).collect()).collect();
@@ -1010,13 +1041,6 @@ fn profile_candidates(
                 }
             }
             (rest, note)
-        };
-        // The share of tuples gold lets through every filter, at the upper end of its credible interval, on the
-        // first `looked` screening tuples (1 for a query of maps alone).
-        let through_share = |tried: &[Vec<Tried>], looked: usize| -> (usize, f64) {
-            let through = gold_through(tried, looked);
-            let low = stretto_optim::bounds::beta_lower_bound((looked - through) as f64, through as f64, o.credible);
-            (through, 1.0 - low)
         };
         // What profiling will compute rather than read from the memo: per logical operator and candidate, the
         // tuples of the sample and of the screening after the probe whose answers the memo lacks. (The saving side
@@ -1078,19 +1102,6 @@ fn profile_candidates(
             (cost, saving, free)
         };
         let kept = |tried: &[Vec<Tried>]| tried.iter().map(|t| t.len().saturating_sub(1)).sum::<usize>();
-        // A certified plan needs enough gold result rows held out: the share of tuples gold lets through on the
-        // screening tuples, at the upper end of its credible interval, bounds how many the sample can hold out.
-        let cannot_certify = |tried: &[Vec<Tried>], looked: usize| -> Option<String> {
-            let (through, share) = through_share(tried, looked);
-            uncertifiable(o, want, share, "").map(|why| {
-                format!(
-                    "gold let {through} of {looked} screening tuples through (a share of at most {:.0}% at {:.0}% \
-                     credibility): {why}, so gold ran directly",
-                    100.0 * share,
-                    100.0 * o.credible
-                )
-            })
-        };
         let with_setup: Vec<(usize, usize)> = cands
             .iter()
             .enumerate()
@@ -1110,7 +1121,7 @@ fn profile_candidates(
                     });
                 }
             } else {
-                let more = probe_pass(true)?;
+                let more = probe_pass(&|i, setup| i > 0 && setup)?;
                 screening.seconds += spent(&more);
                 for ((tried, ran), more) in tried.iter_mut().zip(ran.iter_mut()).zip(more) {
                     ran.extend(more.iter().map(|t| t.idx));
@@ -1153,6 +1164,8 @@ fn profile_candidates(
         let (cost, saving, free) = pays(&tried, rest, true, probe);
         let stop = if !pay_check {
             None
+        } else if let Some(why) = uncertified {
+            Some(format!("on the first {probe} screening tuples {why}"))
         } else if cost >= saving {
             Some(format!(
                 "on the first {probe} screening tuples the {} candidates cheaper than gold showed that screening and \
@@ -1164,7 +1177,7 @@ fn profile_candidates(
                 memo_note(free)
             ))
         } else {
-            cannot_certify(&tried, probe).map(|why| format!("on the first {probe} screening tuples {why}"))
+            None
         };
         if stop.is_none() && pay_check {
             unpaying(&mut tried, true, probe, &mut screening.dropped);

@@ -401,8 +401,9 @@ fn the_certification_check_before_profiling_uses_the_strategys_own_hold_out() {
     let s = session(dir.path(), 400, 0.1, &ops);
     let frame = s.table("t").unwrap().sem_filter("{t.text} is a multiple of three").unwrap();
     let r = frame.collect_with(Targets::new(0.9, 0.9, 0.95).unwrap(), &wide).unwrap();
-    // (At the probe, one in three through leaves 21 rows of 32 held out: gold runs there, for another reason.)
-    assert!(ops[1].asked.load(std::sync::atomic::Ordering::SeqCst) > 0, "{:?}", r.plan().warnings);
+    // The screening began (at its probe, one in three through leaves 21 rows of 32 held out: gold runs there, for
+    // another reason).
+    assert!(r.report().screening.is_some(), "{:?}", r.plan().warnings);
     assert!(!r.plan().warnings.join(" ").contains("were every tuple one"), "{:?}", r.plan().warnings);
 
     let strict = Global { certification: Certification { min_holdout: 100, ..Certification::default() } };
@@ -414,6 +415,37 @@ fn the_certification_check_before_profiling_uses_the_strategys_own_hold_out() {
     assert_eq!(ops[1].asked.load(std::sync::atomic::Ordering::SeqCst), 0, "the cheap candidate never ran");
     let warnings = r.plan().warnings.join(" ");
     assert!(warnings.contains("hold out at most 61 tuples") && warnings.contains("fewer than the 100"), "{warnings}");
+}
+
+/// Gold answers the probe first: where its answers alone show that the sample cannot hold out the gold result rows
+/// a certificate needs (here at most 14 of the 30 tuples a 60-tuple sample holds out, with one in a thousand tuples
+/// through gold, against the 28 a 0.9 target needs), no other candidate is asked anything and gold runs, having
+/// answered only its 4 probe tuples beyond what it answers in execution.
+#[test]
+fn gold_alone_answers_the_probe_where_its_answers_rule_out_every_certificate() {
+    use std::sync::atomic::Ordering;
+    let dir = tempfile::tempdir().unwrap();
+    let ops = [Fixed::one_in("gold", 1.0, true, 1000), Fixed::one_in("cheap", 0.01, false, 1000)];
+    let s = session(dir.path(), 400, 0.15, &ops);
+    let frame = s.table("t").unwrap().sem_filter("{t.text} is a multiple of a thousand").unwrap();
+    let r = frame.collect(Targets::new(0.9, 0.9, 0.95).unwrap()).unwrap();
+    assert!(r.fell_back_to_gold());
+    let warnings = r.plan().warnings.join(" ");
+    assert!(
+        warnings.contains("on the first 4 screening tuples gold let") && warnings.contains("fewer than 28"),
+        "{warnings}"
+    );
+    assert_eq!(ops[1].asked.load(Ordering::SeqCst), 0, "the cheap candidate was probed");
+    let sc = r.report().screening.clone().expect("the probe ran");
+    assert_eq!(sc.tuples, 4);
+    assert!((sc.seconds - 4.0).abs() < 1e-9, "only gold answered the probe: {sc:?}");
+    // Where the sample can hold them out (one in three through), every candidate answers the probe.
+    let dir = tempfile::tempdir().unwrap();
+    let ops = [Fixed::new("gold", 1.0, true), Fixed::new("cheap", 0.01, false)];
+    let s = session(dir.path(), 400, 0.15, &ops);
+    let frame = s.table("t").unwrap().sem_filter("{t.text} is a multiple of three").unwrap();
+    frame.collect(Targets::new(0.7, 0.7, 0.95).unwrap()).unwrap();
+    assert!(ops[1].asked.load(Ordering::SeqCst) >= 4);
 }
 
 /// Where gold lets few tuples through, the screening shows that the sample cannot hold out the gold result rows a
