@@ -1112,7 +1112,7 @@ fn profile_candidates(
         if !with_setup.is_empty() {
             let (rest, _) = rest_of(&tried, probe);
             let (cost, saving, _) = pays(&tried, rest, true, probe);
-            if pay_check && (cost >= saving || cannot_certify(&tried, probe).is_some()) {
+            if pay_check && (cost >= saving || uncertified.is_some()) {
                 for &(t, i) in &with_setup {
                     screening.dropped.push(Dropped {
                         logical: tasks[t].name.clone(),
