@@ -59,6 +59,10 @@ pub struct Scale {
     pub labelled: bool,
     /// Where models, caches and memoised answers live (from the environment, as the CLI is a binary's edge).
     pub context: stretto::OpContext,
+    /// Per target, what answers cost per item as `global-as-run`'s profiling recorded it: each target's runs read
+    /// only what the earlier queries at that target recorded, as one session running the queries one after
+    /// another at that target would (not what the other methods or targets of the same query computed).
+    pub as_run_costs: [std::sync::Arc<stretto::core::memo::CostRecord>; TARGETS.len()],
 }
 
 /// The LLM ladder of the `small` and `paper` scales, smallest first: its top, Qwen2.5-Coder-1.5B under the
@@ -131,6 +135,7 @@ impl Scale {
                 min_sample: 40,
                 labelled: false,
                 context: stretto::OpContext::from_env(),
+                as_run_costs: Default::default(),
             }
             .with_ladder(STRONG_LADDER.map(String::from).to_vec())?),
             "tiny" => Ok(Self {
@@ -145,6 +150,7 @@ impl Scale {
                 min_sample: 40,
                 labelled: false,
                 context: stretto::OpContext::from_env(),
+                as_run_costs: Default::default(),
             }),
             "paper" => Ok(Self {
                 name: name.into(),
@@ -157,6 +163,7 @@ impl Scale {
                 min_sample: 40,
                 labelled: false,
                 context: stretto::OpContext::from_env(),
+                as_run_costs: Default::default(),
             }
             .with_ladder(STRONG_LADDER.map(String::from).to_vec())?),
             other => Err(format!("unknown scale `{other}`; choose tiny, small or paper").into()),
@@ -593,10 +600,12 @@ fn run_query_methods(
     let as_run: Vec<crate::query::Profiled> = if methods.contains(&"global") {
         TARGETS
             .iter()
-            .map(|&t| {
+            .zip(&scale.as_run_costs)
+            .map(|(&t, costs)| {
                 let mut og = o.clone();
                 (og.method, og.precision, og.recall) = ("global".into(), t, t);
-                profile_to_run(&registry, &pulled, &input, &og)
+                let context = stretto::OpContext { costs: costs.clone(), ..scale.context.clone() };
+                profile_to_run(&stretto::registry_for(&context)?, &pulled, &input, &og)
             })
             .collect::<Result<_, _>>()?
     } else {

@@ -86,6 +86,9 @@ pub struct OpContext {
     /// `MatMulNBits` weights, over the f32 model's caches). Off by default: such a rung joins the default ladder only
     /// once it is measured fast and faithful enough (`bench/results/quant/`).
     pub int8_rungs: bool,
+    /// What operators' answers cost per item, recorded by every evaluation of the registries built from this
+    /// context (and its clones), for pay checks to read before asking a candidate.
+    pub costs: std::sync::Arc<crate::memo::CostRecord>,
 }
 
 /// The ladder `STRETTO_LADDER` names (comma-separated model names), when it names one: binaries that let a named
@@ -111,6 +114,7 @@ impl OpContext {
             disk_budget: None,
             memory_budget: None,
             int8_rungs: false,
+            costs: Default::default(),
         }
     }
 

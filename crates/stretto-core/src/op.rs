@@ -10,7 +10,7 @@ use arrow::datatypes::{DataType, Schema};
 
 use crate::context::{MemoPolicy, OpContext};
 use crate::error::{CoreError, Result};
-use crate::memo::{memo_key, Memo, MemoEntry};
+use crate::memo::{memo_key, CostRecord, Digest16, Memo, MemoEntry, RecordedCost};
 use crate::table::resolve_column;
 
 /// Which logical operator family an implementation serves.
@@ -455,6 +455,8 @@ pub struct RegisteredOp {
     op: Arc<dyn PhysicalOp>,
     policy: MemoPolicy,
     memo: std::sync::OnceLock<Option<Memo>>,
+    /// Where what its answers cost per item is recorded, if anywhere.
+    costs: Option<Arc<CostRecord>>,
 }
 
 impl fmt::Debug for RegisteredOp {
@@ -466,12 +468,18 @@ impl fmt::Debug for RegisteredOp {
 impl RegisteredOp {
     /// `op`, its answers memoised under `policy` (in a file named after the operator).
     pub fn new(op: Arc<dyn PhysicalOp>, policy: MemoPolicy) -> Self {
-        Self { op, policy, memo: std::sync::OnceLock::new() }
+        Self { op, policy, memo: std::sync::OnceLock::new(), costs: None }
+    }
+
+    /// The same, recording what its answers cost per item in `costs` ([`RegisteredOp::recorded_costs`] reads it).
+    pub fn recording(mut self, costs: Arc<CostRecord>) -> Self {
+        self.costs = Some(costs);
+        self
     }
 
     /// The same operator without a memo: every answer computed (what determinism checks need).
     pub fn unmemoised(&self) -> Self {
-        Self::new(self.op.clone(), MemoPolicy::Off)
+        Self { costs: self.costs.clone(), ..Self::new(self.op.clone(), MemoPolicy::Off) }
     }
 
     /// The operator itself.
@@ -564,7 +572,7 @@ impl RegisteredOp {
             });
         }
         let (identity, items) = self.identity_and_items(task, batch)?;
-        memoised(self.memo(), &identity, task, &items, |missing| {
+        let (out, seconds) = memoised(self.memo(), &identity, task, &items, |missing| {
             let todo: Vec<String> = missing.iter().map(|&i| items[i].clone()).collect();
             let (out, seconds) = self.op.evaluate_items(task, &todo)?;
             match (&out, task.kind) {
@@ -577,7 +585,43 @@ impl RegisteredOp {
                 }
             }
             Ok((out, seconds))
-        })
+        })?;
+        if let Some(costs) = &self.costs {
+            costs.record(self.op.name(), Digest16::of(&memo_prompt(task)), &items, &seconds);
+        }
+        Ok((out, seconds))
+    }
+
+    /// What its answers on the rows of `batch` cost per tuple as earlier evaluations recorded them: to `task`
+    /// where recorded, else to another task of its kind over the same items (see [`CostRecord`]); asks the
+    /// operator nothing. `None` unless every row has a figure, without a record, or where the operator does not
+    /// serve the task; the operator's [`CoreError::NotApplicable`] where it declines the task.
+    pub fn recorded_costs(&self, task: &SemanticTask, batch: &RecordBatch) -> Result<Option<Vec<RecordedCost>>> {
+        let Some(costs) = self.costs.as_ref() else { return Ok(None) };
+        if !self.serves(task) {
+            return Ok(None);
+        }
+        let (_, items) = self.identity_and_items(task, batch)?;
+        Ok(costs.lookup(self.op.name(), Digest16::of(&memo_prompt(task)), &items))
+    }
+
+    /// What its answers on the rows of `batch` (the items of `task`) cost as recorded, each to the task the
+    /// figures of `like` name (what [`RegisteredOp::recorded_costs`] of another operator returned for the same
+    /// rows); `None` per row without one.
+    pub fn recorded_costs_like(
+        &self,
+        task: &SemanticTask,
+        batch: &RecordBatch,
+        like: &[RecordedCost],
+    ) -> Result<Vec<Option<f64>>> {
+        let Some(costs) = self.costs.as_ref() else { return Ok(vec![None; like.len()]) };
+        let (_, items) = self.identity_and_items(task, batch)?;
+        Ok(items.iter().zip(like).map(|(item, c)| costs.figure(self.op.name(), c.task, item)).collect())
+    }
+
+    /// The digest a [`CostRecord`] names `task` by.
+    pub fn task_digest(task: &SemanticTask) -> Digest16 {
+        Digest16::of(&memo_prompt(task))
     }
 
     /// Which rows of `batch` already have an answer to `task` in the memo: what [`RegisteredOp::evaluate_timed`]
@@ -758,7 +802,10 @@ impl Registry {
         let mut operators = BTreeMap::new();
         for f in factories.values() {
             for config in (f.ladder)(context) {
-                let op = Arc::new(RegisteredOp::new((f.build)(&config, context)?, context.memo.clone()));
+                let op = Arc::new(
+                    RegisteredOp::new((f.build)(&config, context)?, context.memo.clone())
+                        .recording(context.costs.clone()),
+                );
                 let name = op.name().to_string();
                 if let Some((_, other)) = operators.insert(name.clone(), (op, f.name)) {
                     return Err(CoreError::OperatorConfig {
@@ -779,7 +826,7 @@ impl Registry {
     /// Adds an operator built at run time (not by a linked factory), under `factory` as its origin. Fails if an
     /// operator of the same name is already registered.
     pub fn register(&mut self, op: Arc<dyn PhysicalOp>, factory: &'static str) -> Result<()> {
-        let op = Arc::new(RegisteredOp::new(op, self.context.memo.clone()));
+        let op = Arc::new(RegisteredOp::new(op, self.context.memo.clone()).recording(self.context.costs.clone()));
         let name = op.name().to_string();
         if let Some((_, other)) = self.operators.get(&name) {
             return Err(CoreError::OperatorConfig {
@@ -830,7 +877,10 @@ impl Registry {
             name: factory.to_string(),
             known: self.factories.keys().copied().collect::<Vec<_>>().join(", "),
         })?;
-        Ok(Arc::new(RegisteredOp::new((f.build)(config, &self.context)?, self.context.memo.clone())))
+        Ok(Arc::new(
+            RegisteredOp::new((f.build)(config, &self.context)?, self.context.memo.clone())
+                .recording(self.context.costs.clone()),
+        ))
     }
 }
 

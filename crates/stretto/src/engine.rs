@@ -1013,16 +1013,6 @@ fn profile_candidates(
         let mut tried: Vec<Vec<Tried>> = probe_pass(&|i, _| i == 0)?;
         // Gold's answers alone decide this check: where it fails, the other candidates are not probed.
         let uncertified = if pay_check { cannot_certify(&tried, probe) } else { None };
-        if uncertified.is_none() {
-            let more = probe_pass(&|i, setup| i > 0 && !setup)?;
-            for (tried, more) in tried.iter_mut().zip(more) {
-                tried.extend(more);
-            }
-        }
-        screening.seconds = spent(&tried);
-        // Which candidates answered the probe (a decline is not among them).
-        let mut ran: Vec<BTreeSet<usize>> = tried.iter().map(|t| t.iter().map(|t| t.idx).collect()).collect();
-        probe_drops(&tasks, &cands, &mut tried, probe, &mut screening.dropped);
         // The tuples whose answers a plan could still save on: those neither profiled nor screened (with a fetch,
         // about those gold needs to find the rows wanted: twice k over the share of tuples gold lets through, so
         // that a low estimate does not talk the optimizer out of a plan that would have paid).
@@ -1102,6 +1092,79 @@ fn profile_candidates(
             (cost, saving, free)
         };
         let kept = |tried: &[Vec<Tried>]| tried.iter().map(|t| t.len().saturating_sub(1)).sum::<usize>();
+        // The other candidates' costs on the probe tuples as earlier queries over the same items recorded them: to
+        // this task where recorded, else to another one, scaled per tuple by gold's cost now over its recorded cost
+        // on that other task (another task's answers cost about the same per item: mostly a question pass over the
+        // item's cached past). `None` unless every candidate but those with a one-off setup (unless `with_setup`)
+        // and those declining the task has a figure for every probe tuple. Their outputs are not known, so they
+        // serve the pay check only.
+        let recorded = |tried: &[Vec<Tried>], with_setup: bool| -> Option<Vec<Vec<Tried>>> {
+            let mut out = Vec::new();
+            for ((task, ops), t) in tasks.iter().zip(&cands).zip(tried) {
+                let gold = t.first().filter(|g| g.idx == 0)?;
+                let this_task = RegisteredOp::task_digest(task);
+                let mut list = vec![Tried { idx: 0, output: gold.output.clone(), secs: gold.secs.clone() }];
+                for (i, op) in ops.iter().enumerate().skip(1).filter(|(_, op)| with_setup || !op.one_off_setup()) {
+                    let figures = match op.recorded_costs(task, &head) {
+                        Ok(Some(figures)) => figures,
+                        Err(stretto_core::CoreError::NotApplicable { .. }) => continue,
+                        _ => return None,
+                    };
+                    let gold_then = ops[0].recorded_costs_like(task, &head, &figures).ok()?;
+                    let secs = figures
+                        .iter()
+                        .zip(gold_then)
+                        .zip(&gold.secs)
+                        .map(|((f, then), now)| match then {
+                            Some(then) if f.task != this_task && then > 0.0 => f.seconds * now / then,
+                            _ => f.seconds,
+                        })
+                        .collect();
+                    list.push(Tried { idx: i, output: OpOutput::Scores(Vec::new()), secs });
+                }
+                out.push(list);
+            }
+            Some(out)
+        };
+        // Where the recorded costs already show that profiling cannot pay, the other candidates are not asked. As
+        // on the probe itself, the candidates with a one-off setup count only where profiling pays without them.
+        let recorded_check = |with_setup: bool| {
+            recorded(&tried, with_setup).and_then(|mut est| {
+                probe_drops(&tasks, &cands, &mut est, probe, &mut Vec::new());
+                let (rest, note) = rest_of(&est, probe);
+                let (cost, saving, free) = pays(&est, rest, true, probe);
+                tracing::debug!(cost, saving, candidates = kept(&est), with_setup, "pay check on recorded costs");
+                (cost >= saving).then(|| {
+                    format!(
+                        "on the first {probe} screening tuples gold answered, and what earlier queries over the same \
+                         items recorded the {} candidates cheaper than gold to cost there (another task's figures \
+                         scaled by gold's cost now over its cost then) showed that screening and profiling them on {want} tuples would cost \
+                         {cost:.1} s{} (with gold's answers its own plan would not need), and no plan can save more \
+                         than {saving:.1} s on the other {rest} tuples{note} (every tuple reaching an operator \
+                         decided by its cheapest candidate; maps reached by the tuples the filters let through), so \
+                         gold ran directly without asking them",
+                        kept(&est),
+                        memo_note(free)
+                    )
+                })
+            })
+        };
+        let any_setup = cands.iter().any(|ops| ops.iter().skip(1).any(|op| op.one_off_setup()));
+        let recorded_stop = if pay_check && uncertified.is_none() {
+            recorded_check(false).or_else(|| any_setup.then(|| recorded_check(true)).flatten())
+        } else {
+            None
+        };
+        if uncertified.is_none() && recorded_stop.is_none() {
+            let more = probe_pass(&|i, setup| i > 0 && !setup)?;
+            for (tried, more) in tried.iter_mut().zip(more) {
+                tried.extend(more);
+            }
+        }
+        screening.seconds = spent(&tried);
+        // Which candidates answered the probe (a decline is not among them).
+        let mut ran: Vec<BTreeSet<usize>> = tried.iter().map(|t| t.iter().map(|t| t.idx).collect()).collect();
+        probe_drops(&tasks, &cands, &mut tried, probe, &mut screening.dropped);
         let with_setup: Vec<(usize, usize)> = cands
             .iter()
             .enumerate()
@@ -1112,7 +1175,7 @@ fn profile_candidates(
         if !with_setup.is_empty() {
             let (rest, _) = rest_of(&tried, probe);
             let (cost, saving, _) = pays(&tried, rest, true, probe);
-            if pay_check && (cost >= saving || uncertified.is_some()) {
+            if pay_check && (cost >= saving || uncertified.is_some() || recorded_stop.is_some()) {
                 for &(t, i) in &with_setup {
                     screening.dropped.push(Dropped {
                         logical: tasks[t].name.clone(),
@@ -1166,6 +1229,8 @@ fn profile_candidates(
             None
         } else if let Some(why) = uncertified {
             Some(format!("on the first {probe} screening tuples {why}"))
+        } else if recorded_stop.is_some() {
+            recorded_stop
         } else if cost >= saving {
             Some(format!(
                 "on the first {probe} screening tuples the {} candidates cheaper than gold showed that screening and \

@@ -448,6 +448,37 @@ fn gold_alone_answers_the_probe_where_its_answers_rule_out_every_certificate() {
     assert!(ops[1].asked.load(Ordering::SeqCst) >= 4);
 }
 
+/// A session records what every answer cost per item: a later query over the same items whose pay check fails on
+/// those recorded costs asks no candidate but gold, though its prompt is new to the memo; where the recorded costs
+/// leave profiling able to pay, the candidates answer the probe as before.
+#[test]
+fn recorded_costs_of_earlier_queries_stop_a_query_that_cannot_pay_before_the_candidates_are_asked() {
+    use std::sync::atomic::Ordering;
+    let targets = Targets::new(0.8, 0.8, 0.95).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let ops = [Fixed::new("gold", 1.0, true), Fixed::new("cheap", 0.8, false)];
+    let s = session(dir.path(), 100, 0.15, &ops);
+    let first = s.table("t").unwrap().sem_filter("{t.text} is a multiple of three").unwrap().collect(targets).unwrap();
+    assert!(first.fell_back_to_gold());
+    assert_eq!(ops[1].asked.load(Ordering::SeqCst), 4, "the first query probes the cheap candidate");
+    let r = s.table("t").unwrap().sem_filter("{t.text} is divisible by three").unwrap().collect(targets).unwrap();
+    assert!(r.fell_back_to_gold());
+    let warnings = r.plan().warnings.join(" ");
+    assert!(warnings.contains("earlier queries over the same items recorded"), "{warnings}");
+    assert_eq!(ops[1].asked.load(Ordering::SeqCst), 4, "the cheap candidate was asked again");
+    let sc = r.report().screening.clone().expect("the probe ran");
+    assert!((sc.seconds - 4.0).abs() < 1e-9, "only gold answered the probe: {sc:?}");
+    // A cheap candidate that pays is asked, recorded costs or not.
+    let dir = tempfile::tempdir().unwrap();
+    let ops = [Fixed::new("gold", 1.0, true), Fixed::new("cheap", 0.01, false)];
+    let s = session(dir.path(), 400, 0.3, &ops);
+    s.table("t").unwrap().sem_filter("{t.text} is a multiple of three").unwrap().collect(targets).unwrap();
+    let before = ops[1].asked.load(Ordering::SeqCst);
+    let r = s.table("t").unwrap().sem_filter("{t.text} is divisible by three").unwrap().collect(targets).unwrap();
+    assert!(!r.fell_back_to_gold(), "{:?}", r.plan().warnings);
+    assert!(ops[1].asked.load(Ordering::SeqCst) >= before + 4);
+}
+
 /// Where gold lets few tuples through, the screening shows that the sample cannot hold out the gold result rows a
 /// certificate needs: gold runs, though a cheap candidate agreeing with gold would otherwise pay for its profiling.
 #[test]
