@@ -1167,6 +1167,8 @@ fn run(cli: Cli) -> Result<(), BoxError> {
             o.max_sample = max_sample;
             o.run_dir = Some(run_dir);
             o.progress = !json && std::io::stderr().is_terminal();
+            // What answers cost is kept beside the memo: a later query's pay checks read it.
+            let ctx = ctx.with_persisted_costs()?;
             let registry = stretto::registry_for(&ctx)?;
             // Truth labels are read (and checked) before any model work.
             let labels_for = |table: &str, rows: usize| -> Result<Option<stretto::engine::TruthLabels>, BoxError> {

@@ -181,6 +181,12 @@ fn doctor_sizes_the_stores_and_names_what_does_not_verify() {
         "{\"key\":\"a\",\"score\":1.0,\"seconds\":0.1}\n{\"key\":\"b\",\"score\":-1.0,\"seconds\":0.1}\n{\"key\":\"c\",\"sc",
     )
     .unwrap();
+    // The cost record beside the answers is no memo file.
+    std::fs::write(
+        memo.join("costs.jsonl"),
+        "{\"op\":\"embed:minilm\",\"item\":\"00\",\"task\":\"00\",\"seconds\":0.1}\n",
+    )
+    .unwrap();
     let minilm = home.join("models/minilm");
     std::fs::create_dir_all(&minilm).unwrap();
     std::fs::write(minilm.join("manifest.json"), "{}").unwrap();
@@ -210,6 +216,8 @@ fn doctor_sizes_the_stores_and_names_what_does_not_verify() {
     assert!(movie["bytes"].as_u64().unwrap() > 0 && movie["corrupt"].as_array().unwrap().is_empty(), "{movie}");
     let m = &r["memo"][0];
     assert_eq!((m["answers"].as_u64(), m["torn_lines"].as_u64()), (Some(2), Some(1)), "{m}");
+    assert_eq!(r["memo"].as_array().unwrap().len(), 1, "{}", r["memo"]);
+    assert!(r["cost_record_bytes"].as_u64().unwrap() > 0, "{r}");
     let mini = r["models"].as_array().unwrap().iter().find(|m| m["name"] == "minilm").unwrap();
     let bad = mini["bad_artifacts"].as_array().unwrap();
     // The weights do not match their pin; the tokenizer and config are missing.

@@ -193,6 +193,17 @@ impl OpContext {
         self
     }
 
+    /// This context with its cost record kept beside the memo (`<memo dir>/costs.jsonl`,
+    /// [`crate::memo::CostRecord::open`]): what earlier processes recorded is read, and what this one records is
+    /// kept for later ones. Unchanged without a memo directory.
+    pub fn with_persisted_costs(mut self) -> crate::Result<Self> {
+        if let Some(dir) = self.memo_dir() {
+            let record = crate::memo::CostRecord::open(&dir.join(crate::memo::COSTS_FILE))?;
+            self.costs = std::sync::Arc::new(record);
+        }
+        Ok(self)
+    }
+
     /// The memo directory, `None` when memoisation is off.
     pub fn memo_dir(&self) -> Option<&Path> {
         match &self.memo {

@@ -114,10 +114,7 @@ impl Memo {
             text.push_str(&serde_json::to_string(e).map_err(|err| CoreError::operator("memo", err.to_string()))?);
             text.push('\n');
         }
-        let mut f =
-            OpenOptions::new().create(true).append(true).open(&self.path).map_err(|e| CoreError::io(&self.path, e))?;
-        f.write_all(text.as_bytes()).map_err(|e| CoreError::io(&self.path, e))?;
-        f.sync_data().map_err(|e| CoreError::io(&self.path, e))?;
+        append_lines(&self.path, &text, true).map_err(|e| CoreError::io(&self.path, e))?;
         for e in new {
             entries.insert(e.key.clone(), e);
         }
@@ -125,20 +122,58 @@ impl Memo {
     }
 }
 
+/// Appends `text` (whole lines) to the file at `path`, starting a new line first where a crash left the last one
+/// torn (so that the torn line stays the only one lost), and syncs it to disk if `sync`.
+fn append_lines(path: &Path, text: &str, sync: bool) -> std::io::Result<()> {
+    use std::io::{Read, Seek, SeekFrom};
+    let mut f = OpenOptions::new().create(true).read(true).append(true).open(path)?;
+    let len = f.metadata()?.len();
+    let mut torn = false;
+    if len > 0 {
+        f.seek(SeekFrom::Start(len - 1))?;
+        let mut last = [0u8];
+        f.read_exact(&mut last)?;
+        torn = last[0] != b'\n';
+    }
+    let out = if torn { format!("\n{text}") } else { text.to_string() };
+    // Append mode writes at the end whatever the read position.
+    f.write_all(out.as_bytes())?;
+    if sync {
+        f.sync_data()?;
+    }
+    Ok(())
+}
+
 /// What each operator's answers cost per item and task: seconds per (operator, item), for the last few tasks.
 ///
 /// An LLM operator's cost per item is mostly its question pass over the item's cached past, so another prompt over
 /// the same items costs about the same: a query's pay check can read what earlier queries measured rather than ask
 /// a candidate again. Every evaluation records into it (a memoised answer records the seconds it cost when
-/// computed). It lives in memory, shared by the registries built from one context (a session's queries, a
-/// benchmark's run); items and tasks are kept by a digest of their text.
+/// computed). It is shared by the registries built from one context (a session's queries, a benchmark's run), in
+/// memory ([`CostRecord::default`]) or also in a JSON-lines file beside the memo ([`CostRecord::open`]), which later
+/// processes read (a torn last line is skipped); items and tasks are kept by a digest of their text.
 #[derive(Debug, Default)]
 pub struct CostRecord {
     seconds: Mutex<HashMap<(String, Digest16), TaskFigures>>,
+    /// The file figures are appended to, if any.
+    path: Option<PathBuf>,
 }
 
-/// Per task, the seconds an answer cost, oldest first.
-type TaskFigures = Vec<(Digest16, f64)>;
+/// Per task, the seconds an answer cost and whether the figure was read from the file (recorded by an earlier
+/// process), oldest first.
+type TaskFigures = Vec<(Digest16, f64, bool)>;
+
+/// The file name of a persisted [`CostRecord`] in a memo directory.
+pub const COSTS_FILE: &str = "costs.jsonl";
+
+/// One line of a persisted [`CostRecord`].
+#[derive(serde::Serialize, serde::Deserialize)]
+struct CostLine {
+    op: String,
+    item: String,
+    task: String,
+    seconds: f64,
+}
 
 /// Tasks a [`CostRecord`] keeps figures of per (operator, item), the latest.
 const TASKS_KEPT: usize = 8;
@@ -154,6 +189,21 @@ impl Digest16 {
         let mut out = [0u8; 16];
         out.copy_from_slice(&d[..16]);
         Self(out)
+    }
+
+    fn hex(&self) -> String {
+        self.0.iter().map(|b| format!("{b:02x}")).collect()
+    }
+
+    fn from_hex(s: &str) -> Option<Self> {
+        if s.len() != 32 || !s.is_ascii() {
+            return None;
+        }
+        let mut out = [0u8; 16];
+        for (i, b) in out.iter_mut().enumerate() {
+            *b = u8::from_str_radix(&s[2 * i..2 * i + 2], 16).ok()?;
+        }
+        Some(Self(out))
     }
 }
 
@@ -174,37 +224,93 @@ impl PartialEq for CostRecord {
 }
 
 impl CostRecord {
-    /// Records what `operator`'s answers to `task` on `items` cost, one figure per item.
+    /// The record persisted in `path` (created on the first figure): what earlier processes recorded there, and
+    /// every figure recorded from now on appended to it.
+    pub fn open(path: &Path) -> Result<Self> {
+        let mut m: HashMap<(String, Digest16), TaskFigures> = HashMap::new();
+        match File::open(path) {
+            Ok(f) => {
+                for line in BufReader::new(f).lines() {
+                    let Ok(line) = line else { break };
+                    // A torn or foreign line is skipped: the figure is simply measured again.
+                    let Ok(l) = serde_json::from_str::<CostLine>(&line) else { continue };
+                    let (Some(item), Some(task)) = (Digest16::from_hex(&l.item), Digest16::from_hex(&l.task)) else {
+                        continue;
+                    };
+                    if l.seconds.is_finite() && l.seconds >= 0.0 {
+                        push_figure(m.entry((l.op, item)).or_default(), task, l.seconds, true);
+                    }
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(CoreError::io(path, e)),
+        }
+        Ok(Self { seconds: Mutex::new(m), path: Some(path.to_path_buf()) })
+    }
+
+    /// Records what `operator`'s answers to `task` on `items` cost, one figure per item (appending the new or
+    /// changed figures to the file of a persisted record; a failed append only warns: the figures are a cache).
     pub fn record(&self, operator: &str, task: Digest16, items: &[String], seconds: &[f64]) {
         let Ok(mut m) = self.seconds.lock() else { return };
+        let mut text = String::new();
         for (item, &s) in items.iter().zip(seconds) {
-            let figures = m.entry((operator.to_string(), Digest16::of(item))).or_default();
-            figures.retain(|(t, _)| *t != task);
-            if figures.len() >= TASKS_KEPT {
-                figures.remove(0);
+            let digest = Digest16::of(item);
+            let figures = m.entry((operator.to_string(), digest)).or_default();
+            let known = figures.iter().any(|&(t, old, _)| t == task && old == s);
+            // Recorded by this process now, whether or not an earlier one recorded the same.
+            push_figure(figures, task, s, false);
+            if !known && self.path.is_some() {
+                let line = CostLine { op: operator.to_string(), item: digest.hex(), task: task.hex(), seconds: s };
+                if let Ok(l) = serde_json::to_string(&line) {
+                    text.push_str(&l);
+                    text.push('\n');
+                }
             }
-            figures.push((task, s));
+        }
+        drop(m);
+        if let (Some(path), false) = (&self.path, text.is_empty()) {
+            let append = || -> std::io::Result<()> {
+                if let Some(dir) = path.parent() {
+                    fs::create_dir_all(dir)?;
+                }
+                append_lines(path, &text, false)
+            };
+            if let Err(e) = append() {
+                tracing::warn!(path = %path.display(), error = %e, "cost record not saved");
+            }
         }
     }
 
     /// What `operator`'s answers on `items` cost as recorded, one figure per item: its answer to `task` where one
-    /// is recorded, else its latest answer to another task. `None` unless every item has a figure.
-    pub fn lookup(&self, operator: &str, task: Digest16, items: &[String]) -> Option<Vec<RecordedCost>> {
+    /// is recorded, else its latest answer to another task. With `earlier_processes` false, only figures recorded
+    /// by this process count. `None` unless every item has a figure.
+    pub fn lookup(
+        &self,
+        operator: &str,
+        task: Digest16,
+        items: &[String],
+        earlier_processes: bool,
+    ) -> Option<Vec<RecordedCost>> {
         let m = self.seconds.lock().ok()?;
         items
             .iter()
             .map(|item| {
                 let figures = m.get(&(operator.to_string(), Digest16::of(item)))?;
-                let &(t, seconds) = figures.iter().find(|(t, _)| *t == task).or(figures.last())?;
+                let mut usable = figures.iter().filter(|f| earlier_processes || !f.2);
+                let &(t, seconds, _) = usable.clone().find(|f| f.0 == task).or(usable.next_back())?;
                 Some(RecordedCost { seconds, task: t })
             })
             .collect()
     }
 
-    /// What `operator`'s answer to `task` on `item` cost, if recorded.
-    pub fn figure(&self, operator: &str, task: Digest16, item: &str) -> Option<f64> {
+    /// What `operator`'s answer to `task` on `item` cost, if recorded (by this process only, unless
+    /// `earlier_processes`).
+    pub fn figure(&self, operator: &str, task: Digest16, item: &str, earlier_processes: bool) -> Option<f64> {
         let m = self.seconds.lock().ok()?;
-        m.get(&(operator.to_string(), Digest16::of(item)))?.iter().find(|(t, _)| *t == task).map(|(_, s)| *s)
+        m.get(&(operator.to_string(), Digest16::of(item)))?
+            .iter()
+            .find(|f| f.0 == task && (earlier_processes || !f.2))
+            .map(|f| f.1)
     }
 
     /// Figures recorded.
@@ -216,6 +322,15 @@ impl CostRecord {
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
+}
+
+/// Puts `task`'s figure last among `figures`, keeping the latest [`TASKS_KEPT`].
+fn push_figure(figures: &mut TaskFigures, task: Digest16, seconds: f64, loaded: bool) {
+    figures.retain(|f| f.0 != task);
+    if figures.len() >= TASKS_KEPT {
+        figures.remove(0);
+    }
+    figures.push((task, seconds, loaded));
 }
 
 #[cfg(test)]
@@ -238,6 +353,13 @@ mod tests {
         assert_eq!(again.len(), 1);
         assert_eq!(again.get(&k).unwrap().score, Some(1.5));
         assert!(again.get("abc").is_none());
+        // An answer appended after the torn line is not lost with it.
+        let k2 = memo_key("op", "is positive", "dull film");
+        again
+            .put(vec![MemoEntry { key: k2.clone(), score: Some(-1.0), value: None, confidence: None, seconds: 0.1 }])
+            .unwrap();
+        let third = Memo::open(dir.path(), "llm:x@y").unwrap();
+        assert_eq!((third.len(), third.get(&k2).map(|e| e.score)), (2, Some(Some(-1.0))));
     }
 
     #[test]
@@ -247,20 +369,49 @@ mod tests {
         let (t1, t2) = (Digest16::of("task one"), Digest16::of("task two"));
         r.record("op", t1, &items(&["a", "b"]), &[0.5, 0.25]);
         let secs = |v: Option<Vec<RecordedCost>>| v.map(|v| v.iter().map(|c| c.seconds).collect::<Vec<_>>());
-        assert_eq!(secs(r.lookup("op", t1, &items(&["b", "a"]))), Some(vec![0.25, 0.5]));
-        assert_eq!(r.lookup("op", t1, &items(&["a", "c"])), None);
-        assert_eq!(r.lookup("other", t1, &items(&["a"])), None);
+        assert_eq!(secs(r.lookup("op", t1, &items(&["b", "a"]), true)), Some(vec![0.25, 0.5]));
+        assert_eq!(r.lookup("op", t1, &items(&["a", "c"]), true), None);
+        assert_eq!(r.lookup("other", t1, &items(&["a"]), true), None);
         // Another task's figure stands in where the task has none, and says whose it is.
-        assert_eq!(r.lookup("op", t2, &items(&["a"])), Some(vec![RecordedCost { seconds: 0.5, task: t1 }]));
+        assert_eq!(r.lookup("op", t2, &items(&["a"]), true), Some(vec![RecordedCost { seconds: 0.5, task: t1 }]));
         r.record("op", t2, &items(&["a"]), &[0.75]);
-        assert_eq!(secs(r.lookup("op", t1, &items(&["a"]))), Some(vec![0.5]), "the same task's figure first");
-        assert_eq!(secs(r.lookup("op", t2, &items(&["a"]))), Some(vec![0.75]));
-        assert_eq!(r.figure("op", t1, "a"), Some(0.5));
-        assert_eq!(r.figure("op", t2, "b"), None);
+        assert_eq!(secs(r.lookup("op", t1, &items(&["a"]), true)), Some(vec![0.5]), "the same task's figure first");
+        assert_eq!(secs(r.lookup("op", t2, &items(&["a"]), true)), Some(vec![0.75]));
+        assert_eq!(r.figure("op", t1, "a", true), Some(0.5));
+        assert_eq!(r.figure("op", t2, "b", true), None);
         assert_eq!(r.len(), 3);
         for k in 0..20 {
             r.record("op", Digest16::of(&k.to_string()), &items(&["a"]), &[1.0]);
         }
         assert_eq!(r.len(), 1 + TASKS_KEPT, "a few tasks are kept per item");
+    }
+
+    #[test]
+    fn a_persisted_cost_record_is_read_by_later_processes_and_skips_torn_lines() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(COSTS_FILE);
+        let items = vec!["a".to_string(), "b".to_string()];
+        let task = Digest16::of("task");
+        CostRecord::open(&path).unwrap().record("op", task, &items, &[0.5, 0.25]);
+        // A crash in the middle of an append leaves a torn line.
+        OpenOptions::new().append(true).open(&path).unwrap().write_all(br#"{"op":"op","item":"ab"#).unwrap();
+        let later = CostRecord::open(&path).unwrap();
+        let secs = later.lookup("op", task, &items, true).unwrap();
+        assert_eq!(secs.iter().map(|c| c.seconds).collect::<Vec<_>>(), vec![0.5, 0.25]);
+        // A process pricing answers as a cold run would reads only what it recorded itself.
+        assert_eq!(later.lookup("op", task, &items, false), None);
+        assert_eq!(later.figure("op", task, "a", false), None);
+        // Recording the same figure again (a memoised answer read back) appends nothing.
+        let lines = || fs::read_to_string(&path).unwrap().lines().count();
+        let before = lines();
+        later.record("op", task, &items[..1], &[0.5]);
+        assert_eq!(lines(), before);
+        later.record("op", task, &items[..1], &[0.75]);
+        assert_eq!(lines(), before + 1);
+        assert_eq!(later.figure("op", task, "a", false), Some(0.75));
+        // Its directory is made on the first figure.
+        let deeper = dir.path().join("new").join(COSTS_FILE);
+        CostRecord::open(&deeper).unwrap().record("op", task, &items, &[1.0, 1.0]);
+        assert_eq!(CostRecord::open(&deeper).unwrap().figure("op", task, "b", true), Some(1.0));
     }
 }

@@ -593,16 +593,22 @@ impl RegisteredOp {
     }
 
     /// What its answers on the rows of `batch` cost per tuple as earlier evaluations recorded them: to `task`
-    /// where recorded, else to another task of its kind over the same items (see [`CostRecord`]); asks the
-    /// operator nothing. `None` unless every row has a figure, without a record, or where the operator does not
-    /// serve the task; the operator's [`CoreError::NotApplicable`] where it declines the task.
-    pub fn recorded_costs(&self, task: &SemanticTask, batch: &RecordBatch) -> Result<Option<Vec<RecordedCost>>> {
+    /// where recorded, else to another task of its kind over the same items (see [`CostRecord`]); those of earlier
+    /// processes too where `earlier_processes`. Asks the operator nothing. `None` unless every row has a figure,
+    /// without a record, or where the operator does not serve the task; the operator's
+    /// [`CoreError::NotApplicable`] where it declines the task.
+    pub fn recorded_costs(
+        &self,
+        task: &SemanticTask,
+        batch: &RecordBatch,
+        earlier_processes: bool,
+    ) -> Result<Option<Vec<RecordedCost>>> {
         let Some(costs) = self.costs.as_ref() else { return Ok(None) };
         if !self.serves(task) {
             return Ok(None);
         }
         let (_, items) = self.identity_and_items(task, batch)?;
-        Ok(costs.lookup(self.op.name(), Digest16::of(&memo_prompt(task)), &items))
+        Ok(costs.lookup(self.op.name(), Digest16::of(&memo_prompt(task)), &items, earlier_processes))
     }
 
     /// What its answers on the rows of `batch` (the items of `task`) cost as recorded, each to the task the
@@ -613,10 +619,15 @@ impl RegisteredOp {
         task: &SemanticTask,
         batch: &RecordBatch,
         like: &[RecordedCost],
+        earlier_processes: bool,
     ) -> Result<Vec<Option<f64>>> {
         let Some(costs) = self.costs.as_ref() else { return Ok(vec![None; like.len()]) };
         let (_, items) = self.identity_and_items(task, batch)?;
-        Ok(items.iter().zip(like).map(|(item, c)| costs.figure(self.op.name(), c.task, item)).collect())
+        Ok(items
+            .iter()
+            .zip(like)
+            .map(|(item, c)| costs.figure(self.op.name(), c.task, item, earlier_processes))
+            .collect())
     }
 
     /// The digest a [`CostRecord`] names `task` by.

@@ -72,8 +72,8 @@
 //! So do the per-candidate pay check (a candidate whose profiling costs more than it could save in gold's place on
 //! the tuples left is not profiled) and the cost of gold's answers that its own plan would not ask: both read
 //! costs measured on screening tuples. The probe may also stop before the other candidates are asked, where what
-//! earlier queries of the session recorded them to cost on the same tuples (`stretto_core::memo::CostRecord`)
-//! already shows that profiling cannot pay: that reads costs, never answers, and ends in gold.
+//! earlier queries recorded them to cost on the same tuples (`stretto_core::memo::CostRecord`) already shows that
+//! profiling cannot pay: that reads costs, never answers, and ends in gold.
 //!
 //! The cheapest certified candidate wins. If none is certified, or gold is cheaper, the plan is gold, with a
 //! warning that says why. Gold meets any target by definition: it *is* the reference. Stretto-Independent,

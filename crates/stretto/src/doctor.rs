@@ -90,6 +90,8 @@ pub struct DoctorReport {
     pub memo_dir: Option<PathBuf>,
     /// Its files.
     pub memo: Vec<MemoHealth>,
+    /// Bytes of the cost record kept beside the memo (`costs.jsonl`: what answers cost per operator and item).
+    pub cost_record_bytes: u64,
     /// Whether models and records were read back and checked (not only listed).
     pub verified: bool,
 }
@@ -176,6 +178,9 @@ impl fmt::Display for DoctorReport {
                     mb(self.memo_bytes()),
                     self.memo.len()
                 )?;
+                if self.cost_record_bytes > 0 {
+                    writeln!(f, "  cost record {:>10}", mb(self.cost_record_bytes))?;
+                }
             }
         }
         let problems = self.problems();
@@ -279,6 +284,7 @@ pub fn examine(context: &OpContext, verify: bool) -> Result<DoctorReport> {
         kv.push(KvHealth { repository, records: records.len(), bytes: tree_bytes(&dir)?, temporaries, corrupt });
     }
 
+    let mut cost_record_bytes = 0;
     let (memo_dir, memo) = match &context.memo {
         MemoPolicy::Off => (None, Vec::new()),
         MemoPolicy::Dir(dir) => {
@@ -289,6 +295,10 @@ pub fn examine(context: &OpContext, verify: bool) -> Result<DoctorReport> {
                 Err(e) => return Err(stretto_core::CoreError::io(dir, e).into()),
             };
             paths.retain(|p| p.extension().is_some_and(|e| e == "jsonl"));
+            // The cost record beside the answers is no memo file.
+            let costs = dir.join(stretto_core::memo::COSTS_FILE);
+            cost_record_bytes = fs::metadata(&costs).map_or(0, |m| m.len());
+            paths.retain(|p| *p != costs);
             paths.sort();
             for file in paths {
                 let f = fs::File::open(&file).map_err(|e| stretto_core::CoreError::io(&file, e))?;
@@ -317,6 +327,7 @@ pub fn examine(context: &OpContext, verify: bool) -> Result<DoctorReport> {
         kv,
         memo_dir,
         memo,
+        cost_record_bytes,
         verified: verify,
     })
 }

@@ -1105,12 +1105,12 @@ fn profile_candidates(
                 let this_task = RegisteredOp::task_digest(task);
                 let mut list = vec![Tried { idx: 0, output: gold.output.clone(), secs: gold.secs.clone() }];
                 for (i, op) in ops.iter().enumerate().skip(1).filter(|(_, op)| with_setup || !op.one_off_setup()) {
-                    let figures = match op.recorded_costs(task, &head) {
+                    let figures = match op.recorded_costs(task, &head, !o.price_memo_hits) {
                         Ok(Some(figures)) => figures,
                         Err(stretto_core::CoreError::NotApplicable { .. }) => continue,
                         _ => return None,
                     };
-                    let gold_then = ops[0].recorded_costs_like(task, &head, &figures).ok()?;
+                    let gold_then = ops[0].recorded_costs_like(task, &head, &figures, !o.price_memo_hits).ok()?;
                     let secs = figures
                         .iter()
                         .zip(gold_then)
@@ -1290,6 +1290,14 @@ fn profile_candidates(
             }
             let (rest, note) = rest_of(&tried, rows.len());
             let (cost, saving, free) = pays(&tried, rest, false, rows.len());
+            tracing::debug!(
+                cost,
+                saving,
+                through = gold_through(&tried, rows.len()),
+                looked = rows.len(),
+                sample = want,
+                "pay check after screening"
+            );
             if pay_check && cost < saving {
                 if let Some(why) = cannot_certify(&tried, rows.len()) {
                     gold_only = Some(format!("after screening, {why}"));

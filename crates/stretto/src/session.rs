@@ -229,7 +229,9 @@ impl SessionBuilder {
                 stretto_kv::models::spec(m)?;
             }
         }
-        let registry = crate::registry_for(&c.operators)?;
+        // What answers cost is kept beside the memo, so that a later session's pay checks can read it.
+        config.operators = config.operators.with_persisted_costs()?;
+        let registry = crate::registry_for(&config.operators)?;
         Ok(Session {
             inner: Arc::new(SessionState { config, registry: RwLock::new(registry), tables: RwLock::default() }),
         })

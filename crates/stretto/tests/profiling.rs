@@ -97,12 +97,18 @@ impl PhysicalOp for Fixed {
 
 /// A session with only model-free operators, the test's among them, over `n` rows "row 0" … "row n-1".
 fn session(dir: &std::path::Path, n: usize, sample: f64, ops: &[Arc<Fixed>]) -> Session {
+    session_pricing(dir, n, sample, ops, false)
+}
+
+/// [`session`], pricing memoised answers as a cold run would where `cold`.
+fn session_pricing(dir: &std::path::Path, n: usize, sample: f64, ops: &[Arc<Fixed>], cold: bool) -> Session {
     let s = Session::builder(stretto::core::context::default_home())
         .kv_dir(dir.join("kv"))
         .memo_dir(dir.join("memo"))
         .models(Vec::<String>::new())
         .sample(sample, 40)
         .screen(20)
+        .price_memo_hits(cold)
         .build()
         .unwrap();
     for op in ops {
@@ -477,6 +483,30 @@ fn recorded_costs_of_earlier_queries_stop_a_query_that_cannot_pay_before_the_can
     let r = s.table("t").unwrap().sem_filter("{t.text} is divisible by three").unwrap().collect(targets).unwrap();
     assert!(!r.fell_back_to_gold(), "{:?}", r.plan().warnings);
     assert!(ops[1].asked.load(Ordering::SeqCst) >= before + 4);
+}
+
+/// The costs a session records are kept beside the memo: a later session (a later process) over the same items
+/// reads them, unless it prices memoised answers as a cold run would, which reads only what it recorded itself.
+#[test]
+fn recorded_costs_outlive_the_session_that_recorded_them() {
+    use std::sync::atomic::Ordering;
+    let targets = Targets::new(0.8, 0.8, 0.95).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let fresh_ops = || [Fixed::new("gold", 1.0, true), Fixed::new("cheap", 0.8, false)];
+    let ops = fresh_ops();
+    let s = session(dir.path(), 100, 0.15, &ops);
+    s.table("t").unwrap().sem_filter("{t.text} is a multiple of three").unwrap().collect(targets).unwrap();
+    assert_eq!(ops[1].asked.load(Ordering::SeqCst), 4);
+    drop(s);
+    let ops = fresh_ops();
+    let s = session(dir.path(), 100, 0.15, &ops);
+    let r = s.table("t").unwrap().sem_filter("{t.text} is divisible by three").unwrap().collect(targets).unwrap();
+    assert!(r.plan().warnings.join(" ").contains("earlier queries over the same items recorded"));
+    assert_eq!(ops[1].asked.load(Ordering::SeqCst), 0, "the later session asked the cheap candidate");
+    let ops = fresh_ops();
+    let s = session_pricing(dir.path(), 100, 0.15, &ops, true);
+    s.table("t").unwrap().sem_filter("{t.text} is a multiple of 3").unwrap().collect(targets).unwrap();
+    assert_eq!(ops[1].asked.load(Ordering::SeqCst), 4, "a cold-priced session read another process's costs");
 }
 
 /// Where gold lets few tuples through, the screening shows that the sample cannot hold out the gold result rows a
