@@ -586,10 +586,17 @@ impl RegisteredOp {
             }
             Ok((out, seconds))
         })?;
-        if let Some(costs) = &self.costs {
+        // An operator not worth memoising answers in microseconds: asking it is cheaper than keeping its figures.
+        if let Some(costs) = self.costs.as_ref().filter(|_| self.op.memoise()) {
             costs.record(self.op.name(), Digest16::of(&memo_prompt(task)), &items, &seconds);
         }
         Ok((out, seconds))
+    }
+
+    /// Whether its costs are recorded, and its answers memoised (an operator answering in microseconds is simply
+    /// asked again).
+    pub fn records_costs(&self) -> bool {
+        self.costs.is_some() && self.op.memoise()
     }
 
     /// What its answers on the rows of `batch` cost per tuple as earlier evaluations recorded them: to `task`

@@ -1098,6 +1098,8 @@ fn profile_candidates(
         // item's cached past). `None` unless every candidate but those with a one-off setup (unless `with_setup`)
         // and those declining the task has a figure for every probe tuple. Their outputs are not known, so they
         // serve the pay check only.
+        // Seconds the operators asked live there spent.
+        let asked_live = std::sync::Mutex::new(0.0f64);
         let recorded = |tried: &[Vec<Tried>], with_setup: bool| -> Option<Vec<Vec<Tried>>> {
             let mut out = Vec::new();
             for ((task, ops), t) in tasks.iter().zip(&cands).zip(tried) {
@@ -1105,6 +1107,18 @@ fn profile_candidates(
                 let this_task = RegisteredOp::task_digest(task);
                 let mut list = vec![Tried { idx: 0, output: gold.output.clone(), secs: gold.secs.clone() }];
                 for (i, op) in ops.iter().enumerate().skip(1).filter(|(_, op)| with_setup || !op.one_off_setup()) {
+                    if !op.records_costs() {
+                        // An operator answering in microseconds (no figures kept) is asked.
+                        match op.evaluate_timed(task, &head) {
+                            Ok((_, secs)) => {
+                                asked_live.lock().map(|mut s| *s += secs.iter().sum::<f64>()).ok()?;
+                                list.push(Tried { idx: i, output: OpOutput::Scores(Vec::new()), secs });
+                                continue;
+                            }
+                            Err(stretto_core::CoreError::NotApplicable { .. }) => continue,
+                            Err(_) => return None,
+                        }
+                    }
                     let figures = match op.recorded_costs(task, &head, !o.price_memo_hits) {
                         Ok(Some(figures)) => figures,
                         Err(stretto_core::CoreError::NotApplicable { .. }) => continue,
@@ -1161,7 +1175,7 @@ fn profile_candidates(
                 tried.extend(more);
             }
         }
-        screening.seconds = spent(&tried);
+        screening.seconds = spent(&tried) + asked_live.lock().map_or(0.0, |s| *s);
         // Which candidates answered the probe (a decline is not among them).
         let mut ran: Vec<BTreeSet<usize>> = tried.iter().map(|t| t.iter().map(|t| t.idx).collect()).collect();
         probe_drops(&tasks, &cands, &mut tried, probe, &mut screening.dropped);

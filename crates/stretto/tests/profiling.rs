@@ -473,7 +473,8 @@ fn recorded_costs_of_earlier_queries_stop_a_query_that_cannot_pay_before_the_can
     assert!(warnings.contains("earlier queries over the same items recorded"), "{warnings}");
     assert_eq!(ops[1].asked.load(Ordering::SeqCst), 4, "the cheap candidate was asked again");
     let sc = r.report().screening.clone().expect("the probe ran");
-    assert!((sc.seconds - 4.0).abs() < 1e-9, "only gold answered the probe: {sc:?}");
+    // Gold's 4 answers, and the microseconds of the keyword filter, which keeps no figures and is asked.
+    assert!((sc.seconds - 4.0).abs() < 1e-3, "only gold answered the probe: {sc:?}");
     // A cheap candidate that pays is asked, recorded costs or not.
     let dir = tempfile::tempdir().unwrap();
     let ops = [Fixed::new("gold", 1.0, true), Fixed::new("cheap", 0.01, false)];
