@@ -169,9 +169,10 @@ enum Command {
         /// encoder joins the embedding filters.
         #[arg(long = "model", value_name = "NAME=PATH")]
         user_models: Vec<String>,
-        /// Decoder models of the LLM ladder, smallest first; the last, uncompressed, is the gold candidate
+        /// Decoder models of the LLM ladder, smallest first; the last allowed, uncompressed, is the gold candidate
         /// (default: STRETTO_LADDER, else smollm2-135m,qwen2.5-coder-0.5b). Models named here or in STRETTO_LADDER
-        /// are allowed in this query, whatever --models says.
+        /// are allowed in this query, whatever --models says; the default ladder's are not, so with the default
+        /// --models gold is SmolLM2-135M (name --ladder, or add qwen2.5-coder-0.5b to --models, for the 0.5B).
         #[arg(long, value_delimiter = ',')]
         ladder: Option<Vec<String>>,
         /// Fraction of tuples profiled.
@@ -254,7 +255,8 @@ enum Command {
         models: Vec<String>,
         /// Decoder models of the LLM ladder, smallest first (default: STRETTO_LADDER, else
         /// smollm2-135m,qwen2.5-coder-0.5b). Models named here or in STRETTO_LADDER are allowed in this query,
-        /// whatever --models says.
+        /// whatever --models says; the default ladder's are not, so with the default --models gold is SmolLM2-135M
+        /// (name --ladder, or add qwen2.5-coder-0.5b to --models, for the 0.5B).
         #[arg(long, value_delimiter = ',')]
         ladder: Option<Vec<String>>,
         /// Fraction of the pipeline's input profiled.
