@@ -1097,8 +1097,8 @@ fn profile_candidates(
         // on that other task (another task's answers cost about the same per item: mostly a question pass over the
         // item's cached past). `None` unless every candidate but those with a one-off setup (unless `with_setup`)
         // and those declining the task has a figure for every probe tuple. Their outputs are not known, so they
-        // serve the pay check only.
-        // Seconds the operators asked live there spent.
+        // serve the pay check only. Operators keeping no figures (answering in microseconds) are asked; `asked_live`
+        // adds up what they spent.
         let asked_live = std::sync::Mutex::new(0.0f64);
         let recorded = |tried: &[Vec<Tried>], with_setup: bool| -> Option<Vec<Vec<Tried>>> {
             let mut out = Vec::new();
@@ -1152,11 +1152,11 @@ fn profile_candidates(
                     format!(
                         "on the first {probe} screening tuples gold answered, and what earlier queries over the same \
                          items recorded the {} candidates cheaper than gold to cost there (another task's figures \
-                         scaled by gold's cost now over its cost then) showed that screening and profiling them on {want} tuples would cost \
-                         {cost:.1} s{} (with gold's answers its own plan would not need), and no plan can save more \
-                         than {saving:.1} s on the other {rest} tuples{note} (every tuple reaching an operator \
-                         decided by its cheapest candidate; maps reached by the tuples the filters let through), so \
-                         gold ran directly without asking them",
+                         scaled by gold's cost now over its cost then) showed that screening and profiling them on \
+                         {want} tuples would cost {cost:.1} s{} (with gold's answers its own plan would not need), \
+                         and no plan can save more than {saving:.1} s on the other {rest} tuples{note} (every tuple \
+                         reaching an operator decided by its cheapest candidate; maps reached by the tuples the \
+                         filters let through), so gold ran directly without asking them",
                         kept(&est),
                         memo_note(free)
                     )
