@@ -12,6 +12,9 @@
 //!   through `inventory::submit!`, built under an [`OpContext`].
 //! - [`exec`]: the [`CascadeExecutor`](exec::CascadeExecutor), which applies a `stretto.plan/v1`
 //!   ([`format::PlanFile`]) stage by stage: accept, reject, or pass the tuple on as *unsure*.
+//! - [`memo`]: the persistent [`Memo`](memo::Memo) of operator answers, and the
+//!   [`CostRecord`](memo::CostRecord) of what they cost per operator, item and task, which pay checks read before
+//!   asking an operator.
 //!
 //! ```
 //! use std::sync::Arc;
