@@ -381,6 +381,9 @@ pub struct Outcome {
     pub truth: Option<TruthFigures>,
     /// The gold plan's result against the same labels.
     pub gold_truth: Option<TruthFigures>,
+    /// The plan's warnings, joined by ` | `: why it fell back to gold or why profiling stopped (a pay check's
+    /// figures), where it did.
+    pub warnings: String,
 }
 
 /// Precision, recall and F1 against true labels (`None` where undefined).
@@ -656,6 +659,7 @@ fn run_query_methods(
                 total_seconds: profiling_seconds + optimizer_seconds + cost_seconds - reused_seconds,
                 truth: r.truth.as_ref().and_then(|t| TruthFigures::of(&t["plan"])),
                 gold_truth: r.truth.as_ref().and_then(|t| TruthFigures::of(&t["gold"])),
+                warnings: r.plan.warnings.join(" | "),
             });
         }
     }
@@ -736,12 +740,12 @@ fn opt4(v: Option<f64>) -> String {
 
 fn write_csv(path: &PathBuf, rows: &[Outcome]) -> Result<(), Error> {
     let mut s = String::from(
-        "dataset,query,method,target,precision,recall,cost_seconds,gold_cost_seconds,stages,operators,fell_back,profiling_seconds,optimizer_seconds,truth_precision,truth_recall,truth_f1,gold_truth_f1,reused_seconds,total_seconds\n",
+        "dataset,query,method,target,precision,recall,cost_seconds,gold_cost_seconds,stages,operators,fell_back,profiling_seconds,optimizer_seconds,truth_precision,truth_recall,truth_f1,gold_truth_f1,reused_seconds,total_seconds,warnings\n",
     );
     for r in rows {
         let _ = writeln!(
             s,
-            "{},\"{}\",{},{},{:.4},{:.4},{:.4},{:.4},{},{},{},{:.2},{:.3},{},{},{},{},{:.4},{:.4}",
+            "{},\"{}\",{},{},{:.4},{:.4},{:.4},{:.4},{},{},{},{:.2},{:.3},{},{},{},{},{:.4},{:.4},\"{}\"",
             r.dataset,
             r.query.replace('"', "\"\""),
             r.method,
@@ -761,6 +765,7 @@ fn write_csv(path: &PathBuf, rows: &[Outcome]) -> Result<(), Error> {
             opt4(r.gold_truth.and_then(|t| t.f1)),
             r.reused_seconds,
             r.total_seconds,
+            r.warnings.replace('"', "\"\"").replace(['\n', '\r'], " "),
         );
     }
     std::fs::write(path, s).map_err(|e| format!("cannot write {}: {e}", path.display()).into())
@@ -1341,7 +1346,27 @@ mod tests {
             total_seconds: 1.0,
             truth: None,
             gold_truth: None,
+            warnings: String::new(),
         }
+    }
+
+    #[test]
+    fn the_results_csv_keeps_each_plans_warnings_in_one_field() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("results.csv");
+        let warned = Outcome {
+            warnings: "profiling cannot pay: 3.7 s, \"so\" gold ran\nfirst | the test sequence is empty".into(),
+            ..outcome("q", "global-as-run", 0.5)
+        };
+        write_csv(&path, &[warned, outcome("q", "lotus", 0.5)]).unwrap();
+        let rows = parse_csv(&std::fs::read_to_string(&path).unwrap());
+        assert_eq!(rows[0].last().map(String::as_str), Some("warnings"));
+        assert!(rows.iter().all(|r| r.len() == rows[0].len()), "{rows:?}");
+        assert_eq!(
+            rows[1].last().unwrap(),
+            "profiling cannot pay: 3.7 s, \"so\" gold ran first | the test sequence is empty"
+        );
+        assert_eq!(rows[2].last().unwrap(), "");
     }
 
     #[test]
