@@ -678,6 +678,7 @@ pub fn write_experiment(
     std::fs::create_dir_all(out).map_err(|e| format!("cannot create {}: {e}", out.display()))?;
     let rows: Vec<Outcome> = outcomes.iter().filter(|o| methods.contains(&o.method.as_str())).cloned().collect();
     write_csv(&out.join("results.csv"), &rows)?;
+    write_warnings_csv(&out.join("warnings.csv"), &rows)?;
     let md = summary(name, methods, scale, &rows, skipped);
     std::fs::write(out.join("summary.md"), &md).map_err(|e| format!("cannot write summary: {e}"))?;
     plot_experiment(name, methods, &rows, out)
@@ -740,12 +741,12 @@ fn opt4(v: Option<f64>) -> String {
 
 fn write_csv(path: &PathBuf, rows: &[Outcome]) -> Result<(), Error> {
     let mut s = String::from(
-        "dataset,query,method,target,precision,recall,cost_seconds,gold_cost_seconds,stages,operators,fell_back,profiling_seconds,optimizer_seconds,truth_precision,truth_recall,truth_f1,gold_truth_f1,reused_seconds,total_seconds,warnings\n",
+        "dataset,query,method,target,precision,recall,cost_seconds,gold_cost_seconds,stages,operators,fell_back,profiling_seconds,optimizer_seconds,truth_precision,truth_recall,truth_f1,gold_truth_f1,reused_seconds,total_seconds\n",
     );
     for r in rows {
         let _ = writeln!(
             s,
-            "{},\"{}\",{},{},{:.4},{:.4},{:.4},{:.4},{},{},{},{:.2},{:.3},{},{},{},{},{:.4},{:.4},\"{}\"",
+            "{},\"{}\",{},{},{:.4},{:.4},{:.4},{:.4},{},{},{},{:.2},{:.3},{},{},{},{},{:.4},{:.4}",
             r.dataset,
             r.query.replace('"', "\"\""),
             r.method,
@@ -765,8 +766,19 @@ fn write_csv(path: &PathBuf, rows: &[Outcome]) -> Result<(), Error> {
             opt4(r.gold_truth.and_then(|t| t.f1)),
             r.reused_seconds,
             r.total_seconds,
-            r.warnings.replace('"', "\"\"").replace(['\n', '\r'], " "),
         );
+    }
+    std::fs::write(path, s).map_err(|e| format!("cannot write {}: {e}", path.display()).into())
+}
+
+/// Writes each plan's warnings (why it fell back to gold, or which pay check stopped profiling) beside
+/// `results.csv`, one row per run with any, keyed like it: `results.csv` keeps its columns, which scripts read
+/// from the right.
+fn write_warnings_csv(path: &PathBuf, rows: &[Outcome]) -> Result<(), Error> {
+    let quote = |v: &str| format!("\"{}\"", v.replace('"', "\"\"").replace(['\n', '\r'], " "));
+    let mut s = String::from("dataset,query,method,target,warnings\n");
+    for r in rows.iter().filter(|r| !r.warnings.is_empty()) {
+        let _ = writeln!(s, "{},{},{},{},{}", r.dataset, quote(&r.query), r.method, r.target, quote(&r.warnings));
     }
     std::fs::write(path, s).map_err(|e| format!("cannot write {}: {e}", path.display()).into())
 }
@@ -1351,22 +1363,19 @@ mod tests {
     }
 
     #[test]
-    fn the_results_csv_keeps_each_plans_warnings_in_one_field() {
+    fn each_plans_warnings_are_written_beside_the_results_in_one_field() {
         let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("results.csv");
+        let path = dir.path().join("warnings.csv");
         let warned = Outcome {
             warnings: "profiling cannot pay: 3.7 s, \"so\" gold ran\nfirst | the test sequence is empty".into(),
-            ..outcome("q", "global-as-run", 0.5)
+            ..outcome("q, with a comma", "global-as-run", 0.5)
         };
-        write_csv(&path, &[warned, outcome("q", "lotus", 0.5)]).unwrap();
+        write_warnings_csv(&path, &[warned, outcome("q", "lotus", 0.5)]).unwrap();
         let rows = parse_csv(&std::fs::read_to_string(&path).unwrap());
-        assert_eq!(rows[0].last().map(String::as_str), Some("warnings"));
-        assert!(rows.iter().all(|r| r.len() == rows[0].len()), "{rows:?}");
-        assert_eq!(
-            rows[1].last().unwrap(),
-            "profiling cannot pay: 3.7 s, \"so\" gold ran first | the test sequence is empty"
-        );
-        assert_eq!(rows[2].last().unwrap(), "");
+        assert_eq!(rows.len(), 2, "only runs with warnings: {rows:?}");
+        assert_eq!(rows[0], ["dataset", "query", "method", "target", "warnings"]);
+        assert_eq!(rows[1][1], "q, with a comma");
+        assert_eq!(rows[1][4], "profiling cannot pay: 3.7 s, \"so\" gold ran first | the test sequence is empty");
     }
 
     #[test]
