@@ -477,6 +477,12 @@ impl RegisteredOp {
         self
     }
 
+    /// `op` as a registry built under `context` runs it: answers memoised under its memo policy, costs recorded in
+    /// its cost record.
+    pub fn in_context(op: Arc<dyn PhysicalOp>, context: &OpContext) -> Self {
+        Self::new(op, context.memo.clone()).recording(context.costs.clone())
+    }
+
     /// The same operator without a memo: every answer computed (what determinism checks need).
     pub fn unmemoised(&self) -> Self {
         Self { costs: self.costs.clone(), ..Self::new(self.op.clone(), MemoPolicy::Off) }
@@ -572,7 +578,8 @@ impl RegisteredOp {
             });
         }
         let (identity, items) = self.identity_and_items(task, batch)?;
-        let (out, seconds) = memoised(self.memo(), &identity, task, &items, |missing| {
+        let prompt = memo_prompt(task);
+        let (out, seconds) = memoised(self.memo(), &identity, task, &prompt, &items, |missing| {
             let todo: Vec<String> = missing.iter().map(|&i| items[i].clone()).collect();
             let (out, seconds) = self.op.evaluate_items(task, &todo)?;
             match (&out, task.kind) {
@@ -588,7 +595,7 @@ impl RegisteredOp {
         })?;
         // An operator not worth memoising answers in microseconds: asking it is cheaper than keeping its figures.
         if let Some(costs) = self.costs.as_ref().filter(|_| self.op.memoise()) {
-            costs.record(self.op.name(), Digest16::of(&memo_prompt(task)), &items, &seconds);
+            costs.record(self.op.name(), Digest16::of(&prompt), &items, &seconds);
         }
         Ok((out, seconds))
     }
@@ -615,7 +622,7 @@ impl RegisteredOp {
             return Ok(None);
         }
         let (_, items) = self.identity_and_items(task, batch)?;
-        Ok(costs.lookup(self.op.name(), Digest16::of(&memo_prompt(task)), &items, earlier_processes))
+        Ok(costs.lookup(self.op.name(), Self::task_digest(task), &items, earlier_processes))
     }
 
     /// What its answers on the rows of `batch` (the items of `task`) cost as recorded, each to the task the
@@ -684,11 +691,11 @@ fn memoised(
     memo: Option<&Memo>,
     operator: &str,
     task: &SemanticTask,
+    prompt: &str,
     items: &[String],
     compute: impl FnOnce(&[usize]) -> Result<(OpOutput, Vec<f64>)>,
 ) -> Result<(OpOutput, Vec<f64>)> {
-    let prompt = memo_prompt(task);
-    let keys: Vec<String> = items.iter().map(|i| memo_key(operator, &prompt, i)).collect();
+    let keys: Vec<String> = items.iter().map(|i| memo_key(operator, prompt, i)).collect();
     let mut hits: Vec<Option<MemoEntry>> = keys.iter().map(|k| memo.and_then(|m| m.get(k))).collect();
     // The first occurrence of each item the memo does not know.
     let mut seen = std::collections::HashSet::new();
@@ -820,10 +827,7 @@ impl Registry {
         let mut operators = BTreeMap::new();
         for f in factories.values() {
             for config in (f.ladder)(context) {
-                let op = Arc::new(
-                    RegisteredOp::new((f.build)(&config, context)?, context.memo.clone())
-                        .recording(context.costs.clone()),
-                );
+                let op = Arc::new(RegisteredOp::in_context((f.build)(&config, context)?, context));
                 let name = op.name().to_string();
                 if let Some((_, other)) = operators.insert(name.clone(), (op, f.name)) {
                     return Err(CoreError::OperatorConfig {
@@ -844,7 +848,7 @@ impl Registry {
     /// Adds an operator built at run time (not by a linked factory), under `factory` as its origin. Fails if an
     /// operator of the same name is already registered.
     pub fn register(&mut self, op: Arc<dyn PhysicalOp>, factory: &'static str) -> Result<()> {
-        let op = Arc::new(RegisteredOp::new(op, self.context.memo.clone()).recording(self.context.costs.clone()));
+        let op = Arc::new(RegisteredOp::in_context(op, &self.context));
         let name = op.name().to_string();
         if let Some((_, other)) = self.operators.get(&name) {
             return Err(CoreError::OperatorConfig {
@@ -895,10 +899,7 @@ impl Registry {
             name: factory.to_string(),
             known: self.factories.keys().copied().collect::<Vec<_>>().join(", "),
         })?;
-        Ok(Arc::new(
-            RegisteredOp::new((f.build)(config, &self.context)?, self.context.memo.clone())
-                .recording(self.context.costs.clone()),
-        ))
+        Ok(Arc::new(RegisteredOp::in_context((f.build)(config, &self.context)?, &self.context)))
     }
 }
 
