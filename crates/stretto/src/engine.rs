@@ -569,6 +569,7 @@ pub const PROBE_TUPLES: usize = 4;
 pub const GOLD_ORDER_TUPLES: usize = 20;
 
 /// A candidate's answers on the screening tuples so far.
+#[derive(Clone)]
 struct Tried {
     /// Its index among the logical operator's candidates (0 is gold).
     idx: usize,
@@ -719,6 +720,27 @@ fn uncompressed_parent(ops: &[Arc<RegisteredOp>], costs: &[(usize, f64)], idx: u
         let q = ops[j].properties();
         j != idx && q.family == p.family && q.model == p.model && q.compression.is_none_or(|r| r <= 0.0)
     })
+}
+
+/// Removes from `tried` the compressed rungs whose uncompressed parent is among `ops` but not in `tried`: the pay
+/// checks cannot count them yet, since the parent may turn out as cheap (and drop them, [`probe_drops`]). Returns
+/// whether it removed any.
+fn drop_orphans(ops: &[Arc<RegisteredOp>], tried: &mut Vec<Tried>) -> bool {
+    let have: Vec<usize> = tried.iter().map(|t| t.idx).collect();
+    let before = tried.len();
+    tried.retain(|t| {
+        let p = ops[t.idx].properties();
+        p.compression.is_none_or(|r| r <= 0.0)
+            || !ops.iter().enumerate().any(|(j, op)| {
+                let q = op.properties();
+                j != t.idx
+                    && q.family == p.family
+                    && q.model == p.model
+                    && q.compression.is_none_or(|r| r <= 0.0)
+                    && !have.contains(&j)
+            })
+    });
+    tried.len() < before
 }
 
 /// Which non-gold candidates (indices into `screened`, 0 is gold) are not worth profiling, and why: hopeless
@@ -971,12 +993,13 @@ fn profile_candidates(
         // Candidates with a one-off setup (a generated program) are probed only once profiling can pay without
         // them: they add to what profiling costs, and a plan can save no more with them than with the cheapest of
         // the others deciding every tuple, which the pay check already assumes.
-        // `asked(i, setup)`: whether candidate `i` (with or without a one-off setup) answers in this pass.
-        let probe_pass = |asked: &(dyn Fn(usize, bool) -> bool + Sync)| {
-            per_task(&tasks, &cands, parallel, |_, task, ops| {
+        // `asked(t, i, setup)`: whether candidate `i` of logical operator `t` (with or without a one-off setup)
+        // answers in this pass.
+        let probe_pass = |asked: &(dyn Fn(usize, usize, bool) -> bool + Sync)| {
+            per_task(&tasks, &cands, parallel, |t, task, ops| {
                 let mut out = Vec::new();
                 for (i, op) in ops.iter().enumerate() {
-                    if !asked(i, op.one_off_setup()) {
+                    if !asked(t, i, op.one_off_setup()) {
                         continue;
                     }
                     match op.evaluate_timed(task, &head) {
@@ -1010,7 +1033,7 @@ fn profile_candidates(
                 )
             })
         };
-        let mut tried: Vec<Vec<Tried>> = probe_pass(&|i, _| i == 0)?;
+        let mut tried: Vec<Vec<Tried>> = probe_pass(&|_, i, _| i == 0)?;
         // Gold's answers alone decide this check: where it fails, the other candidates are not probed.
         let uncertified = if pay_check { cannot_certify(&tried, probe) } else { None };
         // The tuples whose answers a plan could still save on: those neither profiled nor screened (with a fetch,
@@ -1076,36 +1099,47 @@ fn profile_candidates(
                 _ => rest,
             }
         };
-        let pays = |tried: &[Vec<Tried>], rest: f64, screening_left: bool, looked: usize| -> (f64, f64, f64) {
+        // `unasked[t]`: logical operator `t` has candidates not asked yet, which could cost nothing (its saving is
+        // then every tuple's gold answer); empty where every candidate was asked.
+        let pays_with = |tried: &[Vec<Tried>], rest: f64, screening_left: bool, looked: usize, unasked: &[bool]| {
             let gold_reach = gold_reach(tried, looked);
             let (mut cost, mut saving, mut free) = (0.0, 0.0, 0.0);
-            for (((task, t), fresh), gold_reach) in tasks.iter().zip(tried).zip(&fresh).zip(gold_reach) {
+            for (t_idx, (((task, t), fresh), gold_reach)) in
+                tasks.iter().zip(tried).zip(&fresh).zip(gold_reach).enumerate()
+            {
                 let Some((gold, others)) = t.split_first() else { continue };
                 cost += others.iter().map(|c| c.cost() * fresh.ahead(c.idx, screening_left)).sum::<f64>();
                 if gold.idx == 0 {
                     cost += gold.cost() * (1.0 - gold_reach) * fresh.ahead(0, screening_left);
                 }
                 free += others.iter().map(|c| fresh.known(c.idx, screening_left)).sum::<f64>();
-                let cheapest = others.iter().map(Tried::cost).fold(gold.cost(), f64::min);
+                let floor = if unasked.get(t_idx).copied().unwrap_or(false) { 0.0 } else { gold.cost() };
+                let cheapest = others.iter().map(Tried::cost).fold(floor, f64::min);
                 saving += seen_by(task, tried, rest, looked) * (gold.cost() - cheapest).max(0.0);
             }
             (cost, saving, free)
+        };
+        let pays = |tried: &[Vec<Tried>], rest: f64, screening_left: bool, looked: usize| -> (f64, f64, f64) {
+            pays_with(tried, rest, screening_left, looked, &[])
         };
         let kept = |tried: &[Vec<Tried>]| tried.iter().map(|t| t.len().saturating_sub(1)).sum::<usize>();
         // The other candidates' costs on the probe tuples as earlier queries over the same items recorded them: to
         // this task where recorded, else to another one, scaled per tuple by gold's cost now over its recorded cost
         // on that other task (another task's answers cost about the same per item: mostly a question pass over the
-        // item's cached past). `None` unless every candidate but those with a one-off setup (unless `with_setup`)
-        // and those declining the task has a figure for every probe tuple. Their outputs are not known, so they
-        // serve the pay check only. Operators keeping no figures (answering in microseconds) are asked; `asked_live`
-        // adds up what they spent.
+        // item's cached past), for every candidate (but those with a one-off setup, unless `with_setup`) with a
+        // figure for every probe tuple; also, per logical operator, whether some candidate had none. `None` where
+        // gold has not answered or the record cannot be read. Their outputs are not known, so they serve the pay
+        // check only. Operators keeping no figures (answering in microseconds) are asked; `asked_live` adds up what
+        // they spent.
         let asked_live = std::sync::Mutex::new(0.0f64);
-        let recorded = |tried: &[Vec<Tried>], with_setup: bool| -> Option<Vec<Vec<Tried>>> {
+        let recorded = |tried: &[Vec<Tried>], with_setup: bool| -> Option<(Vec<Vec<Tried>>, Vec<bool>)> {
             let mut out = Vec::new();
+            let mut lacking = Vec::new();
             for ((task, ops), t) in tasks.iter().zip(&cands).zip(tried) {
                 let gold = t.first().filter(|g| g.idx == 0)?;
                 let this_task = RegisteredOp::task_digest(task);
                 let mut list = vec![Tried { idx: 0, output: gold.output.clone(), secs: gold.secs.clone() }];
+                let mut lacks = false;
                 for (i, op) in ops.iter().enumerate().skip(1).filter(|(_, op)| with_setup || !op.one_off_setup()) {
                     if !op.records_costs() {
                         // An operator answering in microseconds (no figures kept) is asked.
@@ -1121,8 +1155,12 @@ fn profile_candidates(
                     }
                     let figures = match op.recorded_costs(task, &head, !o.price_memo_hits) {
                         Ok(Some(figures)) => figures,
+                        Ok(None) => {
+                            lacks = true;
+                            continue;
+                        }
                         Err(stretto_core::CoreError::NotApplicable { .. }) => continue,
-                        _ => return None,
+                        Err(_) => return None,
                     };
                     let gold_then = ops[0].recorded_costs_like(task, &head, &figures, !o.price_memo_hits).ok()?;
                     let secs = figures
@@ -1136,27 +1174,33 @@ fn profile_candidates(
                         .collect();
                     list.push(Tried { idx: i, output: OpOutput::Scores(Vec::new()), secs });
                 }
+                lacks |= drop_orphans(ops, &mut list);
                 out.push(list);
+                lacking.push(lacks);
             }
-            Some(out)
+            Some((out, lacking))
         };
         // Where the recorded costs already show that profiling cannot pay, the other candidates are not asked. As
         // on the probe itself, the candidates with a one-off setup count only where profiling pays without them.
-        let recorded_check = |with_setup: bool| {
-            recorded(&tried, with_setup).and_then(|mut est| {
+        // Candidates without a figure could cost nothing: the check can then only stop a query whose recorded
+        // candidates alone cost more to profile than any plan could save.
+        let recorded_check = |figures: Option<(Vec<Vec<Tried>>, Vec<bool>)>, with_setup: bool| {
+            figures.and_then(|(mut est, lacking)| {
                 probe_drops(&tasks, &cands, &mut est, probe, &mut Vec::new());
                 let (rest, note) = rest_of(&est, probe);
-                let (cost, saving, free) = pays(&est, rest, true, probe);
+                let (cost, saving, free) = pays_with(&est, rest, true, probe, &lacking);
                 tracing::debug!(cost, saving, candidates = kept(&est), with_setup, "pay check on recorded costs");
                 (cost >= saving).then(|| {
+                    let unknown =
+                        if lacking.iter().any(|l| *l) { ", at no cost where a candidate had no figure" } else { "" };
                     format!(
                         "on the first {probe} screening tuples gold answered, and what earlier queries over the same \
                          items recorded the {} candidates cheaper than gold to cost there (another task's figures \
                          scaled by gold's cost now over its cost then) showed that screening and profiling them on \
                          {want} tuples would cost {cost:.1} s{} (with gold's answers its own plan would not need), \
                          and no plan can save more than {saving:.1} s on the other {rest} tuples{note} (every tuple \
-                         reaching an operator decided by its cheapest candidate; maps reached by the tuples the \
-                         filters let through), so gold ran directly without asking them",
+                         reaching an operator decided by its cheapest candidate{unknown}; maps reached by the tuples \
+                         the filters let through), so gold ran directly without asking them",
                         kept(&est),
                         memo_note(free)
                     )
@@ -1164,17 +1208,92 @@ fn profile_candidates(
             })
         };
         let any_setup = cands.iter().any(|ops| ops.iter().skip(1).any(|op| op.one_off_setup()));
+        let rec = if pay_check && uncertified.is_none() { recorded(&tried, false) } else { None };
         let recorded_stop = if pay_check && uncertified.is_none() {
-            recorded_check(false).or_else(|| any_setup.then(|| recorded_check(true)).flatten())
+            recorded_check(rec.clone(), false)
+                .or_else(|| any_setup.then(|| recorded_check(recorded(&tried, true), true)).flatten())
         } else {
             None
         };
+        // With a pay check, the candidates answer in rounds, one per logical operator each (uncompressed rungs
+        // before compressed ones, so that a compressed rung's parent has answered before it): once those asked
+        // (and those whose costs earlier queries recorded) would cost more to profile than any plan could save,
+        // whatever the others cost, no more are asked.
+        let mut probe_stop = None;
         if uncertified.is_none() && recorded_stop.is_none() {
-            let more = probe_pass(&|i, setup| i > 0 && !setup)?;
-            for (tried, more) in tried.iter_mut().zip(more) {
-                tried.extend(more);
+            if pay_check {
+                // Within each, those whose costs no earlier query recorded first: the others already count.
+                let has_figure =
+                    |t: usize, i: usize| rec.as_ref().is_some_and(|(est, _)| est[t].iter().any(|c| c.idx == i));
+                let order: Vec<Vec<usize>> = cands
+                    .iter()
+                    .enumerate()
+                    .map(|(t, ops)| {
+                        let mut order: Vec<usize> = (1..ops.len()).filter(|&i| !ops[i].one_off_setup()).collect();
+                        order.sort_by_key(|&i| {
+                            (ops[i].properties().compression.is_some_and(|r| r > 0.0), has_figure(t, i), i)
+                        });
+                        order
+                    })
+                    .collect();
+                let askable: usize = order.iter().map(Vec::len).sum();
+                let rounds = order.iter().map(Vec::len).max().unwrap_or(0);
+                // What earlier queries recorded stands in for the candidates not asked yet, where it has figures.
+                let rec = rec.map(|(est, _)| est);
+                for round in 0..rounds {
+                    let mut est = tried.clone();
+                    let mut unasked = Vec::with_capacity(order.len());
+                    let mut from_record = 0;
+                    for (t, order) in order.iter().enumerate() {
+                        let figure = |i: &usize| rec.as_ref().and_then(|r| r[t].iter().find(|c| c.idx == *i));
+                        est[t].extend(order[round.min(order.len())..].iter().filter_map(figure).cloned());
+                        est[t].sort_by_key(|c| c.idx);
+                        let orphans = drop_orphans(&cands[t], &mut est[t]);
+                        from_record += est[t].len() - tried[t].len();
+                        unasked.push(orphans || order[round.min(order.len())..].iter().any(|i| figure(i).is_none()));
+                    }
+                    probe_drops(&tasks, &cands, &mut est, probe, &mut Vec::new());
+                    let (rest, note) = rest_of(&est, probe);
+                    let (cost, saving, free) = pays_with(&est, rest, true, probe, &unasked);
+                    let asked: usize = order.iter().map(|o| o.len().min(round)).sum();
+                    tracing::debug!(cost, saving, asked, askable, "pay check while probing");
+                    if cost >= saving {
+                        let recorded = if from_record > 0 {
+                            format!(
+                                " (and earlier queries over the same items recorded what {from_record} others cost \
+                                 there)"
+                            )
+                        } else {
+                            String::new()
+                        };
+                        probe_stop = Some(format!(
+                            "on the first {probe} screening tuples gold and {asked} of the {askable} other candidates \
+                             answered{recorded}, and screening and profiling the {} of them cheaper than gold on {want} \
+                             tuples would already cost {cost:.1} s{} (with gold's answers its own plan would not need), \
+                             while no plan can save more than {saving:.1} s on the other {rest} tuples{note} (every \
+                             tuple reaching an operator decided by its cheapest candidate, at no cost where some were \
+                             neither asked nor recorded; maps reached by the tuples the filters let through), so gold \
+                             ran directly without asking the other {}",
+                            kept(&est),
+                            memo_note(free),
+                            askable - asked
+                        ));
+                        break;
+                    }
+                    let more = probe_pass(&|t, i, setup| !setup && order[t].get(round) == Some(&i))?;
+                    for (tried, more) in tried.iter_mut().zip(more) {
+                        tried.extend(more);
+                        tried.sort_by_key(|t| t.idx);
+                    }
+                }
+            } else {
+                let more = probe_pass(&|_, i, setup| i > 0 && !setup)?;
+                for (tried, more) in tried.iter_mut().zip(more) {
+                    tried.extend(more);
+                }
             }
         }
+        let recorded_stop = recorded_stop.or(probe_stop);
         screening.seconds = spent(&tried) + asked_live.lock().map_or(0.0, |s| *s);
         // Which candidates answered the probe (a decline is not among them).
         let mut ran: Vec<BTreeSet<usize>> = tried.iter().map(|t| t.iter().map(|t| t.idx).collect()).collect();
@@ -1198,7 +1317,7 @@ fn profile_candidates(
                     });
                 }
             } else {
-                let more = probe_pass(&|i, setup| i > 0 && setup)?;
+                let more = probe_pass(&|_, i, setup| i > 0 && setup)?;
                 screening.seconds += spent(&more);
                 for ((tried, ran), more) in tried.iter_mut().zip(ran.iter_mut()).zip(more) {
                     ran.extend(more.iter().map(|t| t.idx));

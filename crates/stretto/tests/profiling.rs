@@ -624,3 +624,30 @@ fn a_candidate_that_cannot_save_its_own_profiling_is_not_profiled() {
     let candidates = r.report().candidates.values().next().unwrap().clone();
     assert!(candidates.contains(&"cheap".to_string()) && !candidates.contains(&"near".to_string()), "{candidates:?}");
 }
+
+/// The candidates answer the probe in rounds: once those asked would cost more to profile than any plan could save,
+/// whatever the rest cost, the rest are not asked (#21). Here each of five candidates would cost 28 s to screen and
+/// profile, and no plan can save more than gold's 40 s on the 40 tuples left: two suffice to show it.
+#[test]
+fn the_probe_stops_asking_candidates_once_those_asked_cannot_pay() {
+    use std::sync::atomic::Ordering;
+    let dir = tempfile::tempdir().unwrap();
+    let mut ops = vec![Fixed::new("gold", 1.0, true)];
+    ops.extend((0..5).map(|i| Fixed::new(&format!("mid{i}"), 0.5, false)));
+    let s = session(dir.path(), 100, 0.15, &ops);
+    let frame = s.table("t").unwrap().sem_filter("{t.text} is a multiple of three").unwrap();
+    let r = frame.collect(Targets::new(0.8, 0.8, 0.95).unwrap()).unwrap();
+    assert!(r.fell_back_to_gold());
+    let warnings = r.plan().warnings.join(" ");
+    assert!(warnings.contains("would already cost") && warnings.contains("without asking the other"), "{warnings}");
+    let asked: Vec<usize> = ops[1..].iter().map(|op| op.asked.load(Ordering::SeqCst)).collect();
+    assert_eq!(asked.iter().sum::<usize>(), 8, "two candidates answer the 4 probe tuples, the rest nothing: {asked:?}");
+    // Where profiling can pay, every candidate answers the probe.
+    let dir = tempfile::tempdir().unwrap();
+    let mut ops = vec![Fixed::new("gold", 1.0, true)];
+    ops.extend((0..5).map(|i| Fixed::new(&format!("cheap{i}"), 0.01, false)));
+    let s = session(dir.path(), 400, 0.3, &ops);
+    let frame = s.table("t").unwrap().sem_filter("{t.text} is a multiple of three").unwrap();
+    frame.collect(Targets::new(0.8, 0.8, 0.95).unwrap()).unwrap();
+    assert!(ops[1..].iter().all(|op| op.asked.load(Ordering::SeqCst) >= 4));
+}
