@@ -712,14 +712,18 @@ pub const COMPRESSED_SAVING: f64 = 0.95;
 /// (candidate index, seconds per tuple), with its cost; `None` for an uncompressed candidate or one whose parent
 /// was not probed.
 fn uncompressed_parent(ops: &[Arc<RegisteredOp>], costs: &[(usize, f64)], idx: usize) -> Option<(usize, f64)> {
-    let p = ops[idx].properties();
-    if p.compression.is_none_or(|r| r <= 0.0) {
-        return None;
-    }
-    costs.iter().copied().find(|&(j, _)| {
-        let q = ops[j].properties();
-        j != idx && q.family == p.family && q.model == p.model && q.compression.is_none_or(|r| r <= 0.0)
-    })
+    costs.iter().copied().find(|&(j, _)| is_parent_of(ops, j, idx))
+}
+
+/// Whether candidate `j` is the uncompressed parent of the compressed candidate `idx` (same family and model,
+/// compression 0).
+fn is_parent_of(ops: &[Arc<RegisteredOp>], j: usize, idx: usize) -> bool {
+    let (p, q) = (ops[idx].properties(), ops[j].properties());
+    j != idx
+        && p.compression.is_some_and(|r| r > 0.0)
+        && q.family == p.family
+        && q.model == p.model
+        && q.compression.is_none_or(|r| r <= 0.0)
 }
 
 /// Removes from `tried` the compressed rungs whose uncompressed parent is among `ops` but not in `tried`: the pay
@@ -728,18 +732,7 @@ fn uncompressed_parent(ops: &[Arc<RegisteredOp>], costs: &[(usize, f64)], idx: u
 fn drop_orphans(ops: &[Arc<RegisteredOp>], tried: &mut Vec<Tried>) -> bool {
     let have: Vec<usize> = tried.iter().map(|t| t.idx).collect();
     let before = tried.len();
-    tried.retain(|t| {
-        let p = ops[t.idx].properties();
-        p.compression.is_none_or(|r| r <= 0.0)
-            || !ops.iter().enumerate().any(|(j, op)| {
-                let q = op.properties();
-                j != t.idx
-                    && q.family == p.family
-                    && q.model == p.model
-                    && q.compression.is_none_or(|r| r <= 0.0)
-                    && !have.contains(&j)
-            })
-    });
+    tried.retain(|t| !(0..ops.len()).any(|j| is_parent_of(ops, j, t.idx) && !have.contains(&j)));
     tried.len() < before
 }
 
