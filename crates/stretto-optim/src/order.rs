@@ -9,6 +9,7 @@
 //! rank order (cheapest expected cost per unit of tuples removed first) is used instead.
 
 use crate::problem::{HardPlan, Problem};
+use stretto_core::op::LogicalKind;
 
 /// Largest DP state space explored exactly.
 pub const MAX_DP_STATES: usize = 1 << 16;
@@ -161,7 +162,12 @@ pub fn order_plan(problem: &Problem, plan: &HardPlan, rows: &[usize]) -> HardPla
         })
         .collect();
     let order = best_order(&stages);
-    HardPlan { stages: order.into_iter().map(|i| plan.stages[i].clone()).collect() }
+    // A map rejects nothing, so its stages after every filter's never cost more: the DP's order is as cheap, and
+    // where the sample ties them (a filter that rejected none of it), this keeps a map from running on tuples a
+    // filter would have dropped. So the order of a plan with at most one filter needs no figures at all.
+    let (filters, maps): (Vec<usize>, Vec<usize>) =
+        order.into_iter().partition(|&i| problem.ops[plan.stages[i].op].kind != LogicalKind::Map);
+    HardPlan { stages: filters.into_iter().chain(maps).map(|i| plan.stages[i].clone()).collect() }
 }
 
 #[cfg(test)]
@@ -212,6 +218,20 @@ mod tests {
             assert!(all.contains(&greedy), "greedy order breaks a chain");
             assert!(model_cost(&stages, &greedy) >= brute - 1e-12);
         }
+    }
+
+    /// A one-tuple sample that the filter passes ties every order of a filter and a cheaper map: the map still runs
+    /// after the filter, and gold's plan of one filter needs no figures to be ordered.
+    #[test]
+    fn maps_run_after_the_filters_even_where_the_sample_ties_them() {
+        let text = r#"{"format":"stretto.profile/v1","query":"q","population":100,"tuples":["a"],
+            "logical":[{"name":"title","kind":"map"},{"name":"pos","kind":"filter"}],
+            "physical":[{"name":"title/gold","logical":"title","cost":0.01,"values":["Heat"],"gold":true},
+                        {"name":"pos/gold","logical":"pos","cost":1.0,"scores":[1],"gold":true}]}"#;
+        let problem = Problem::from_profile(&crate::profile::Profile::parse(text, "t").unwrap()).unwrap();
+        let plan = order_plan(&problem, &problem.gold_plan(), &problem.all_rows());
+        let kinds: Vec<LogicalKind> = plan.stages.iter().map(|s| problem.ops[s.op].kind).collect();
+        assert_eq!(kinds, [LogicalKind::Filter, LogicalKind::Map]);
     }
 
     #[test]

@@ -568,6 +568,18 @@ pub const PROBE_TUPLES: usize = 4;
 /// its stages, since no certificate is needed.
 pub const GOLD_ORDER_TUPLES: usize = 20;
 
+/// Tuples gold is profiled on when gold alone will run: [`GOLD_ORDER_TUPLES`] to order its filters, or one where
+/// the query has at most one filter, whose plan's order needs no figures (maps run after the filters whatever the
+/// sample says, [`order_plan`](stretto_optim::order::order_plan)); every answer on tuples a filter then rejects is
+/// one execution does not reuse.
+pub fn gold_order_tuples(tasks: &[SemanticTask]) -> usize {
+    if tasks.iter().filter(|t| t.kind != LogicalKind::Map).count() <= 1 {
+        1
+    } else {
+        GOLD_ORDER_TUPLES
+    }
+}
+
 /// A candidate's answers on the screening tuples so far.
 #[derive(Clone)]
 struct Tried {
@@ -811,17 +823,12 @@ fn gold_through(tried: &[Vec<Tried>], looked: usize) -> usize {
     through.iter().filter(|&&t| t).count()
 }
 
-/// The share of the first `looked` screening tuples that reaches each logical operator when gold's plan runs them:
-/// its filters in the order the ordering DP gives a plan ([`best_order`](stretto_optim::order::best_order), on their
-/// costs and pass shares there), each on the tuples the earlier ones let through, and its maps on the tuples every
-/// filter let through. 1 for an operator whose gold did not answer.
-fn gold_reach(tried: &[Vec<Tried>], looked: usize) -> Vec<f64> {
+/// The logical operators whose gold is a filter that answered, in the order the ordering DP gives gold's plan
+/// ([`best_order`](stretto_optim::order::best_order), on their costs and pass shares on the first `looked` screening
+/// tuples), each with which of those tuples it lets through.
+fn gold_filter_order(tried: &[Vec<Tried>], looked: usize) -> Vec<(usize, Vec<bool>)> {
     use stretto_optim::order::{best_order, OrderStage};
-    let mut reach = vec![1.0; tried.len()];
-    if looked == 0 {
-        return reach;
-    }
-    let share = |n: usize| n as f64 / looked as f64;
+    let share = |n: usize| n as f64 / looked.max(1) as f64;
     // (operator, which tuples its gold lets through)
     let mut passes: Vec<(usize, Vec<bool>)> = Vec::new();
     let mut stages: Vec<OrderStage> = Vec::new();
@@ -833,12 +840,24 @@ fn gold_reach(tried: &[Vec<Tried>], looked: usize) -> Vec<f64> {
             passes.push((i, pass));
         }
     }
+    best_order(&stages).into_iter().map(|f| passes[f].clone()).collect()
+}
+
+/// The share of the first `looked` screening tuples that reaches each logical operator when gold's plan runs them:
+/// its filters in the order the ordering DP gives a plan ([`best_order`](stretto_optim::order::best_order), on their
+/// costs and pass shares there), each on the tuples the earlier ones let through, and its maps on the tuples every
+/// filter let through. 1 for an operator whose gold did not answer.
+fn gold_reach(tried: &[Vec<Tried>], looked: usize) -> Vec<f64> {
+    let mut reach = vec![1.0; tried.len()];
+    if looked == 0 {
+        return reach;
+    }
+    let share = |n: usize| n as f64 / looked as f64;
     let mut alive = vec![true; looked];
-    for f in best_order(&stages) {
-        let (op, pass) = &passes[f];
-        reach[*op] = share(alive.iter().filter(|a| **a).count());
+    for (op, pass) in gold_filter_order(tried, looked) {
+        reach[op] = share(alive.iter().filter(|a| **a).count());
         for (a, p) in alive.iter_mut().zip(pass) {
-            *a &= *p;
+            *a &= p;
         }
     }
     let through = share(alive.iter().filter(|a| **a).count());
@@ -916,7 +935,7 @@ fn profile_candidates(
     if gold_only.is_some() {
         // Gold alone will run: its plan needs no certificate, only an order of its stages, which a few tuples give
         // (with a fetch, the first ones, which execution reads anyway); execution reuses their answers.
-        let k = want.min(GOLD_ORDER_TUPLES);
+        let k = want.min(gold_order_tuples(&tasks));
         sample = if o.fetch.is_some() { (0..k).collect() } else { order[..k].to_vec() };
         sample.sort_unstable();
     }
@@ -969,6 +988,9 @@ fn profile_candidates(
     // 3a. Screening: every candidate on tuples outside the sample; the hopeless and the dominated go no further.
     //     Only tuples the optimizer never sees decide which candidates it gets, so its fit and its certificate
     //     stand as they would on a profile of those candidates alone.
+    // What gold's plan on the profiling sample spent after screening (3a-iii), and which answers it asked (as
+    // `logical/physical` and rows), where it then stops profiling: booked as spent and as paid for.
+    let mut gold_sample: (f64, Vec<(String, Vec<usize>)>) = (0.0, Vec::new());
     let screening = if screen_rows >= 8 {
         let t1 = Instant::now();
         let mut rows: Vec<usize> = order[want..want + screen_rows].to_vec();
@@ -1427,6 +1449,38 @@ fn profile_candidates(
             if pay_check && cost < saving {
                 if let Some(why) = cannot_certify(&tried, rows.len()) {
                     gold_only = Some(format!("after screening, {why}"));
+                } else if o.fetch.is_none() && certification(o).is_some() {
+                    // 3a-iii. Gold's plan on the profiling sample: its filters in the order they would run, each on
+                    //         the tuples the earlier ones let through. That counts the sample's gold result rows,
+                    //         which the stratified split holds out at a fixed share, for answers that profiling asks
+                    //         next anyway and that gold's execution reuses where it runs instead. Too few for any
+                    //         certificate, and no other candidate is profiled.
+                    let mut alive = sample.clone();
+                    let filters = gold_filter_order(&tried, rows.len());
+                    for (t, _) in &filters {
+                        if alive.is_empty() {
+                            break;
+                        }
+                        let ids = UInt32Array::from_iter_values(alive.iter().map(|&r| r as u32));
+                        let (output, secs) =
+                            cands[*t][0].evaluate_timed(&tasks[*t], &take_record_batch(&input, &ids)?)?;
+                        gold_sample.0 += secs.iter().sum::<f64>();
+                        gold_sample.1.push((format!("{}/{}", tasks[*t].name, cands[*t][0].name()), alive.clone()));
+                        if let OpOutput::Scores(s) = output {
+                            alive = alive.into_iter().zip(s).filter(|(_, v)| *v > 0.0).map(|(r, _)| r).collect();
+                        }
+                    }
+                    let through = alive.len();
+                    tracing::debug!(through, sample = want, "gold's plan on the profiling sample");
+                    if let Some(why) = (!filters.is_empty())
+                        .then(|| uncertifiable(o, want, through as f64 / want as f64, ""))
+                        .flatten()
+                    {
+                        gold_only = Some(format!(
+                            "after screening, gold's plan let {through} of the {want} profiling sample tuples \
+                             through: {why}, so gold ran directly"
+                        ));
+                    }
                 }
             } else if pay_check {
                 gold_only = Some(format!(
@@ -1533,9 +1587,15 @@ fn profile_candidates(
     for e in &profile.physical {
         paid.add(&e.name, sample.iter().chain(screened_rows).copied());
     }
+    // Gold's plan on the sample, where it stopped profiling (else the profile's gold entries count its answers).
+    let gold_sample = if gold_only.is_some() { gold_sample } else { (0.0, Vec::new()) };
+    for (name, rows) in &gold_sample.1 {
+        paid.add(name, rows.iter().copied());
+    }
     let fresh = sample.iter().filter(|r| !screened_rows.contains(r)).count();
     let spent_seconds = profile.physical.iter().map(|e| e.cost).sum::<f64>() * fresh as f64
-        + screening.as_ref().map_or(0.0, |s| s.seconds);
+        + screening.as_ref().map_or(0.0, |s| s.seconds)
+        + gold_sample.0;
     Ok(Profiled {
         // The operators profiled, which leaves out any that declined its task.
         candidates: tasks

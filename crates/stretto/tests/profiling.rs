@@ -228,7 +228,9 @@ fn a_pay_check_stop_says_how_many_memoised_answers_it_counted_free() {
 /// gold, a memo that already holds the candidates' answers on the sample and the screening lets profiling go on.
 #[test]
 fn answers_already_in_the_memo_make_profiling_free_to_the_pay_check() {
-    let targets = Targets::new(0.8, 0.8, 0.95).unwrap();
+    // (At 0.8 the 40-tuple sample's 21 gold result rows could not certify a plan, and gold's plan on the sample would
+    // stop profiling there.)
+    let targets = Targets::new(0.7, 0.7, 0.95).unwrap();
     let cold = tempfile::tempdir().unwrap();
     let ops = [Fixed::one_in("gold", 1.0, true, 2), Fixed::one_in("cheap", 0.8, false, 2)];
     let s = session(cold.path(), 100, 0.15, &ops);
@@ -266,11 +268,16 @@ fn the_gold_method_costs_what_gold_on_every_tuple_does() {
     let frame = s.table("t").unwrap().sem_filter("{t.text} is a multiple of three").unwrap();
     let r = frame.collect_with(Targets::new(0.8, 0.8, 0.95).unwrap(), &stretto::Gold).unwrap();
     assert!(r.report().screening.is_none());
-    assert_eq!(r.report().sample_rows, stretto::engine::GOLD_ORDER_TUPLES);
+    // One filter: its plan's order needs no figures, and gold answers a single tuple before execution.
+    assert_eq!(r.report().sample_rows, 1);
     assert_eq!(r.report().candidates.values().next().unwrap(), &vec!["gold".to_string()]);
     let c = r.cost();
-    assert!((c.profiling_seconds - 20.0).abs() < 1e-6 && (c.reused_seconds - 20.0).abs() < 1e-6, "{c:?}");
+    assert!((c.profiling_seconds - 1.0).abs() < 1e-6 && (c.reused_seconds - 1.0).abs() < 1e-6, "{c:?}");
     assert!((c.total_seconds - 400.0).abs() < 1e-6, "{c:?}");
+    // Two filters: gold is profiled on enough tuples to order them.
+    let frame = frame.sem_filter("{t.text} is a multiple of nine").unwrap();
+    let r = frame.collect_with(Targets::new(0.8, 0.8, 0.95).unwrap(), &stretto::Gold).unwrap();
+    assert_eq!(r.report().sample_rows, stretto::engine::GOLD_ORDER_TUPLES);
 }
 
 /// A compressed rung that costs about what its uncompressed parent does (short items leave compression little to
@@ -650,4 +657,33 @@ fn the_probe_stops_asking_candidates_once_those_asked_cannot_pay() {
     let frame = s.table("t").unwrap().sem_filter("{t.text} is a multiple of three").unwrap();
     frame.collect(Targets::new(0.8, 0.8, 0.95).unwrap()).unwrap();
     assert!(ops[1..].iter().all(|op| op.asked.load(Ordering::SeqCst) >= 4));
+}
+
+/// After screening, gold's plan answers the profiling sample (answers profiling asks anyway, and execution reuses):
+/// where the sample then holds too few gold result rows for any certificate, no other candidate is profiled (#21).
+/// Here one tuple in three passes: the 20 screening tuples cannot rule out a hold-out of 28 gold result rows, which a
+/// 0.9 target needs, but the 120-tuple sample holds 48, and its hold-out half of them.
+#[test]
+fn gold_on_the_sample_stops_profiling_where_its_result_rows_cannot_certify() {
+    use std::sync::atomic::Ordering;
+    let dir = tempfile::tempdir().unwrap();
+    let ops = [Fixed::new("gold", 1.0, true), Fixed::new("cheap", 0.01, false)];
+    let s = session(dir.path(), 400, 0.3, &ops);
+    let frame = s.table("t").unwrap().sem_filter("{t.text} is a multiple of three").unwrap();
+    let r = frame.collect(Targets::new(0.9, 0.9, 0.95).unwrap()).unwrap();
+    assert!(r.fell_back_to_gold());
+    let warnings = r.plan().warnings.join(" ");
+    assert!(
+        warnings.contains("gold's plan let")
+            && warnings.contains("profiling sample tuples through")
+            && warnings.contains("fewer than 28"),
+        "{warnings}"
+    );
+    assert_eq!(ops[1].asked.load(Ordering::SeqCst), 20, "the cheap candidate answered the screening tuples alone");
+    // Gold answered every tuple once: its sample answers are reused in execution, and booked as spent on profiling.
+    assert_eq!(ops[0].asked.load(Ordering::SeqCst), 400);
+    let c = r.cost();
+    // (Beside the optimizer's own milliseconds.)
+    assert!((c.total_seconds - 400.0 - 20.0 * 0.01).abs() < 1e-2, "{c:?}");
+    assert!((c.profiling_seconds - 140.2).abs() < 1e-2 && (c.reused_seconds - 140.0).abs() < 1e-6, "{c:?}");
 }
