@@ -77,6 +77,14 @@
 //! the profiling sample before the other candidates do, and where the sample's count of gold result rows leaves
 //! the hold-out too few for any certificate, profiling ends in gold: that reads gold's answers only, whose count
 //! the stratified split already fixes before any plan is looked at, so a test that does run keeps its level.
+//! Then the sample is profiled in two phases: gold answers all of it, which fixes the split
+//! ([`Certification::split_sample`]); the other candidates answer the fit part; the test sequence is planned there
+//! ([`Global::plan_tests`], steps 1 and 2 above, which read no hold-out tuple); and only the candidates some plan
+//! of that sequence uses answer the hold-out. The search on the resulting profile fits and plans again on the same
+//! fit part, over those candidates, and tests on the hold-out. Which candidates it gets is a function of the fit
+//! part and of gold's answers, never of a candidate's answer on a held-out tuple, so conditioned on it the hold-out
+//! is as unseen as before and the fixed-sequence test keeps its level; a candidate left out can only make the plan
+//! dearer. Where the planned sequence is empty, no candidate answers the hold-out and gold runs.
 //!
 //! The cheapest certified candidate wins. If none is certified, or gold is cheaper, the plan is gold, with a
 //! warning that says why. Gold meets any target by definition: it *is* the reference. Stretto-Independent,
@@ -327,6 +335,39 @@ impl Certification {
         }
         (self.positive_room * needed / positives).clamp(self.holdout, self.max_holdout.max(self.holdout))
     }
+
+    /// The (fit, hold-out) split a certified search at credible `level` makes of a profile whose tuple `r` is a
+    /// gold result row where `positives[r]`, with `seed`: a profile is split by its gold answers alone, so this is
+    /// known as soon as gold has answered, before any other candidate has (see [`Global::plan_tests`]).
+    pub fn split_sample(
+        &self,
+        positives: &[bool],
+        targets: &Targets,
+        level: f64,
+        seed: u64,
+    ) -> (Vec<usize>, Vec<usize>) {
+        let count = positives.iter().filter(|p| **p).count() as f64;
+        split(positives.len(), self.holdout_for(count, targets, level), seed, |r| positives[r])
+    }
+}
+
+/// What planning a certified search's test sequence may know of its hold-out: its size, in tuples and in gold
+/// result rows (both fixed by the stratified split before any plan is looked at).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct HoldOut {
+    /// Tuples.
+    pub tuples: usize,
+    /// Gold result rows among them.
+    pub positives: f64,
+}
+
+/// A certified search's test sequence, planned on the fit part alone ([`Global::plan_tests`]).
+#[derive(Debug, Clone, Default)]
+pub struct TestPlan {
+    /// Candidate plans fitted before the sequence was planned.
+    pub candidates: usize,
+    /// The plans the hold-out would test, in order (on the fit problem's operators and implementations).
+    pub sequence: Vec<HardPlan>,
 }
 
 /// How a certified search forms and checks its constraint.
@@ -754,7 +795,7 @@ fn planned_sequence(
     problem: &Problem,
     candidates: Vec<(f64, HardPlan)>,
     fit: &[usize],
-    holdout: &[usize],
+    holdout: HoldOut,
     shares: &[f64],
     min_gain: f64,
     targets: &Targets,
@@ -763,8 +804,8 @@ fn planned_sequence(
     let shares = path_points(shares);
     let gold_fit = problem.evaluate(&problem.gold_plan(), fit);
     let scale = Scale {
-        positives: problem.evaluate(&problem.gold_plan(), holdout).tp / gold_fit.tp.max(1.0),
-        tuples: holdout.len() as f64 / fit.len().max(1) as f64,
+        positives: holdout.positives / gold_fit.tp.max(1.0),
+        tuples: holdout.tuples as f64 / fit.len().max(1) as f64,
     };
     let gold_cost = gold_fit.cost_per_tuple();
     let mut steps: Vec<Step> = Vec::new();
@@ -830,28 +871,20 @@ fn planned_sequence(
     order.into_iter().filter_map(|i| slots[i].take()).map(|s| (s.confidence, s.plan)).collect()
 }
 
-/// Solve on the fit part at several strictness levels, certify on the hold-out, keep the cheapest certified.
-fn certified_search(
+/// Steps 1 and 2 of a certified search: candidates fitted on the `fit` tuples, and the test sequence planned on them
+/// for a hold-out of `hold`'s size. Nothing here reads a hold-out tuple. Also returned: how many candidates there
+/// were before the sequence was planned.
+#[allow(clippy::too_many_arguments)]
+fn plan_tests(
     problem: &Problem,
     targets: &Targets,
     seed: u64,
     cert: &Certification,
     mode: Mode,
     level: f64,
-) -> Result<Optimized> {
-    let _span = tracing::info_span!("certified_search", tuples = problem.n, mode = ?mode).entered();
-    let all = problem.all_rows();
-    let positives = problem.evaluate(&problem.gold_plan(), &all).tp;
-    let (fit, hold) = split(problem.n, cert.holdout_for(positives, targets, level), seed, |r| problem.gold_positive(r));
-    if hold.len() < cert.min_holdout || fit.is_empty() {
-        return Ok(gold_result(
-            problem,
-            Some(format!(
-                "only {} profiled tuples: too few to certify a cheaper plan (need {} held out); using gold",
-                problem.n, cert.min_holdout
-            )),
-        ));
-    }
+    fit: &[usize],
+    hold: HoldOut,
+) -> Result<(usize, Vec<(f64, HardPlan)>)> {
     let cert_level = 1.0 - (1.0 - level) / 2.0;
     // Candidates are solved at the stricter per-bound level; together with the raised targets this leaves room
     // for the fit part's noise.
@@ -870,7 +903,7 @@ fn certified_search(
             seed.wrapping_add(round as u64 * 104_729),
             cert,
             mode,
-            &fit,
+            fit,
             fit_level,
             cert_level,
             min_confidence,
@@ -880,7 +913,7 @@ fn certified_search(
         }
     }
     if matches!(mode, Mode::Global) {
-        for (q, plan) in bold_candidates(problem, targets, cert, &fit, cert_level) {
+        for (q, plan) in bold_candidates(problem, targets, cert, fit, cert_level) {
             if !sequence.iter().any(|(_, p)| *p == plan) {
                 sequence.push((q, plan));
             }
@@ -889,11 +922,39 @@ fn certified_search(
     let candidates = sequence.len();
     let sequence = match mode {
         Mode::Global => {
-            planned_sequence(problem, sequence, &fit, &hold, &cert.path_shares, cert.min_step_gain, targets, level)
+            planned_sequence(problem, sequence, fit, hold, &cert.path_shares, cert.min_step_gain, targets, level)
         }
-        Mode::Product => with_paths(problem, sequence, &fit, &cert.path_shares, cert.min_step_gain),
+        Mode::Product => with_paths(problem, sequence, fit, &cert.path_shares, cert.min_step_gain),
     };
+    Ok((candidates, sequence))
+}
+
+/// Solve on the fit part at several strictness levels, certify on the hold-out, keep the cheapest certified.
+fn certified_search(
+    problem: &Problem,
+    targets: &Targets,
+    seed: u64,
+    cert: &Certification,
+    mode: Mode,
+    level: f64,
+) -> Result<Optimized> {
+    let _span = tracing::info_span!("certified_search", tuples = problem.n, mode = ?mode).entered();
+    let all = problem.all_rows();
+    let positives: Vec<bool> = all.iter().map(|&r| problem.gold_positive(r)).collect();
+    let (fit, hold) = cert.split_sample(&positives, targets, level, seed);
+    if hold.len() < cert.min_holdout || fit.is_empty() {
+        return Ok(gold_result(
+            problem,
+            Some(format!(
+                "only {} profiled tuples: too few to certify a cheaper plan (need {} held out); using gold",
+                problem.n, cert.min_holdout
+            )),
+        ));
+    }
+    let held = HoldOut { tuples: hold.len(), positives: problem.evaluate(&problem.gold_plan(), &hold).tp };
+    let (candidates, sequence) = plan_tests(problem, targets, seed, cert, mode, level, &fit, held)?;
     let planned = sequence.len();
+    let cert_level = 1.0 - (1.0 - level) / 2.0;
     // Fixed-sequence test on the hold-out: each candidate at the full level, the first failure ends it.
     let mut best: Option<(f64, HardPlan, (f64, f64))> = None;
     for (i, (q, plan)) in sequence.into_iter().enumerate() {
@@ -963,6 +1024,23 @@ fn certified_search(
 pub struct Global {
     /// Certification settings.
     pub certification: Certification,
+}
+
+impl Global {
+    /// The test sequence [`Strategy::optimize`] would plan, from a problem over the fit part alone (every one of
+    /// its tuples is fitted on) and the size of the hold-out to come: a profile's split depends on gold's answers
+    /// only ([`Certification::split_sample`]), so a caller can profile the other candidates on the fit part, plan,
+    /// and then profile on the hold-out only the implementations a planned plan uses (none where the sequence is
+    /// empty). The search that then runs on the whole profile plans again on its own fit part, which is the same
+    /// tuples, and tests on the hold-out as always: what the hold-out holds still decides nothing before the test.
+    pub fn plan_tests(&self, fit: &Problem, hold: HoldOut, targets: &Targets, seed: u64) -> Result<TestPlan> {
+        let _span = tracing::info_span!("plan_tests", tuples = fit.n, held_out = hold.tuples).entered();
+        let rows = fit.all_rows();
+        let level = targets.credible;
+        let (candidates, sequence) =
+            plan_tests(fit, targets, seed, &self.certification, Mode::Global, level, &rows, hold)?;
+        Ok(TestPlan { candidates, sequence: sequence.into_iter().map(|(_, p)| p).collect() })
+    }
 }
 
 impl Strategy for Global {
@@ -1380,14 +1458,15 @@ mod tests {
         let gold = cost(&p.gold_plan());
         let shares: Vec<f64> = (1..10).map(|i| f64::from(i) * 0.1).collect();
         let targets = Targets::new(0.7, 0.7, 0.95).unwrap();
-        let sequence = planned_sequence(&p, candidates.clone(), &rows, &rows, &shares, 0.0, &targets, 0.95);
+        let held = |rows: &[usize]| HoldOut { tuples: rows.len(), positives: p.evaluate(&p.gold_plan(), rows).tp };
+        let sequence = planned_sequence(&p, candidates.clone(), &rows, held(&rows), &shares, 0.0, &targets, 0.95);
         assert!(!sequence.is_empty(), "a hold-out as large as the fit part can certify something at 0.7");
         assert!(cost(&sequence[0].1) < gold);
         for pair in sequence.windows(2) {
             assert!(cost(&pair[1].1) < cost(&pair[0].1), "a step is not cheaper than the one before it");
         }
         // A hold-out of 10 tuples holds too few gold result rows for any plan that can err.
-        let hopeless = planned_sequence(&p, candidates, &rows, &rows[..10], &shares, 0.0, &targets, 0.95);
+        let hopeless = planned_sequence(&p, candidates, &rows, held(&rows[..10]), &shares, 0.0, &targets, 0.95);
         assert!(hopeless.is_empty(), "{hopeless:?}");
     }
 

@@ -22,7 +22,7 @@ use stretto_core::table::{resolve_column, ColumnKind};
 use stretto_kv::press::{Positions, Press};
 use stretto_optim::problem::Problem;
 use stretto_optim::profile::{LogicalEntry, PhysicalEntry, Profile, PROFILE_FORMAT};
-use stretto_optim::strategy::{strategy, Certification, Optimized, Strategy, Targets};
+use stretto_optim::strategy::{strategy, Certification, Global, Optimized, Strategy, Targets};
 
 use crate::error::{Error, Result};
 
@@ -869,6 +869,239 @@ fn gold_reach(tried: &[Vec<Tried>], looked: usize) -> Vec<f64> {
     reach
 }
 
+/// A profile entry of `op` (gold where `gold`) for `task` from its output and seconds per tuple.
+fn physical_entry(task: &SemanticTask, op: &RegisteredOp, output: OpOutput, secs: &[f64], gold: bool) -> PhysicalEntry {
+    let cost = secs.iter().sum::<f64>() / secs.len().max(1) as f64;
+    let (scores, values) = match output {
+        OpOutput::Scores(s) => (Some(s.into_iter().map(Some).collect()), None),
+        OpOutput::Values { values, confidences } => (Some(confidences.into_iter().map(Some).collect()), Some(values)),
+    };
+    PhysicalEntry {
+        name: format!("{}/{}", task.name, op.name()),
+        logical: task.name.clone(),
+        cost: cost.max(1e-9),
+        scores,
+        values,
+        gold,
+    }
+}
+
+/// The output over `n` tuples of answers given on two disjoint parts of them (`a` on tuples `rows_a`, `b` on
+/// `rows_b`), with their seconds.
+fn scatter(
+    n: usize,
+    (rows_a, a, secs_a): (&[usize], OpOutput, Vec<f64>),
+    (rows_b, b, secs_b): (&[usize], OpOutput, Vec<f64>),
+) -> (OpOutput, Vec<f64>) {
+    let mut secs = vec![0.0; n];
+    for (&r, s) in rows_a.iter().chain(rows_b).zip(secs_a.into_iter().chain(secs_b)) {
+        secs[r] = s;
+    }
+    let out = match (a, b) {
+        (OpOutput::Scores(a), OpOutput::Scores(b)) => {
+            let mut s = vec![0.0; n];
+            for (&r, v) in rows_a.iter().chain(rows_b).zip(a.into_iter().chain(b)) {
+                s[r] = v;
+            }
+            OpOutput::Scores(s)
+        }
+        (OpOutput::Values { values: va, confidences: ca }, OpOutput::Values { values: vb, confidences: cb }) => {
+            let (mut values, mut confidences) = (vec![None; n], vec![0.0; n]);
+            for ((&r, v), c) in rows_a.iter().chain(rows_b).zip(va.into_iter().chain(vb)).zip(ca.into_iter().chain(cb))
+            {
+                values[r] = v;
+                confidences[r] = c;
+            }
+            OpOutput::Values { values, confidences }
+        }
+        // One operator answers one kind of output; a mix is its own bug, and the first part stands.
+        (a, _) => a,
+    };
+    (out, secs)
+}
+
+/// What [`profile_in_two_phases`] profiled.
+struct Phased {
+    /// Per logical operator: gold, and the candidates profiled on the whole sample.
+    entries: Vec<Vec<PhysicalEntry>>,
+    /// Operator seconds spent.
+    spent: f64,
+    /// Why gold runs, where the test sequence planned on the fit part is empty (then `entries` are gold's alone).
+    stop: Option<String>,
+    /// Candidates profiled on the fit part only.
+    dropped: Vec<Dropped>,
+}
+
+/// Step 3 for a query the certified global search will plan (#21): gold answers the whole sample, which fixes the
+/// search's split into a fit part and a hold-out ([`Certification::split_sample`], stratified by gold's answers
+/// alone); the candidates answer the fit part; the test sequence is planned there ([`Global::plan_tests`]); and
+/// only the candidates some plan of that sequence uses answer the hold-out. Where the sequence is empty, none
+/// does and gold runs. The search that then optimizes the profile plans again on the same fit part, over the
+/// candidates kept, and tests on the hold-out as always: which candidates were kept depends on the fit part and on
+/// gold's answers only, so the test keeps its level (the argument is in the `stretto_optim::strategy` docs).
+#[allow(clippy::too_many_arguments)]
+fn profile_in_two_phases(
+    tasks: &[SemanticTask],
+    cands: &[Vec<Arc<RegisteredOp>>],
+    parallel: bool,
+    batch: &RecordBatch,
+    sample: &[usize],
+    population: u64,
+    o: &QueryOptions,
+    global: &Global,
+) -> Result<Phased> {
+    use stretto_optim::strategy::HoldOut;
+    let targets = Targets::new(o.precision, o.recall, o.credible)?;
+    let take =
+        |rows: &[usize]| take_record_batch(batch, &UInt32Array::from_iter_values(rows.iter().map(|&r| r as u32)));
+    let seconds = |secs: &[f64]| secs.iter().sum::<f64>();
+    // Gold on the whole sample (its filters' answers are memoised from gold's plan on it).
+    let gold: Vec<(OpOutput, Vec<f64>)> =
+        per_task(tasks, cands, parallel, |_, task, ops| Ok(ops[0].evaluate_timed(task, batch)?))?;
+    let mut spent: f64 = gold.iter().map(|(_, s)| seconds(s)).sum();
+    let gold_entries: Vec<PhysicalEntry> = tasks
+        .iter()
+        .zip(cands)
+        .zip(&gold)
+        .map(|((task, ops), (out, secs))| physical_entry(task, &ops[0], out.clone(), secs, true))
+        .collect();
+    let gold_profile = Profile {
+        format: PROFILE_FORMAT.into(),
+        query: o.query.clone(),
+        population,
+        tuples: sample.iter().map(|r| r.to_string()).collect(),
+        logical: tasks.iter().map(|t| LogicalEntry { name: t.name.clone(), kind: t.kind }).collect(),
+        physical: gold_entries.clone(),
+    };
+    let gold_problem = Problem::from_profile(&gold_profile)?;
+    let positives: Vec<bool> = (0..sample.len()).map(|r| gold_problem.gold_positive(r)).collect();
+    let (fit, hold) = global.certification.split_sample(&positives, &targets, targets.credible, o.seed);
+    let held = HoldOut { tuples: hold.len(), positives: hold.iter().filter(|&&r| positives[r]).count() as f64 };
+    let gold_only = |why: String, spent: f64| Phased {
+        entries: gold_entries.iter().map(|e| vec![e.clone()]).collect(),
+        spent,
+        stop: Some(why),
+        dropped: Vec::new(),
+    };
+    if hold.len() < global.certification.min_holdout || fit.is_empty() {
+        return Ok(gold_only(
+            format!(
+                "the {}-tuple profiling sample holds out {} tuples, fewer than the {} the strategy certifies on, so \
+                 no plan but gold can be certified and gold ran directly",
+                sample.len(),
+                hold.len(),
+                global.certification.min_holdout
+            ),
+            spent,
+        ));
+    }
+    // The candidates on the fit part.
+    let fit_batch = take(&fit)?;
+    let on_fit: Vec<Vec<(usize, OpOutput, Vec<f64>)>> = per_task(tasks, cands, parallel, |_, task, ops| {
+        let mut out = Vec::new();
+        for (i, op) in ops.iter().enumerate().skip(1) {
+            match op.evaluate_timed(task, &fit_batch) {
+                Ok((output, secs)) => out.push((i, output, secs)),
+                Err(stretto_core::CoreError::NotApplicable { reason, .. }) => {
+                    tracing::info!(operator = op.name(), task = %task.name, %reason, "dropped");
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Ok(out)
+    })?;
+    spent += on_fit.iter().flatten().map(|(_, _, s)| seconds(s)).sum::<f64>();
+    let mut fit_profile = gold_profile.subset(&fit, population);
+    for ((task, ops), answers) in tasks.iter().zip(cands).zip(&on_fit) {
+        for (i, output, secs) in answers {
+            fit_profile.physical.push(physical_entry(task, &ops[*i], output.clone(), secs, false));
+        }
+    }
+    let fit_problem = Problem::from_profile(&fit_profile)?;
+    let planned = global.plan_tests(&fit_problem, held, &targets, o.seed)?;
+    let needed: BTreeSet<String> = planned
+        .sequence
+        .iter()
+        .flat_map(|p| p.stages.iter())
+        .map(|s| fit_problem.ops[s.op].impls[s.imp].physical.clone())
+        .collect();
+    tracing::debug!(
+        candidates = planned.candidates,
+        sequence = planned.sequence.len(),
+        needed = needed.len(),
+        fit = fit.len(),
+        held_out = hold.len(),
+        "test sequence planned on the fit part"
+    );
+    if planned.sequence.is_empty() {
+        let why = if planned.candidates == 0 {
+            format!(
+                "no candidate plan reached precision {} and recall {} on the {} tuples of the profiling sample it was \
+                 fitted on",
+                o.precision,
+                o.recall,
+                fit.len()
+            )
+        } else {
+            format!(
+                "the test sequence planned on the {} fitted tuples of the profiling sample is empty: no candidate plan \
+                 is both cheaper than gold and able to pass the test on the {} held-out tuples ({} gold result rows \
+                 among them)",
+                fit.len(),
+                hold.len(),
+                held.positives
+            )
+        };
+        return Ok(gold_only(
+            format!(
+                "{why} (credible level {}), so no other candidate answered the held-out tuples and gold ran directly",
+                o.credible
+            ),
+            spent,
+        ));
+    }
+    // The candidates a planned plan uses, on the hold-out.
+    let hold_batch = take(&hold)?;
+    let name = |task: &SemanticTask, op: &RegisteredOp| format!("{}/{}", task.name, op.name());
+    let on_hold: Vec<Vec<(usize, OpOutput, Vec<f64>)>> = per_task(tasks, cands, parallel, |t, task, ops| {
+        let mut out = Vec::new();
+        for (i, _, _) in on_fit[t].iter().filter(|(i, _, _)| needed.contains(&name(task, &ops[*i]))) {
+            let (output, secs) = ops[*i].evaluate_timed(task, &hold_batch)?;
+            out.push((*i, output, secs));
+        }
+        Ok(out)
+    })?;
+    spent += on_hold.iter().flatten().map(|(_, _, s)| seconds(s)).sum::<f64>();
+    let mut entries = Vec::with_capacity(tasks.len());
+    let mut dropped = Vec::new();
+    for (((task, ops), gold), (fitted, held_out)) in
+        tasks.iter().zip(cands).zip(gold_entries).zip(on_fit.into_iter().zip(on_hold))
+    {
+        let mut list = vec![gold];
+        let mut held_out = held_out.into_iter().peekable();
+        for (i, output, secs) in fitted {
+            match held_out.next_if(|(j, _, _)| *j == i) {
+                Some((_, h_out, h_secs)) => {
+                    let (out, secs) = scatter(sample.len(), (&fit, output, secs), (&hold, h_out, h_secs));
+                    list.push(physical_entry(task, &ops[i], out, &secs, false));
+                }
+                None => dropped.push(Dropped {
+                    logical: task.name.clone(),
+                    operator: ops[i].name().to_string(),
+                    reason: format!(
+                        "in no plan of the test sequence planned on the {} fitted tuples of the profiling sample: not \
+                         profiled on its {} held-out tuples",
+                        fit.len(),
+                        hold.len()
+                    ),
+                }),
+            }
+        }
+        entries.push(list);
+    }
+    Ok(Phased { entries, spent, stop: None, dropped })
+}
+
 /// Validation, KV caches and profiling of every candidate operator: the profile any strategy can be optimized
 /// on (a query about to run uses [`profile_to_run`], which may profile less).
 pub fn profile_pipeline(
@@ -991,7 +1224,10 @@ fn profile_candidates(
     // What gold's plan on the profiling sample spent after screening (3a-iii), and which answers it asked (as
     // `logical/physical` and rows), where it then stops profiling: booked as spent and as paid for.
     let mut gold_sample: (f64, Vec<(String, Vec<usize>)>) = (0.0, Vec::new());
-    let screening = if screen_rows >= 8 {
+    // Whether the sample is profiled in two phases ([`profile_in_two_phases`]): set where screening passed every
+    // check and the certified global search will plan.
+    let mut split_first = false;
+    let mut screening = if screen_rows >= 8 {
         let t1 = Instant::now();
         let mut rows: Vec<usize> = order[want..want + screen_rows].to_vec();
         rows.sort_unstable();
@@ -1481,6 +1717,7 @@ fn profile_candidates(
                              through: {why}, so gold ran directly"
                         ));
                     }
+                    split_first = gold_only.is_none() && o.method == "global";
                 }
             } else if pay_check {
                 gold_only = Some(format!(
@@ -1525,8 +1762,29 @@ fn profile_candidates(
     } else {
         None
     };
+    // Gold's plan on the sample counts as spent where it stopped profiling (else the profile's gold entries count
+    // its answers).
+    let gold_sample = if gold_only.is_some() { gold_sample } else { (0.0, Vec::new()) };
     let sample_batch = take_record_batch(&input, &UInt32Array::from_iter_values(sample.iter().map(|&r| r as u32)))?;
-    let entries: Vec<Vec<PhysicalEntry>> = {
+    // Operator seconds of a two-phase profiling, which are not those of every entry on every tuple.
+    let mut phased_spent = None;
+    let entries: Vec<Vec<PhysicalEntry>> = if split_first {
+        let _span = tracing::info_span!("profiling", tuples = sample.len(), phased = true).entered();
+        let global = Global { certification: certification(o).unwrap_or_default() };
+        let phased = profile_in_two_phases(&tasks, &cands, parallel, &sample_batch, &sample, n as u64, o, &global)?;
+        if let Some(why) = phased.stop {
+            tracing::info!(%why, "profiling cannot pay");
+            gold_only = Some(why);
+        }
+        for d in &phased.dropped {
+            tracing::info!(logical = %d.logical, operator = %d.operator, reason = %d.reason, "not profiled");
+        }
+        if let Some(sc) = screening.as_mut() {
+            sc.dropped.extend(phased.dropped);
+        }
+        phased_spent = Some(phased.spent);
+        phased.entries
+    } else {
         let _span = tracing::info_span!("profiling", tuples = sample.len()).entered();
         let batch = &sample_batch;
         per_task(&tasks, &cands, parallel, |_, task, ops| -> Result<Vec<PhysicalEntry>> {
@@ -1541,21 +1799,7 @@ fn profile_candidates(
                     }
                     Err(e) => return Err(e.into()),
                 };
-                let cost = secs.iter().sum::<f64>() / secs.len().max(1) as f64;
-                let (scores, values) = match output {
-                    OpOutput::Scores(s) => (Some(s.into_iter().map(Some).collect()), None),
-                    OpOutput::Values { values, confidences } => {
-                        (Some(confidences.into_iter().map(Some).collect()), Some(values))
-                    }
-                };
-                out.push(PhysicalEntry {
-                    name: format!("{}/{}", task.name, op.name()),
-                    logical: task.name.clone(),
-                    cost: cost.max(1e-9),
-                    scores,
-                    values,
-                    gold: i == 0,
-                });
+                out.push(physical_entry(task, op, output, &secs, i == 0));
             }
             Ok(out)
         })?
@@ -1587,15 +1831,12 @@ fn profile_candidates(
     for e in &profile.physical {
         paid.add(&e.name, sample.iter().chain(screened_rows).copied());
     }
-    // Gold's plan on the sample, where it stopped profiling (else the profile's gold entries count its answers).
-    let gold_sample = if gold_only.is_some() { gold_sample } else { (0.0, Vec::new()) };
     for (name, rows) in &gold_sample.1 {
         paid.add(name, rows.iter().copied());
     }
     let fresh = sample.iter().filter(|r| !screened_rows.contains(r)).count();
-    let spent_seconds = profile.physical.iter().map(|e| e.cost).sum::<f64>() * fresh as f64
-        + screening.as_ref().map_or(0.0, |s| s.seconds)
-        + gold_sample.0;
+    let profiled = phased_spent.unwrap_or_else(|| profile.physical.iter().map(|e| e.cost).sum::<f64>() * fresh as f64);
+    let spent_seconds = profiled + screening.as_ref().map_or(0.0, |s| s.seconds) + gold_sample.0;
     Ok(Profiled {
         // The operators profiled, which leaves out any that declined its task.
         candidates: tasks

@@ -37,18 +37,27 @@ struct Fixed {
     asked: std::sync::atomic::AtomicUsize,
     /// It passes the rows whose number this divides.
     modulus: usize,
+    /// It gives the wrong answer on rows whose number leaves 1 divided by this (0: never).
+    flip: usize,
 }
 
 impl Fixed {
     fn new(name: &str, secs: f64, gold: bool) -> Arc<Self> {
         let props = props(LogicalKind::Filter, "fixed", secs, gold);
-        Arc::new(Self { name: name.into(), props, secs, setup: false, asked: Default::default(), modulus: 3 })
+        Arc::new(Self { name: name.into(), props, secs, setup: false, asked: Default::default(), modulus: 3, flip: 0 })
     }
 
     /// A filter passing one row in `modulus`.
     fn one_in(name: &str, secs: f64, gold: bool, modulus: usize) -> Arc<Self> {
         let mut op = Arc::try_unwrap(Self::new(name, secs, gold)).unwrap();
         op.modulus = modulus;
+        Arc::new(op)
+    }
+
+    /// A candidate answering one row in `flip` wrongly.
+    fn noisy(name: &str, secs: f64, flip: usize) -> Arc<Self> {
+        let mut op = Arc::try_unwrap(Self::new(name, secs, false)).unwrap();
+        op.flip = flip;
         Arc::new(op)
     }
 
@@ -84,7 +93,8 @@ impl PhysicalOp for Fixed {
             .iter()
             .map(|t| {
                 let n: usize = t.trim_start_matches("row ").parse().unwrap_or(1);
-                if n.is_multiple_of(self.modulus) {
+                let pass = n.is_multiple_of(self.modulus) != (self.flip > 0 && n % self.flip == 1);
+                if pass {
                     1.0
                 } else {
                     -1.0
@@ -686,4 +696,43 @@ fn gold_on_the_sample_stops_profiling_where_its_result_rows_cannot_certify() {
     // (Beside the optimizer's own milliseconds.)
     assert!((c.total_seconds - 400.0 - 20.0 * 0.01).abs() < 1e-2, "{c:?}");
     assert!((c.profiling_seconds - 140.2).abs() < 1e-2 && (c.reused_seconds - 140.0).abs() < 1e-6, "{c:?}");
+}
+
+/// The sample is profiled in two phases (#21): gold answers all of it, which fixes the certified search's split;
+/// the candidates answer its fit part; and only those that a plan of the test sequence planned there uses answer
+/// its hold-out. Here a candidate wrong on one tuple in five cannot be part of any plan that could pass at 0.9: it
+/// answers the fit part and no more, while the faithful one is profiled on the whole sample and makes the plan.
+/// Alone, it leaves the sequence empty, and gold runs without any candidate answering the hold-out.
+#[test]
+fn candidates_in_no_planned_plan_do_not_answer_the_hold_out() {
+    use std::sync::atomic::Ordering;
+    let targets = Targets::new(0.9, 0.9, 0.95).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let ops = [Fixed::new("gold", 1.0, true), Fixed::noisy("noisy", 0.005, 5), Fixed::new("cheap", 0.01, false)];
+    let s = session(dir.path(), 400, 0.5, &ops);
+    let frame = s.table("t").unwrap().sem_filter("{t.text} is a multiple of three").unwrap();
+    let r = frame.collect(targets).unwrap();
+    assert!(!r.fell_back_to_gold(), "{:?}", r.plan().warnings);
+    // 20 screening tuples and the fit part, about half of the 200 sampled.
+    let noisy = ops[1].asked.load(Ordering::SeqCst);
+    assert!((20 + 99..=20 + 101).contains(&noisy), "noisy answered {noisy} tuples");
+    assert!(ops[2].asked.load(Ordering::SeqCst) >= 220, "cheap answered the whole sample");
+    let sc = r.report().screening.clone().expect("screening ran");
+    let d = sc.dropped.iter().find(|d| d.operator == "noisy").expect("noisy is reported");
+    assert!(d.reason.contains("held-out tuples"), "{}", d.reason);
+    assert_eq!(r.report().candidates.values().next().unwrap(), &vec!["gold".to_string(), "cheap".to_string()]);
+
+    let dir = tempfile::tempdir().unwrap();
+    let ops = [Fixed::new("gold", 1.0, true), Fixed::noisy("noisy", 0.005, 5)];
+    let s = session(dir.path(), 400, 0.5, &ops);
+    let frame = s.table("t").unwrap().sem_filter("{t.text} is a multiple of three").unwrap();
+    let r = frame.collect(targets).unwrap();
+    assert!(r.fell_back_to_gold());
+    let warnings = r.plan().warnings.join(" ");
+    assert!(warnings.contains("no other candidate answered the held-out tuples"), "{warnings}");
+    let noisy = ops[1].asked.load(Ordering::SeqCst);
+    assert!((20 + 99..=20 + 101).contains(&noisy), "noisy answered {noisy} tuples");
+    // Gold's answers on the sample, hold-out included, are all reused by its execution.
+    let c = r.cost();
+    assert!((c.total_seconds - 400.0 - noisy as f64 * 0.005).abs() < 1e-2, "{c:?}");
 }
