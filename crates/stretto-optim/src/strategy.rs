@@ -336,6 +336,18 @@ impl Certification {
         (self.positive_room * needed / positives).clamp(self.holdout, self.max_holdout.max(self.holdout))
     }
 
+    /// Why a split into `fit` and `hold` tuples can certify no plan but gold: it holds out fewer tuples than
+    /// [`Certification::min_holdout`], or leaves none to fit on. `None` where it can.
+    pub fn too_small(&self, fit: &[usize], hold: &[usize]) -> Option<String> {
+        (hold.len() < self.min_holdout || fit.is_empty()).then(|| {
+            format!(
+                "only {} profiled tuples: too few to certify a cheaper plan (need {} held out)",
+                fit.len() + hold.len(),
+                self.min_holdout
+            )
+        })
+    }
+
     /// The (fit, hold-out) split a certified search at credible `level` makes of a profile whose tuple `r` is a
     /// gold result row where `positives[r]`, with `seed`: a profile is split by its gold answers alone, so this is
     /// known as soon as gold has answered, before any other candidate has (see [`Global::plan_tests`]).
@@ -929,6 +941,23 @@ fn plan_tests(
     Ok((candidates, sequence))
 }
 
+/// Why a certified search has nothing to test, its planned sequence being empty: no candidate (of `candidates`)
+/// reached the targets on the `fit` tuples, or none is both cheaper than gold and able to pass on the hold-out.
+pub fn nothing_to_test(candidates: usize, targets: &Targets, fit: usize, hold: HoldOut) -> String {
+    if candidates == 0 {
+        format!(
+            "no candidate plan reached precision {} and recall {} on the {fit} tuples it was fitted on",
+            targets.precision, targets.recall
+        )
+    } else {
+        format!(
+            "the test sequence is empty: no candidate plan is both cheaper than gold and able to pass the test on the \
+             {} held-out tuples ({} gold result rows among them)",
+            hold.tuples, hold.positives
+        )
+    }
+}
+
 /// Solve on the fit part at several strictness levels, certify on the hold-out, keep the cheapest certified.
 fn certified_search(
     problem: &Problem,
@@ -942,14 +971,8 @@ fn certified_search(
     let all = problem.all_rows();
     let positives: Vec<bool> = all.iter().map(|&r| problem.gold_positive(r)).collect();
     let (fit, hold) = cert.split_sample(&positives, targets, level, seed);
-    if hold.len() < cert.min_holdout || fit.is_empty() {
-        return Ok(gold_result(
-            problem,
-            Some(format!(
-                "only {} profiled tuples: too few to certify a cheaper plan (need {} held out); using gold",
-                problem.n, cert.min_holdout
-            )),
-        ));
+    if let Some(why) = cert.too_small(&fit, &hold) {
+        return Ok(gold_result(problem, Some(format!("{why}; using gold"))));
     }
     let held = HoldOut { tuples: hold.len(), positives: problem.evaluate(&problem.gold_plan(), &hold).tp };
     let (candidates, sequence) = plan_tests(problem, targets, seed, cert, mode, level, &fit, held)?;
@@ -977,20 +1000,8 @@ fn certified_search(
         }
     }
     let Some((_, plan, (lbp, lbr))) = best else {
-        let why = if candidates == 0 {
-            format!(
-                "no candidate plan reached precision {} and recall {} on the {} tuples it was fitted on",
-                targets.precision,
-                targets.recall,
-                fit.len()
-            )
-        } else if planned == 0 {
-            format!(
-                "the test sequence is empty: no candidate plan is both cheaper than gold and able to pass the test on \
-                 the {} held-out tuples ({} gold result rows among them)",
-                hold.len(),
-                problem.evaluate(&problem.gold_plan(), &hold).tp
-            )
+        let why = if planned == 0 {
+            nothing_to_test(candidates, targets, fit.len(), held)
         } else {
             format!("the first plan of the test sequence was not certified on the {} held-out tuples", hold.len())
         };

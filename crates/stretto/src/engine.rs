@@ -886,38 +886,33 @@ fn physical_entry(task: &SemanticTask, op: &RegisteredOp, output: OpOutput, secs
     }
 }
 
-/// The output over `n` tuples of answers given on two disjoint parts of them (`a` on tuples `rows_a`, `b` on
-/// `rows_b`), with their seconds.
+/// `v[k]` placed at slot `order[k]` of `n` (`order` covers every slot once).
+fn place<T: Clone + Default>(n: usize, order: &[usize], v: Vec<T>) -> Vec<T> {
+    let mut out = vec![T::default(); n];
+    for (&r, x) in order.iter().zip(v) {
+        out[r] = x;
+    }
+    out
+}
+
+/// The output of `operator` over `n` tuples from its answers on two disjoint parts of them that cover them all (`a`
+/// on tuples `rows_a`, `b` on `rows_b`), with their seconds; outputs of different kinds are an error.
 fn scatter(
     n: usize,
-    (rows_a, a, secs_a): (&[usize], OpOutput, Vec<f64>),
+    operator: &str,
+    (rows_a, mut a, mut secs): (&[usize], OpOutput, Vec<f64>),
     (rows_b, b, secs_b): (&[usize], OpOutput, Vec<f64>),
-) -> (OpOutput, Vec<f64>) {
-    let mut secs = vec![0.0; n];
-    for (&r, s) in rows_a.iter().chain(rows_b).zip(secs_a.into_iter().chain(secs_b)) {
-        secs[r] = s;
-    }
-    let out = match (a, b) {
-        (OpOutput::Scores(a), OpOutput::Scores(b)) => {
-            let mut s = vec![0.0; n];
-            for (&r, v) in rows_a.iter().chain(rows_b).zip(a.into_iter().chain(b)) {
-                s[r] = v;
-            }
-            OpOutput::Scores(s)
+) -> Result<(OpOutput, Vec<f64>)> {
+    let order: Vec<usize> = rows_a.iter().chain(rows_b).copied().collect();
+    a.append(b, operator)?;
+    secs.extend(secs_b);
+    let out = match a {
+        OpOutput::Scores(s) => OpOutput::Scores(place(n, &order, s)),
+        OpOutput::Values { values, confidences } => {
+            OpOutput::Values { values: place(n, &order, values), confidences: place(n, &order, confidences) }
         }
-        (OpOutput::Values { values: va, confidences: ca }, OpOutput::Values { values: vb, confidences: cb }) => {
-            let (mut values, mut confidences) = (vec![None; n], vec![0.0; n]);
-            for ((&r, v), c) in rows_a.iter().chain(rows_b).zip(va.into_iter().chain(vb)).zip(ca.into_iter().chain(cb))
-            {
-                values[r] = v;
-                confidences[r] = c;
-            }
-            OpOutput::Values { values, confidences }
-        }
-        // One operator answers one kind of output; a mix is its own bug, and the first part stands.
-        (a, _) => a,
     };
-    (out, secs)
+    Ok((out, place(n, &order, secs)))
 }
 
 /// What [`profile_in_two_phases`] profiled.
@@ -983,17 +978,8 @@ fn profile_in_two_phases(
         stop: Some(why),
         dropped: Vec::new(),
     };
-    if hold.len() < global.certification.min_holdout || fit.is_empty() {
-        return Ok(gold_only(
-            format!(
-                "the {}-tuple profiling sample holds out {} tuples, fewer than the {} the strategy certifies on, so \
-                 no plan but gold can be certified and gold ran directly",
-                sample.len(),
-                hold.len(),
-                global.certification.min_holdout
-            ),
-            spent,
-        ));
+    if let Some(why) = global.certification.too_small(&fit, &hold) {
+        return Ok(gold_only(format!("{why}, so gold ran directly"), spent));
     }
     // The candidates on the fit part.
     let fit_batch = take(&fit)?;
@@ -1034,27 +1020,11 @@ fn profile_in_two_phases(
         "test sequence planned on the fit part"
     );
     if planned.sequence.is_empty() {
-        let why = if planned.candidates == 0 {
-            format!(
-                "no candidate plan reached precision {} and recall {} on the {} tuples of the profiling sample it was \
-                 fitted on",
-                o.precision,
-                o.recall,
-                fit.len()
-            )
-        } else {
-            format!(
-                "the test sequence planned on the {} fitted tuples of the profiling sample is empty: no candidate plan \
-                 is both cheaper than gold and able to pass the test on the {} held-out tuples ({} gold result rows \
-                 among them)",
-                fit.len(),
-                hold.len(),
-                held.positives
-            )
-        };
+        let why = stretto_optim::strategy::nothing_to_test(planned.candidates, &targets, fit.len(), held);
         return Ok(gold_only(
             format!(
-                "{why} (credible level {}), so no other candidate answered the held-out tuples and gold ran directly",
+                "planned on the profiling sample's fit part, {why} (credible level {}), so no other candidate \
+                 answered the held-out tuples and gold ran directly",
                 o.credible
             ),
             spent,
@@ -1082,7 +1052,8 @@ fn profile_in_two_phases(
         for (i, output, secs) in fitted {
             match held_out.next_if(|(j, _, _)| *j == i) {
                 Some((_, h_out, h_secs)) => {
-                    let (out, secs) = scatter(sample.len(), (&fit, output, secs), (&hold, h_out, h_secs));
+                    let (out, secs) =
+                        scatter(sample.len(), ops[i].name(), (&fit, output, secs), (&hold, h_out, h_secs))?;
                     list.push(physical_entry(task, &ops[i], out, &secs, false));
                 }
                 None => dropped.push(Dropped {
