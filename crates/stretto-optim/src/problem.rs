@@ -17,7 +17,8 @@ pub struct Implementation {
     pub cost: f64,
     /// Whether it is gold.
     pub gold: bool,
-    /// Raw filter scores or map confidences, if any.
+    /// Raw filter scores or map confidences, if any; +∞ where a map was not asked (a tuple outside the gold
+    /// result, whose values never count), so that any stage of it decides there.
     pub scores: Option<Vec<f64>>,
     /// `scores` as mid-ranks in (0, 1): the space thresholds are optimised in, robust to heavy tails and to each
     /// operator's scale.
@@ -232,7 +233,8 @@ impl Problem {
                 stages.push(s.clone());
                 continue;
             };
-            let mut ascending: Vec<f64> = rows.iter().map(|&r| scores[r]).collect();
+            // A map's unasked tuples (+∞) are no decisions to scale.
+            let mut ascending: Vec<f64> = rows.iter().map(|&r| scores[r]).filter(|v| v.is_finite()).collect();
             ascending.sort_by(f64::total_cmp);
             let descending: Vec<f64> = ascending.iter().rev().copied().collect();
             match op.kind {
@@ -284,10 +286,12 @@ impl Problem {
         for l in &profile.logical {
             let mut impls: Vec<(bool, Implementation)> = Vec::new();
             for p in profile.physical.iter().filter(|p| p.logical == l.name) {
-                let scores: Option<Vec<f64>> = p.scores.as_ref().map(|s| s.iter().map(|v| v.unwrap_or(0.0)).collect());
+                // A map's unasked tuple (outside the gold result, validated) decides: +∞ beats every threshold.
+                let scores: Option<Vec<f64>> =
+                    p.scores.as_ref().map(|s| s.iter().map(|v| v.unwrap_or(f64::INFINITY)).collect());
                 let (ranks, levels) = match &scores {
                     Some(s) => {
-                        let (r, lv) = mid_ranks(s);
+                        let (r, lv) = asked_mid_ranks(s);
                         (Some(r), lv)
                     }
                     None => (None, vec![]),
@@ -323,9 +327,14 @@ impl Problem {
                     .find(|p| p.name == impls[gold_idx].physical)
                     .and_then(|p| p.values.clone())
                     .unwrap_or_default();
+                let gold_imp = impls[gold_idx].clone();
                 for imp in impls.iter_mut() {
                     let vals = profile.physical.iter().find(|p| p.name == imp.physical).and_then(|p| p.values.as_ref());
-                    imp.correct = vals.map(|v| v.iter().zip(&gold_values).map(|(a, b)| a == b).collect());
+                    // Where it or gold was not asked (outside the gold result), no value counts.
+                    let asked = |i: &Implementation, r: usize| i.scores.as_ref().is_none_or(|s| s[r].is_finite());
+                    let unasked: Vec<bool> = (0..n).map(|r| !asked(imp, r) || !asked(&gold_imp, r)).collect();
+                    imp.correct = vals
+                        .map(|v| v.iter().zip(&gold_values).zip(&unasked).map(|((a, b), u)| a == b || *u).collect());
                 }
             }
             ops.push(LogicalOp { name: l.name.clone(), kind: l.kind, impls, label });
@@ -475,6 +484,24 @@ impl Problem {
     }
 }
 
+/// The rank of a tuple a map was not asked about (a score of +∞): above every threshold, so the stage decides it.
+pub const UNASKED_RANK: f64 = 2.0;
+
+/// [`mid_ranks`] of the finite scores among themselves; the others (a map's unasked tuples) get [`UNASKED_RANK`]
+/// and no level, so thresholds fall between asked scores only.
+fn asked_mid_ranks(scores: &[f64]) -> (Vec<f64>, Vec<(f64, f64)>) {
+    let asked: Vec<usize> = (0..scores.len()).filter(|&r| scores[r].is_finite()).collect();
+    if asked.len() == scores.len() {
+        return mid_ranks(scores);
+    }
+    let (r, levels) = mid_ranks(&asked.iter().map(|&k| scores[k]).collect::<Vec<_>>());
+    let mut ranks = vec![UNASKED_RANK; scores.len()];
+    for (k, r) in asked.into_iter().zip(r) {
+        ranks[k] = r;
+    }
+    (ranks, levels)
+}
+
 /// Mid-ranks scaled into (0, 1), and the distinct values with their rank.
 fn mid_ranks(scores: &[f64]) -> (Vec<f64>, Vec<(f64, f64)>) {
     let n = scores.len();
@@ -521,6 +548,55 @@ mod tests {
             for (s, r) in scores.iter().zip(&ranks) {
                 assert_eq!(*s > up, *r > q, "upper q={q} s={s}");
                 assert_eq!(*s < lo, *r < q, "lower q={q} s={s}");
+            }
+        }
+    }
+
+    #[test]
+    fn maps_unasked_outside_the_gold_result_change_no_plans_precision_or_recall() {
+        use crate::workload::{generate, WorkloadConfig};
+        let cfg = WorkloadConfig { operators: Some(3), map_share: Some(1.0), ..Default::default() };
+        for seed in 0..8 {
+            let w = generate(seed, &cfg);
+            let full = Problem::from_profile(&w.sample).unwrap();
+            assert_eq!(full.ops[0].kind, LogicalKind::Filter);
+            // The same profile with every map left unasked on the tuples outside the gold result.
+            let mut unasked = w.sample.clone();
+            let outside: Vec<usize> = full.all_rows().into_iter().filter(|&r| !full.gold_positive(r)).collect();
+            assert!(!outside.is_empty() && outside.len() < full.n, "seed {seed}");
+            for e in unasked.physical.iter_mut().filter(|e| e.logical != w.sample.logical[0].name) {
+                for &r in &outside {
+                    if let Some(s) = e.scores.as_mut() {
+                        s[r] = None;
+                    }
+                    e.values.as_mut().unwrap()[r] = None;
+                }
+            }
+            let part = Problem::from_profile(&unasked).unwrap();
+            let ranks = part.ops[1].impls[0].ranks.as_ref().unwrap();
+            assert!(outside.iter().all(|&r| ranks[r] == UNASKED_RANK));
+            assert!((0..full.n).filter(|r| !outside.contains(r)).all(|r| ranks[r] > 0.0 && ranks[r] < 1.0));
+            // Plans: a cheap filter stage, then each map's cheapest candidate deciding every tuple or, with a
+            // threshold, deferring to gold.
+            let rows = full.all_rows();
+            let filter = Stage { op: 0, imp: 0, lower: Some(-0.5), upper: Some(0.5) };
+            let gold_filter = Stage { op: 0, imp: full.ops[0].gold(), lower: Some(0.0), upper: Some(0.0) };
+            for upper in [None, Some(0.2), Some(0.6)] {
+                let mut stages = vec![filter.clone(), gold_filter.clone()];
+                for o in 1..full.ops.len() {
+                    let th = upper.map(|q| full.ops[o].impls[0].upper_from_rank(q));
+                    stages.push(Stage { op: o, imp: 0, lower: None, upper: th });
+                    stages.push(Stage { op: o, imp: full.ops[o].gold(), lower: None, upper: None });
+                }
+                let plan = HardPlan { stages };
+                let (a, b) = (full.evaluate(&plan, &rows), part.evaluate(&plan, &rows));
+                assert_eq!((a.tp, a.fp, a.fn_), (b.tp, b.fp, b.fn_), "seed {seed} upper {upper:?}");
+                if upper.is_none() {
+                    assert!((a.cost - b.cost).abs() < 1e-9, "seed {seed}: {a:?} {b:?}");
+                } else {
+                    // Unasked tuples decide at the first stage: never dearer.
+                    assert!(b.cost <= a.cost + 1e-9, "seed {seed}: {a:?} {b:?}");
+                }
             }
         }
     }

@@ -29,8 +29,10 @@ pub struct PhysicalEntry {
     pub logical: String,
     /// Seconds per tuple.
     pub cost: f64,
-    /// Filter scores, or map confidences. `None` entries (JSON `null`, `NaN`, `Infinity`) are rejected by
-    /// validation; they are parsed so that the error can name them.
+    /// Filter scores, or map confidences. A `None` entry (JSON `null`) of a map operator says that it was not asked
+    /// about that tuple, which must then be outside the gold result (some gold filter rejects it: no map value
+    /// there can count, see [`Profile::validate`]); every other `None` (also `NaN`, `Infinity`, read as `null`) is
+    /// rejected by validation, and parsed so that the error can name it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub scores: Option<Vec<Option<f64>>>,
     /// Map values (`null` = no value).
@@ -146,7 +148,12 @@ impl Profile {
                         format!("has {} entries but `tuples` has {n}", scores.len()),
                     ));
                 }
-                if let Some(j) = scores.iter().position(|s| s.is_none_or(|s| !s.is_finite())) {
+                // A map's `null` (not asked) is checked against the gold result below.
+                let unasked_ok = *kind == LogicalKind::Map;
+                if let Some(j) = scores.iter().position(|s| match s {
+                    None => !unasked_ok,
+                    Some(s) => !s.is_finite(),
+                }) {
                     return Err(OptimError::profile(
                         format!("physical[{i}].scores[{j}]"),
                         format!("of `{}` is not a finite number (NaN, infinity or null)", p.name),
@@ -194,6 +201,43 @@ impl Profile {
                         "physical",
                         format!("logical operator `{}` has {k} gold implementations; exactly one is allowed", l.name),
                     ))
+                }
+            }
+        }
+        self.validate_unasked()
+    }
+
+    /// A map operator may leave unasked (`null` score) only tuples outside the gold result, where no map value can
+    /// count: such a tuple is a false positive of any plan that lets it through, whatever its values. Its value
+    /// there must be `null` too.
+    fn validate_unasked(&self) -> Result<()> {
+        let n = self.tuples.len();
+        let filters: Vec<&str> =
+            self.logical.iter().filter(|l| l.kind == LogicalKind::Filter).map(|l| l.name.as_str()).collect();
+        let mut outside = vec![false; n];
+        for p in self.physical.iter().filter(|p| p.gold && filters.contains(&p.logical.as_str())) {
+            for (o, s) in outside.iter_mut().zip(p.scores.iter().flatten()) {
+                *o |= s.is_none_or(|s| s <= 0.0);
+            }
+        }
+        for (i, p) in self.physical.iter().enumerate() {
+            let Some(scores) = &p.scores else { continue };
+            for (j, _) in scores.iter().enumerate().filter(|(_, s)| s.is_none()) {
+                if !outside[j] {
+                    return Err(OptimError::profile(
+                        format!("physical[{i}].scores[{j}]"),
+                        format!(
+                            "of `{}` is null (not asked) on tuple `{}`, which every gold filter accepts: a map may \
+                             leave unasked only tuples outside the gold result",
+                            p.name, self.tuples[j]
+                        ),
+                    ));
+                }
+                if p.values.as_ref().and_then(|v| v[j].as_ref()).is_some() {
+                    return Err(OptimError::profile(
+                        format!("physical[{i}].values[{j}]"),
+                        format!("of `{}` is a value where its score says it was not asked (null)", p.name),
+                    ));
                 }
             }
         }
@@ -288,6 +332,25 @@ mod tests {
             let err = Profile::parse(&doc(&physical), "t").unwrap_err().to_string();
             assert!(err.contains(needle), "{needle}: {err}");
         }
+    }
+
+    #[test]
+    fn a_map_may_leave_unasked_only_tuples_outside_the_gold_result() {
+        // Tuple `b` is rejected by gold's filter: a map may leave it unasked (null score and value).
+        let unasked = OK.replace(r#""values":["Heat",null]"#, r#""values":["Heat",null],"scores":[0.9,null]"#);
+        let p = Profile::parse(&doc(&unasked), "t").unwrap();
+        assert_eq!(p.physical[2].scores.as_ref().unwrap()[1], None);
+        // Not tuple `a`, which gold accepts.
+        let inside = OK.replace(r#""values":["Heat",null]"#, r#""values":[null,null],"scores":[null,0.9]"#);
+        let err = Profile::parse(&doc(&inside), "t").unwrap_err().to_string();
+        assert!(err.contains("physical[2].scores[0]") && err.contains("gold result"), "{err}");
+        // An unasked tuple has no value.
+        let valued = OK.replace(r#""values":["Heat",null]"#, r#""values":["Heat","Alien"],"scores":[0.9,null]"#);
+        let err = Profile::parse(&doc(&valued), "t").unwrap_err().to_string();
+        assert!(err.contains("physical[2].values[1]"), "{err}");
+        // A filter never leaves a tuple unasked.
+        let err = Profile::parse(&doc(&OK.replace("[0.1,-0.2]", "[0.1,null]")), "t").unwrap_err().to_string();
+        assert!(err.contains("physical[0].scores[1]"), "{err}");
     }
 
     #[test]
