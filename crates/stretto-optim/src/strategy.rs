@@ -73,8 +73,8 @@
 //! the tuples left is not profiled) and the cost of gold's answers that its own plan would not ask: both read
 //! costs measured on screening tuples. The probe may also stop before the other candidates are asked, where what
 //! earlier queries recorded them to cost on the same tuples (`stretto_core::memo::CostRecord`) already shows that
-//! profiling cannot pay: that reads costs, never answers, and ends in gold. After screening, gold's plan answers
-//! the profiling sample before the other candidates do, and where the sample's count of gold result rows leaves
+//! profiling cannot pay: that reads costs, never answers, and ends in gold. Once gold has answered the probe, gold's
+//! plan answers the profiling sample before any other candidate answers anything, and where the sample's count of gold result rows leaves
 //! the hold-out too few for any certificate, profiling ends in gold: that reads gold's answers only, whose count
 //! the stratified split already fixes before any plan is looked at, so a test that does run keeps its level.
 //! Then the sample is profiled in two phases: gold answers all of it, which fixes the split
@@ -85,6 +85,12 @@
 //! part and of gold's answers, never of a candidate's answer on a held-out tuple, so conditioned on it the hold-out
 //! is as unseen as before and the fixed-sequence test keeps its level; a candidate left out can only make the plan
 //! dearer. Where the planned sequence is empty, no candidate answers the hold-out and gold runs.
+//! Maps are profiled only on the gold result tuples (which gold's filters fix): a map's value counts nowhere else,
+//! since a plan letting any other tuple through has a false positive there whatever the value. A map stage decides
+//! an unasked tuple, so every plan's held-out true positives and false negatives are exactly those of a complete
+//! profile, and its false positives are no fewer (more only where a map's last stage is a thresholded one that
+//! would have left the tuple out): the test can only be stricter. The estimated cost may be lower where a
+//! thresholded map stage would have deferred.
 //!
 //! The cheapest certified candidate wins. If none is certified, or gold is cheaper, the plan is gold, with a
 //! warning that says why. Gold meets any target by definition: it *is* the reference. Stretto-Independent,

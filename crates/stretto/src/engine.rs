@@ -518,6 +518,11 @@ pub struct Profiled {
     pub gold_only: Option<String>,
     /// The first profiling stage: what it answered, and which candidates it dropped and why.
     pub screening: Option<Screening>,
+    /// Where gold's plan answered the profiling sample before gold-only profiling was decided: the logical filters
+    /// in the order the ordering's DP gives on its figures there (each filter's cost, and pass share on the tuples
+    /// it was asked about), which gold's execution keeps (empty otherwise): far more tuples than the gold-only
+    /// profile's few screening tuples, whose ties the DP may break either way.
+    pub gold_order: Vec<String>,
     /// The answers this profiling computed (every profiled operator on the sample, every screened candidate on the
     /// screening tuples): execution reads them from the memo, and books their cost as reused. Empty for a profile
     /// saved by an earlier run.
@@ -622,6 +627,21 @@ impl Fresh {
     /// Tuples candidate `idx` still has to answer: the sample's, and the rest of the screening's if it is left.
     fn ahead(&self, idx: usize, screening_left: bool) -> f64 {
         self.sample[idx] + if screening_left { self.screening[idx] } else { 0.0 }
+    }
+
+    /// [`Fresh::ahead`] for an operator of `kind` asked, in profiling, about a share `reach` of the sample: a
+    /// map only about the gold result rows ([`profiled_rows`]), whose share gold's plan gives (a filter about all).
+    fn ahead_profiled(&self, idx: usize, screening_left: bool, kind: LogicalKind, reach: f64) -> f64 {
+        let share = if kind == LogicalKind::Map { reach } else { 1.0 };
+        self.sample[idx] * share + if screening_left { self.screening[idx] } else { 0.0 }
+    }
+
+    /// Gold's answers profiling asks that gold's own plan would not, for an operator of `kind` that a share `reach`
+    /// of the tuples reaches in that plan: a filter's on the rest of the sample (and of the screening, if left); a
+    /// map's on the rest of the screening only (profiling asks it only the gold result rows of the sample).
+    fn gold_beyond_plan(&self, screening_left: bool, kind: LogicalKind, reach: f64) -> f64 {
+        let sample = if kind == LogicalKind::Map { 0.0 } else { self.sample[0] };
+        (1.0 - reach) * (sample + if screening_left { self.screening[0] } else { 0.0 })
     }
 
     /// The answers among those [`Fresh::ahead`] would count that the memo already holds.
@@ -869,50 +889,117 @@ fn gold_reach(tried: &[Vec<Tried>], looked: usize) -> Vec<f64> {
     reach
 }
 
-/// A profile entry of `op` (gold where `gold`) for `task` from its output and seconds per tuple.
-fn physical_entry(task: &SemanticTask, op: &RegisteredOp, output: OpOutput, secs: &[f64], gold: bool) -> PhysicalEntry {
-    let cost = secs.iter().sum::<f64>() / secs.len().max(1) as f64;
-    let (scores, values) = match output {
-        OpOutput::Scores(s) => (Some(s.into_iter().map(Some).collect()), None),
-        OpOutput::Values { values, confidences } => (Some(confidences.into_iter().map(Some).collect()), Some(values)),
+/// An operator's answers on some tuples of the profiling sample (`rows`, indices into it), with its seconds.
+#[derive(Clone)]
+struct Asked {
+    rows: Vec<usize>,
+    output: OpOutput,
+    secs: Vec<f64>,
+}
+
+impl Asked {
+    /// Operator seconds spent on them.
+    fn seconds(&self) -> f64 {
+        self.secs.iter().sum()
+    }
+}
+
+/// `op` on the tuples `rows` of the profiling sample `batch`.
+fn ask(op: &RegisteredOp, task: &SemanticTask, batch: &RecordBatch, rows: &[usize]) -> stretto_core::Result<Asked> {
+    let ids = UInt32Array::from_iter_values(rows.iter().map(|&r| r as u32));
+    let part =
+        take_record_batch(batch, &ids).map_err(|e| stretto_core::CoreError::operator(op.name(), e.to_string()))?;
+    let (output, secs) = op.evaluate_timed(task, &part)?;
+    Ok(Asked { rows: rows.to_vec(), output, secs })
+}
+
+/// Which sample tuples the gold result holds (every gold filter accepts them), from gold's answers per logical
+/// operator (`None` for one not answered, a map's); `None` where the query has no filter.
+fn gold_result(n: usize, gold: &[Option<&Asked>]) -> Option<Vec<bool>> {
+    let mut positive = None;
+    for a in gold.iter().flatten() {
+        if let OpOutput::Scores(s) = &a.output {
+            let p = positive.get_or_insert_with(|| vec![true; n]);
+            let mut accepted = vec![false; n];
+            for (&r, v) in a.rows.iter().zip(s) {
+                accepted[r] = *v > 0.0;
+            }
+            p.iter_mut().zip(accepted).for_each(|(p, a)| *p &= a);
+        }
+    }
+    positive
+}
+
+/// The tuples among `rows` that profiling asks an operator of `kind` about: all of them for a filter; for a map,
+/// those of the gold result (`positive`; all where the query has no filter), or, where none of them is, the first
+/// (for its cost per tuple). A map's value on a tuple outside the gold result never counts: any plan that lets
+/// that tuple through has a false positive there, whatever the value (`docs/profile-format.md`), so answers there
+/// would be paid for and never read.
+fn profiled_rows(kind: LogicalKind, rows: &[usize], positive: Option<&[bool]>) -> Vec<usize> {
+    match (kind, positive) {
+        (LogicalKind::Map, Some(p)) => {
+            let inside: Vec<usize> = rows.iter().copied().filter(|&r| p[r]).collect();
+            if inside.is_empty() {
+                rows.iter().copied().take(1).collect()
+            } else {
+                inside
+            }
+        }
+        _ => rows.to_vec(),
+    }
+}
+
+/// A profile entry of `op` (gold where `gold`) for `task` over the `n` sample tuples, from its answers on parts of
+/// them: a tuple no part answered is unasked (`null`), which only a map may leave (outside the gold result). Its
+/// cost is the mean seconds per tuple asked. Parts of different kinds are an error.
+fn entry_from(
+    task: &SemanticTask,
+    op: &RegisteredOp,
+    n: usize,
+    parts: Vec<Asked>,
+    gold: bool,
+) -> Result<PhysicalEntry> {
+    let mut parts = parts.into_iter();
+    let Some(Asked { mut rows, mut output, mut secs }) = parts.next() else {
+        return Err(Error::Query(format!("`{}` answered no tuple of the profiling sample", op.name())));
     };
-    PhysicalEntry {
+    for p in parts {
+        rows.extend(p.rows);
+        output.append(p.output, op.name())?;
+        secs.extend(p.secs);
+    }
+    let cost = secs.iter().sum::<f64>() / secs.len().max(1) as f64;
+    let mut scores: Vec<Option<f64>> = vec![None; n];
+    let values = match output {
+        OpOutput::Scores(s) => {
+            rows.iter().zip(s).for_each(|(&r, v)| scores[r] = Some(v));
+            None
+        }
+        OpOutput::Values { values, confidences } => {
+            let mut placed: Vec<Option<String>> = vec![None; n];
+            for ((&r, v), c) in rows.iter().zip(values).zip(confidences) {
+                placed[r] = v;
+                scores[r] = Some(c);
+            }
+            Some(placed)
+        }
+    };
+    Ok(PhysicalEntry {
         name: format!("{}/{}", task.name, op.name()),
         logical: task.name.clone(),
         cost: cost.max(1e-9),
-        scores,
+        scores: Some(scores),
         values,
         gold,
-    }
+    })
 }
 
-/// `v[k]` placed at slot `order[k]` of `n` (`order` covers every slot once).
-fn place<T: Clone + Default>(n: usize, order: &[usize], v: Vec<T>) -> Vec<T> {
-    let mut out = vec![T::default(); n];
-    for (&r, x) in order.iter().zip(v) {
-        out[r] = x;
+/// The sample tuples an entry has answers for (a map leaves those outside the gold result unasked).
+fn asked_rows(e: &PhysicalEntry) -> Vec<usize> {
+    match &e.scores {
+        Some(s) => s.iter().enumerate().filter(|(_, v)| v.is_some()).map(|(r, _)| r).collect(),
+        None => (0..e.values.as_ref().map_or(0, Vec::len)).collect(),
     }
-    out
-}
-
-/// The output of `operator` over `n` tuples from its answers on two disjoint parts of them that cover them all (`a`
-/// on tuples `rows_a`, `b` on `rows_b`), with their seconds; outputs of different kinds are an error.
-fn scatter(
-    n: usize,
-    operator: &str,
-    (rows_a, mut a, mut secs): (&[usize], OpOutput, Vec<f64>),
-    (rows_b, b, secs_b): (&[usize], OpOutput, Vec<f64>),
-) -> Result<(OpOutput, Vec<f64>)> {
-    let order: Vec<usize> = rows_a.iter().chain(rows_b).copied().collect();
-    a.append(b, operator)?;
-    secs.extend(secs_b);
-    let out = match a {
-        OpOutput::Scores(s) => OpOutput::Scores(place(n, &order, s)),
-        OpOutput::Values { values, confidences } => {
-            OpOutput::Values { values: place(n, &order, values), confidences: place(n, &order, confidences) }
-        }
-    };
-    Ok((out, place(n, &order, secs)))
 }
 
 /// What [`profile_in_two_phases`] profiled.
@@ -929,7 +1016,8 @@ struct Phased {
 
 /// Step 3 for a query the certified global search will plan (#21): gold answers the whole sample, which fixes the
 /// search's split into a fit part and a hold-out ([`Certification::split_sample`], stratified by gold's answers
-/// alone); the candidates answer the fit part; the test sequence is planned there ([`Global::plan_tests`]); and
+/// alone); the candidates answer the fit part (a map, here and below, only the gold result rows: [`profiled_rows`]);
+/// the test sequence is planned there ([`Global::plan_tests`]); and
 /// only the candidates some plan of that sequence uses answer the hold-out. Where the sequence is empty, none
 /// does and gold runs. The search that then optimizes the profile plans again on the same fit part, over the
 /// candidates kept, and tests on the hold-out as always: which candidates were kept depends on the fit part and on
@@ -947,19 +1035,25 @@ fn profile_in_two_phases(
 ) -> Result<Phased> {
     use stretto_optim::strategy::HoldOut;
     let targets = Targets::new(o.precision, o.recall, o.credible)?;
-    let take =
-        |rows: &[usize]| take_record_batch(batch, &UInt32Array::from_iter_values(rows.iter().map(|&r| r as u32)));
-    let seconds = |secs: &[f64]| secs.iter().sum::<f64>();
-    // Gold on the whole sample (its filters' answers are memoised from gold's plan on it).
-    let gold: Vec<(OpOutput, Vec<f64>)> =
-        per_task(tasks, cands, parallel, |_, task, ops| Ok(ops[0].evaluate_timed(task, batch)?))?;
-    let mut spent: f64 = gold.iter().map(|(_, s)| seconds(s)).sum();
+    let n = sample.len();
+    let all: Vec<usize> = (0..n).collect();
+    // Gold on the whole sample: its filters first (their answers are memoised from gold's plan on it), then its
+    // maps on the gold result rows they give.
+    let gold_filters: Vec<Option<Asked>> = per_task(tasks, cands, parallel, |_, task, ops| {
+        Ok((task.kind == LogicalKind::Filter).then(|| ask(&ops[0], task, batch, &all)).transpose()?)
+    })?;
+    let positive = gold_result(n, &gold_filters.iter().map(Option::as_ref).collect::<Vec<_>>());
+    let gold: Vec<Asked> = per_task(tasks, cands, parallel, |t, task, ops| match &gold_filters[t] {
+        Some(a) => Ok(a.clone()),
+        None => Ok(ask(&ops[0], task, batch, &profiled_rows(task.kind, &all, positive.as_deref()))?),
+    })?;
+    let mut spent: f64 = gold.iter().map(Asked::seconds).sum();
     let gold_entries: Vec<PhysicalEntry> = tasks
         .iter()
         .zip(cands)
         .zip(&gold)
-        .map(|((task, ops), (out, secs))| physical_entry(task, &ops[0], out.clone(), secs, true))
-        .collect();
+        .map(|((task, ops), asked)| entry_from(task, &ops[0], n, vec![asked.clone()], true))
+        .collect::<Result<_>>()?;
     let gold_profile = Profile {
         format: PROFILE_FORMAT.into(),
         query: o.query.clone(),
@@ -969,7 +1063,7 @@ fn profile_in_two_phases(
         physical: gold_entries.clone(),
     };
     let gold_problem = Problem::from_profile(&gold_profile)?;
-    let positives: Vec<bool> = (0..sample.len()).map(|r| gold_problem.gold_positive(r)).collect();
+    let positives: Vec<bool> = (0..n).map(|r| gold_problem.gold_positive(r)).collect();
     let (fit, hold) = global.certification.split_sample(&positives, &targets, targets.credible, o.seed);
     let held = HoldOut { tuples: hold.len(), positives: hold.iter().filter(|&&r| positives[r]).count() as f64 };
     let gold_only = |why: String, spent: f64| Phased {
@@ -981,13 +1075,13 @@ fn profile_in_two_phases(
     if let Some(why) = global.certification.too_small(&fit, &hold) {
         return Ok(gold_only(format!("{why}, so gold ran directly"), spent));
     }
-    // The candidates on the fit part.
-    let fit_batch = take(&fit)?;
-    let on_fit: Vec<Vec<(usize, OpOutput, Vec<f64>)>> = per_task(tasks, cands, parallel, |_, task, ops| {
+    // The candidates on the fit part (maps on its gold result rows).
+    let on_fit: Vec<Vec<(usize, Asked)>> = per_task(tasks, cands, parallel, |_, task, ops| {
+        let rows = profiled_rows(task.kind, &fit, positive.as_deref());
         let mut out = Vec::new();
         for (i, op) in ops.iter().enumerate().skip(1) {
-            match op.evaluate_timed(task, &fit_batch) {
-                Ok((output, secs)) => out.push((i, output, secs)),
+            match ask(op, task, batch, &rows) {
+                Ok(asked) => out.push((i, asked)),
                 Err(stretto_core::CoreError::NotApplicable { reason, .. }) => {
                     tracing::info!(operator = op.name(), task = %task.name, %reason, "dropped");
                 }
@@ -996,14 +1090,14 @@ fn profile_in_two_phases(
         }
         Ok(out)
     })?;
-    spent += on_fit.iter().flatten().map(|(_, _, s)| seconds(s)).sum::<f64>();
-    let mut fit_profile = gold_profile.subset(&fit, population);
+    spent += on_fit.iter().flatten().map(|(_, a)| a.seconds()).sum::<f64>();
+    let mut fitted = gold_profile.clone();
     for ((task, ops), answers) in tasks.iter().zip(cands).zip(&on_fit) {
-        for (i, output, secs) in answers {
-            fit_profile.physical.push(physical_entry(task, &ops[*i], output.clone(), secs, false));
+        for (i, asked) in answers {
+            fitted.physical.push(entry_from(task, &ops[*i], n, vec![asked.clone()], false)?);
         }
     }
-    let fit_problem = Problem::from_profile(&fit_profile)?;
+    let fit_problem = Problem::from_profile(&fitted.subset(&fit, population))?;
     let planned = global.plan_tests(&fit_problem, held, &targets, o.seed)?;
     let needed: BTreeSet<String> = planned
         .sequence
@@ -1030,18 +1124,17 @@ fn profile_in_two_phases(
             spent,
         ));
     }
-    // The candidates a planned plan uses, on the hold-out.
-    let hold_batch = take(&hold)?;
+    // The candidates a planned plan uses, on the hold-out (maps on its gold result rows).
     let name = |task: &SemanticTask, op: &RegisteredOp| format!("{}/{}", task.name, op.name());
-    let on_hold: Vec<Vec<(usize, OpOutput, Vec<f64>)>> = per_task(tasks, cands, parallel, |t, task, ops| {
+    let on_hold: Vec<Vec<(usize, Asked)>> = per_task(tasks, cands, parallel, |t, task, ops| {
+        let rows = profiled_rows(task.kind, &hold, positive.as_deref());
         let mut out = Vec::new();
-        for (i, _, _) in on_fit[t].iter().filter(|(i, _, _)| needed.contains(&name(task, &ops[*i]))) {
-            let (output, secs) = ops[*i].evaluate_timed(task, &hold_batch)?;
-            out.push((*i, output, secs));
+        for (i, _) in on_fit[t].iter().filter(|(i, _)| needed.contains(&name(task, &ops[*i]))) {
+            out.push((*i, ask(&ops[*i], task, batch, &rows)?));
         }
         Ok(out)
     })?;
-    spent += on_hold.iter().flatten().map(|(_, _, s)| seconds(s)).sum::<f64>();
+    spent += on_hold.iter().flatten().map(|(_, a)| a.seconds()).sum::<f64>();
     let mut entries = Vec::with_capacity(tasks.len());
     let mut dropped = Vec::new();
     for (((task, ops), gold), (fitted, held_out)) in
@@ -1049,13 +1142,9 @@ fn profile_in_two_phases(
     {
         let mut list = vec![gold];
         let mut held_out = held_out.into_iter().peekable();
-        for (i, output, secs) in fitted {
-            match held_out.next_if(|(j, _, _)| *j == i) {
-                Some((_, h_out, h_secs)) => {
-                    let (out, secs) =
-                        scatter(sample.len(), ops[i].name(), (&fit, output, secs), (&hold, h_out, h_secs))?;
-                    list.push(physical_entry(task, &ops[i], out, &secs, false));
-                }
+        for (i, on_fit) in fitted {
+            match held_out.next_if(|(j, _)| *j == i) {
+                Some((_, on_hold)) => list.push(entry_from(task, &ops[i], n, vec![on_fit, on_hold], false)?),
                 None => dropped.push(Dropped {
                     logical: task.name.clone(),
                     operator: ops[i].name().to_string(),
@@ -1192,9 +1281,11 @@ fn profile_candidates(
     // 3a. Screening: every candidate on tuples outside the sample; the hopeless and the dominated go no further.
     //     Only tuples the optimizer never sees decide which candidates it gets, so its fit and its certificate
     //     stand as they would on a profile of those candidates alone.
-    // What gold's plan on the profiling sample spent after screening (3a-iii), and which answers it asked (as
-    // `logical/physical` and rows), where it then stops profiling: booked as spent and as paid for.
+    // What gold's plan on the profiling sample spent after gold answered the probe (3a-i'), and which answers it
+    // asked (as `logical/physical` and rows), where it then stops profiling: booked as spent and as paid for.
     let mut gold_sample: (f64, Vec<(String, Vec<usize>)>) = (0.0, Vec::new());
+    // The logical filters in the order gold's execution runs them where gold then runs ([`Profiled::gold_order`]).
+    let mut gold_order: Vec<String> = Vec::new();
     // Whether the sample is profiled in two phases ([`profile_in_two_phases`]): set where screening passed every
     // check and the certified global search will plan.
     let mut split_first = false;
@@ -1257,7 +1348,70 @@ fn profile_candidates(
         };
         let mut tried: Vec<Vec<Tried>> = probe_pass(&|_, i, _| i == 0)?;
         // Gold's answers alone decide this check: where it fails, the other candidates are not probed.
-        let uncertified = if pay_check { cannot_certify(&tried, probe) } else { None };
+        let mut uncertified = if pay_check {
+            cannot_certify(&tried, probe).map(|why| format!("on the first {probe} screening tuples {why}"))
+        } else {
+            None
+        };
+        // 3a-i'. Gold's plan on the profiling sample: its filters in the order they would run (on the probe's
+        //        figures), each on the tuples the earlier ones let through. That counts the sample's gold result
+        //        rows, which the stratified split holds out at a fixed share, for answers that profiling asks next
+        //        anyway and that gold's execution reuses where it runs instead. Too few for any certificate, and no
+        //        other candidate is asked anything.
+        let certify_on_sample = pay_check && o.fetch.is_none() && certification(o).is_some();
+        if certify_on_sample && uncertified.is_none() {
+            let filters = gold_filter_order(&tried, probe);
+            // Per filter: seconds, tuples asked, tuples passed; the probe tuples first.
+            let mut figures: Vec<(f64, usize, usize)> = filters
+                .iter()
+                .map(|(t, pass)| {
+                    let secs = tried[*t].first().map_or(0.0, |g| g.secs.iter().take(probe).sum::<f64>());
+                    (secs, pass.len(), pass.iter().filter(|p| **p).count())
+                })
+                .collect();
+            let mut alive = sample.clone();
+            for (k, (t, _)) in filters.iter().enumerate() {
+                if alive.is_empty() {
+                    break;
+                }
+                let ids = UInt32Array::from_iter_values(alive.iter().map(|&r| r as u32));
+                let (output, secs) = cands[*t][0].evaluate_timed(&tasks[*t], &take_record_batch(&input, &ids)?)?;
+                gold_sample.0 += secs.iter().sum::<f64>();
+                gold_sample.1.push((format!("{}/{}", tasks[*t].name, cands[*t][0].name()), alive.clone()));
+                let asked = alive.len();
+                if let OpOutput::Scores(s) = output {
+                    alive = alive.into_iter().zip(s).filter(|(_, v)| *v > 0.0).map(|(r, _)| r).collect();
+                }
+                let f = &mut figures[k];
+                *f = (f.0 + secs.iter().sum::<f64>(), f.1 + asked, f.2 + alive.len());
+            }
+            // Each filter's cost and pass share on every tuple it answered (the probe's included), the share with a
+            // pseudo-count each way, so that a filter asked about a handful of tuples, all rejected, does not pass
+            // for the most selective.
+            let stages: Vec<stretto_optim::order::OrderStage> = figures
+                .iter()
+                .enumerate()
+                .map(|(k, &(secs, asked, passed))| stretto_optim::order::OrderStage {
+                    op: k,
+                    cost: secs / asked.max(1) as f64,
+                    sel_inter: (passed as f64 + 1.0) / (asked as f64 + 2.0),
+                    sel_intra: 0.0,
+                })
+                .collect();
+            let order = stretto_optim::order::best_order(&stages);
+            // Gold's execution, where gold runs, orders its filters on these figures, far more than the probe's.
+            gold_order = order.iter().map(|&k| tasks[filters[k].0].name.clone()).collect();
+            let through = alive.len();
+            tracing::debug!(through, sample = want, "gold's plan on the profiling sample");
+            if let Some(why) =
+                (!filters.is_empty()).then(|| uncertifiable(o, want, through as f64 / want as f64, "")).flatten()
+            {
+                uncertified = Some(format!(
+                    "gold's plan let {through} of the {want} profiling sample tuples through: {why}, so gold ran \
+                     directly"
+                ));
+            }
+        }
         // The tuples whose answers a plan could still save on: those neither profiled nor screened (with a fetch,
         // about those gold needs to find the rows wanted: twice k over the share of tuples gold lets through, so
         // that a low estimate does not talk the optimizer out of a plan that would have paid).
@@ -1330,9 +1484,12 @@ fn profile_candidates(
                 tasks.iter().zip(tried).zip(&fresh).zip(gold_reach).enumerate()
             {
                 let Some((gold, others)) = t.split_first() else { continue };
-                cost += others.iter().map(|c| c.cost() * fresh.ahead(c.idx, screening_left)).sum::<f64>();
+                cost += others
+                    .iter()
+                    .map(|c| c.cost() * fresh.ahead_profiled(c.idx, screening_left, task.kind, gold_reach))
+                    .sum::<f64>();
                 if gold.idx == 0 {
-                    cost += gold.cost() * (1.0 - gold_reach) * fresh.ahead(0, screening_left);
+                    cost += gold.cost() * fresh.gold_beyond_plan(screening_left, task.kind, gold_reach);
                 }
                 free += others.iter().map(|c| fresh.known(c.idx, screening_left)).sum::<f64>();
                 let floor = if unasked.get(t_idx).copied().unwrap_or(false) { 0.0 } else { gold.cost() };
@@ -1556,12 +1713,13 @@ fn profile_candidates(
         let unpaying = |tried: &mut [Vec<Tried>], screening_left: bool, looked: usize, dropped: &mut Vec<Dropped>| {
             let (rest, _) = rest_of(tried, looked);
             let seen: Vec<f64> = tasks.iter().map(|task| seen_by(task, tried, rest, looked)).collect();
-            for ((((task, ops), t), fresh), seen) in
-                tasks.iter().zip(&cands).zip(tried.iter_mut()).zip(&fresh).zip(seen)
+            let reach = gold_reach(tried, looked);
+            for (((((task, ops), t), fresh), seen), reach) in
+                tasks.iter().zip(&cands).zip(tried.iter_mut()).zip(&fresh).zip(seen).zip(reach)
             {
                 let Some(gold) = t.first().filter(|g| g.idx == 0).map(Tried::cost) else { continue };
                 t.retain(|c| {
-                    let cost = c.cost() * fresh.ahead(c.idx, screening_left);
+                    let cost = c.cost() * fresh.ahead_profiled(c.idx, screening_left, task.kind, reach);
                     let saving = seen * (gold - c.cost()).max(0.0);
                     if c.idx == 0 || cost < saving {
                         return true;
@@ -1582,8 +1740,8 @@ fn profile_candidates(
         let (cost, saving, free) = pays(&tried, rest, true, probe);
         let stop = if !pay_check {
             None
-        } else if let Some(why) = uncertified {
-            Some(format!("on the first {probe} screening tuples {why}"))
+        } else if uncertified.is_some() {
+            uncertified
         } else if recorded_stop.is_some() {
             recorded_stop
         } else if cost >= saving {
@@ -1654,41 +1812,12 @@ fn profile_candidates(
                 "pay check after screening"
             );
             if pay_check && cost < saving {
-                if let Some(why) = cannot_certify(&tried, rows.len()) {
+                if certify_on_sample {
+                    // Gold's plan answered the sample (3a-i'), whose exact count of gold result rows passed: the
+                    // candidates are profiled on it in two phases.
+                    split_first = o.method == "global";
+                } else if let Some(why) = cannot_certify(&tried, rows.len()) {
                     gold_only = Some(format!("after screening, {why}"));
-                } else if o.fetch.is_none() && certification(o).is_some() {
-                    // 3a-iii. Gold's plan on the profiling sample: its filters in the order they would run, each on
-                    //         the tuples the earlier ones let through. That counts the sample's gold result rows,
-                    //         which the stratified split holds out at a fixed share, for answers that profiling asks
-                    //         next anyway and that gold's execution reuses where it runs instead. Too few for any
-                    //         certificate, and no other candidate is profiled.
-                    let mut alive = sample.clone();
-                    let filters = gold_filter_order(&tried, rows.len());
-                    for (t, _) in &filters {
-                        if alive.is_empty() {
-                            break;
-                        }
-                        let ids = UInt32Array::from_iter_values(alive.iter().map(|&r| r as u32));
-                        let (output, secs) =
-                            cands[*t][0].evaluate_timed(&tasks[*t], &take_record_batch(&input, &ids)?)?;
-                        gold_sample.0 += secs.iter().sum::<f64>();
-                        gold_sample.1.push((format!("{}/{}", tasks[*t].name, cands[*t][0].name()), alive.clone()));
-                        if let OpOutput::Scores(s) = output {
-                            alive = alive.into_iter().zip(s).filter(|(_, v)| *v > 0.0).map(|(r, _)| r).collect();
-                        }
-                    }
-                    let through = alive.len();
-                    tracing::debug!(through, sample = want, "gold's plan on the profiling sample");
-                    if let Some(why) = (!filters.is_empty())
-                        .then(|| uncertifiable(o, want, through as f64 / want as f64, ""))
-                        .flatten()
-                    {
-                        gold_only = Some(format!(
-                            "after screening, gold's plan let {through} of the {want} profiling sample tuples \
-                             through: {why}, so gold ran directly"
-                        ));
-                    }
-                    split_first = gold_only.is_none() && o.method == "global";
                 }
             } else if pay_check {
                 gold_only = Some(format!(
@@ -1737,9 +1866,8 @@ fn profile_candidates(
     // its answers).
     let gold_sample = if gold_only.is_some() { gold_sample } else { (0.0, Vec::new()) };
     let sample_batch = take_record_batch(&input, &UInt32Array::from_iter_values(sample.iter().map(|&r| r as u32)))?;
-    // Operator seconds of a two-phase profiling, which are not those of every entry on every tuple.
-    let mut phased_spent = None;
-    let entries: Vec<Vec<PhysicalEntry>> = if split_first {
+    // The entries, and the operator seconds they cost (not those of every entry on every tuple).
+    let (entries, profiled): (Vec<Vec<PhysicalEntry>>, f64) = if split_first {
         let _span = tracing::info_span!("profiling", tuples = sample.len(), phased = true).entered();
         let global = Global { certification: certification(o).unwrap_or_default() };
         let phased = profile_in_two_phases(&tasks, &cands, parallel, &sample_batch, &sample, n as u64, o, &global)?;
@@ -1753,27 +1881,59 @@ fn profile_candidates(
         if let Some(sc) = screening.as_mut() {
             sc.dropped.extend(phased.dropped);
         }
-        phased_spent = Some(phased.spent);
-        phased.entries
+        (phased.entries, phased.spent)
     } else {
         let _span = tracing::info_span!("profiling", tuples = sample.len()).entered();
         let batch = &sample_batch;
-        per_task(&tasks, &cands, parallel, |_, task, ops| -> Result<Vec<PhysicalEntry>> {
-            let mut out = Vec::new();
-            for (i, op) in ops.iter().enumerate() {
-                let (output, secs) = match op.evaluate_timed(task, batch) {
-                    Ok(r) => r,
-                    // An operator that declines the task is no candidate for it; gold must answer.
-                    Err(stretto_core::CoreError::NotApplicable { reason, .. }) if i > 0 => {
-                        tracing::info!(operator = op.name(), task = %task.name, %reason, "dropped");
-                        continue;
+        let n = sample.len();
+        let all: Vec<usize> = (0..n).collect();
+        // Every candidate of `kind`'s operators on `rows` of the sample.
+        let ask_all = |kind: LogicalKind, rows: &[usize]| {
+            per_task(&tasks, &cands, parallel, |_, task, ops| -> Result<Vec<(usize, Asked)>> {
+                let mut out = Vec::new();
+                if task.kind != kind {
+                    return Ok(out);
+                }
+                for (i, op) in ops.iter().enumerate() {
+                    match ask(op, task, batch, rows) {
+                        Ok(asked) => out.push((i, asked)),
+                        // An operator that declines the task is no candidate for it; gold must answer.
+                        Err(stretto_core::CoreError::NotApplicable { reason, .. }) if i > 0 => {
+                            tracing::info!(operator = op.name(), task = %task.name, %reason, "dropped");
+                        }
+                        Err(e) => return Err(e.into()),
                     }
-                    Err(e) => return Err(e.into()),
-                };
-                out.push(physical_entry(task, op, output, &secs, i == 0));
+                }
+                Ok(out)
+            })
+        };
+        // The filters first: gold's answers give the gold result rows, the only ones the maps are asked about.
+        let filters = ask_all(LogicalKind::Filter, &all)?;
+        let gold: Vec<Option<&Asked>> =
+            filters.iter().map(|f| f.first().filter(|(i, _)| *i == 0).map(|(_, a)| a)).collect();
+        let positive = gold_result(n, &gold);
+        let maps = ask_all(LogicalKind::Map, &profiled_rows(LogicalKind::Map, &all, positive.as_deref()))?;
+        // Operator seconds, but on tuples screening already paid for (the screening tuples gold-only profiling
+        // reuses).
+        let screened: BTreeSet<usize> =
+            screening.as_ref().map(|s| s.rows.iter().copied().collect()).unwrap_or_default();
+        let mut fresh_seconds = 0.0;
+        let mut entries = Vec::with_capacity(tasks.len());
+        for ((task, ops), (f, m)) in tasks.iter().zip(&cands).zip(filters.into_iter().zip(maps)) {
+            let mut list = Vec::new();
+            for (i, asked) in f.into_iter().chain(m) {
+                fresh_seconds += asked
+                    .rows
+                    .iter()
+                    .zip(&asked.secs)
+                    .filter(|(r, _)| !screened.contains(&sample[**r]))
+                    .map(|(_, s)| s)
+                    .sum::<f64>();
+                list.push(entry_from(task, &ops[i], n, vec![asked], i == 0)?);
             }
-            Ok(out)
-        })?
+            entries.push(list);
+        }
+        (entries, fresh_seconds)
     };
     let profile = Profile {
         format: PROFILE_FORMAT.into(),
@@ -1800,13 +1960,11 @@ fn profile_candidates(
     let mut paid = PaidAnswers::default();
     let screened_rows = screening.as_ref().map(|s| s.rows.as_slice()).unwrap_or_default();
     for e in &profile.physical {
-        paid.add(&e.name, sample.iter().chain(screened_rows).copied());
+        paid.add(&e.name, asked_rows(e).into_iter().map(|r| sample[r]).chain(screened_rows.iter().copied()));
     }
     for (name, rows) in &gold_sample.1 {
         paid.add(name, rows.iter().copied());
     }
-    let fresh = sample.iter().filter(|r| !screened_rows.contains(r)).count();
-    let profiled = phased_spent.unwrap_or_else(|| profile.physical.iter().map(|e| e.cost).sum::<f64>() * fresh as f64);
     let spent_seconds = profiled + screening.as_ref().map_or(0.0, |s| s.seconds) + gold_sample.0;
     Ok(Profiled {
         // The operators profiled, which leaves out any that declined its task.
@@ -1826,6 +1984,7 @@ fn profile_candidates(
         timings,
         gold_only,
         screening,
+        gold_order,
         paid: Arc::new(paid),
         spent_seconds,
     })
@@ -1876,6 +2035,7 @@ pub fn reuse_profile(
         timings: BTreeMap::new(),
         gold_only: None,
         screening: None,
+        gold_order: Vec::new(),
         paid: Arc::default(),
         spent_seconds: 0.0,
     })
@@ -1931,6 +2091,7 @@ pub fn optimize(p: &Profiled, o: &QueryOptions, strat: &dyn Strategy) -> Result<
                 let mut gold = stretto_optim::strategy::Gold.optimize(&problem, &targets, o.seed)?;
                 gold.fell_back_to_gold = true;
                 gold.warnings.push(why.clone());
+                keep_gold_order(&mut gold.plan, &problem, &p.gold_order);
                 gold
             }
             _ => strat.optimize(&problem, &targets, o.seed)?,
@@ -1948,6 +2109,18 @@ pub fn optimize(p: &Profiled, o: &QueryOptions, strat: &dyn Strategy) -> Result<
         None => None,
     };
     Ok(Planned { optimized, plan, problem, plan_path, seconds: t0.elapsed().as_secs_f64() })
+}
+
+/// Puts the stages of the filters named in `order` ([`Profiled::gold_order`]) first, in that order, then the others
+/// as they were.
+fn keep_gold_order(plan: &mut stretto_optim::problem::HardPlan, problem: &Problem, order: &[String]) {
+    if order.is_empty() {
+        return;
+    }
+    let rank = |s: &stretto_optim::problem::Stage| {
+        order.iter().position(|n| *n == problem.ops[s.op].name).unwrap_or(order.len())
+    };
+    plan.stages.sort_by_key(rank);
 }
 
 /// Steps 5–6 of [`run_pipeline`]: executes a planned cascade on the whole input and, with `o.check`, the gold plan.
@@ -2350,6 +2523,25 @@ pub const DEMO_ROWS: usize = 200;
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_gold_fallback_keeps_the_filter_order_its_plan_on_the_sample_ran() {
+        let text = r#"{"format":"stretto.profile/v1","population":10,"tuples":["0","1"],
+            "logical":[{"name":"a","kind":"filter"},{"name":"b","kind":"filter"},{"name":"m","kind":"map"}],
+            "physical":[{"name":"a/g","logical":"a","cost":1,"scores":[-1,-1],"gold":true},
+                        {"name":"b/g","logical":"b","cost":2,"scores":[-1,-1],"gold":true},
+                        {"name":"m/g","logical":"m","cost":1,"values":[null,null],"scores":[null,null],"gold":true}]}"#;
+        let problem = Problem::from_profile(&Profile::parse(text, "t").unwrap()).unwrap();
+        let mut plan = problem.gold_plan();
+        let names = |plan: &stretto_optim::problem::HardPlan| -> Vec<String> {
+            plan.stages.iter().map(|s| problem.ops[s.op].name.clone()).collect()
+        };
+        assert_eq!(names(&plan), ["a", "b", "m"]);
+        keep_gold_order(&mut plan, &problem, &[]);
+        assert_eq!(names(&plan), ["a", "b", "m"]);
+        keep_gold_order(&mut plan, &problem, &["b".to_string(), "a".to_string()]);
+        assert_eq!(names(&plan), ["b", "a", "m"]);
+    }
 
     fn names(n: usize) -> Vec<String> {
         (0..n).map(|i| format!("op{i}")).collect()
