@@ -650,19 +650,24 @@ fn a_map_behind_a_selective_filter_saves_only_on_the_tuples_the_filter_lets_thro
 /// strategy reads and in a run's two-phase profiling alike, and the profile leaves the other rows unasked (null).
 #[test]
 fn maps_are_profiled_on_the_gold_result_rows_alone() {
-    let dir = tempfile::tempdir().unwrap();
-    let s = session(dir.path(), 400, 0.5, &[Fixed::new("gold", 0.01, true), Fixed::new("cheap", 0.0001, false)]);
-    let maps = [FixedMap::new("gold-map", 1.0, true), FixedMap::new("cheap-map", 0.05, false)];
-    for op in &maps {
-        s.register(op.clone()).unwrap();
-    }
-    let frame = s
-        .table("t")
-        .unwrap()
-        .sem_filter("{t.text} is a multiple of three")
-        .unwrap()
-        .sem_map("v", "the value of {t.text}", stretto::core::op::ValueType::String)
-        .unwrap();
+    // A fresh session with a filter passing one row in three and a map: its directory, frame and map operators.
+    let setup = || {
+        let dir = tempfile::tempdir().unwrap();
+        let s = session(dir.path(), 400, 0.5, &[Fixed::new("gold", 0.01, true), Fixed::new("cheap", 0.0001, false)]);
+        let maps = [FixedMap::new("gold-map", 1.0, true), FixedMap::new("cheap-map", 0.05, false)];
+        for op in &maps {
+            s.register(op.clone()).unwrap();
+        }
+        let frame = s
+            .table("t")
+            .unwrap()
+            .sem_filter("{t.text} is a multiple of three")
+            .unwrap()
+            .sem_map("v", "the value of {t.text}", stretto::core::op::ValueType::String)
+            .unwrap();
+        (dir, frame, maps)
+    };
+    let (_dir, frame, maps) = setup();
     // The profile every strategy reads: the maps answered the rows gold's filter accepts, and no other.
     let profiled = frame.profile().unwrap();
     let p = profiled.profile();
@@ -681,19 +686,7 @@ fn maps_are_profiled_on_the_gold_result_rows_alone() {
     }
     // A run: two-phase profiling, then execution of a plan that lets through only multiples of three. Outside the
     // screening tuples, no map was asked about any other row.
-    let dir = tempfile::tempdir().unwrap();
-    let s = session(dir.path(), 400, 0.5, &[Fixed::new("gold", 0.01, true), Fixed::new("cheap", 0.0001, false)]);
-    let maps = [FixedMap::new("gold-map", 1.0, true), FixedMap::new("cheap-map", 0.05, false)];
-    for op in &maps {
-        s.register(op.clone()).unwrap();
-    }
-    let frame = s
-        .table("t")
-        .unwrap()
-        .sem_filter("{t.text} is a multiple of three")
-        .unwrap()
-        .sem_map("v", "the value of {t.text}", stretto::core::op::ValueType::String)
-        .unwrap();
+    let (_dir, frame, maps) = setup();
     let r = frame.collect(Targets::new(0.8, 0.8, 0.95).unwrap()).unwrap();
     assert!(!r.fell_back_to_gold(), "{:?}", r.plan().warnings);
     let screened = r.report().screening.clone().expect("screening ran").rows;
