@@ -889,7 +889,8 @@ fn gold_reach(tried: &[Vec<Tried>], looked: usize) -> Vec<f64> {
     reach
 }
 
-/// An operator's answers on some tuples of the profiling sample (`rows`, indices into it), with its seconds.
+/// An operator's answers on some tuples (`rows`, indices into the batch it was asked on: the profiling sample, or
+/// the whole input), with its seconds.
 #[derive(Clone)]
 struct Asked {
     rows: Vec<usize>,
@@ -904,7 +905,7 @@ impl Asked {
     }
 }
 
-/// `op` on the tuples `rows` of the profiling sample `batch`.
+/// `op` on the tuples `rows` of `batch` (the profiling sample, or the whole input).
 fn ask(op: &RegisteredOp, task: &SemanticTask, batch: &RecordBatch, rows: &[usize]) -> stretto_core::Result<Asked> {
     let ids = UInt32Array::from_iter_values(rows.iter().map(|&r| r as u32));
     let part =
@@ -1062,8 +1063,7 @@ fn profile_in_two_phases(
         logical: tasks.iter().map(|t| LogicalEntry { name: t.name.clone(), kind: t.kind }).collect(),
         physical: gold_entries.clone(),
     };
-    let gold_problem = Problem::from_profile(&gold_profile)?;
-    let positives: Vec<bool> = (0..n).map(|r| gold_problem.gold_positive(r)).collect();
+    let positives: Vec<bool> = positive.clone().unwrap_or_else(|| vec![true; n]);
     let (fit, hold) = global.certification.split_sample(&positives, &targets, targets.credible, o.seed);
     let held = HoldOut { tuples: hold.len(), positives: hold.iter().filter(|&&r| positives[r]).count() as f64 };
     let gold_only = |why: String, spent: f64| Phased {
@@ -1374,16 +1374,16 @@ fn profile_candidates(
                 if alive.is_empty() {
                     break;
                 }
-                let ids = UInt32Array::from_iter_values(alive.iter().map(|&r| r as u32));
-                let (output, secs) = cands[*t][0].evaluate_timed(&tasks[*t], &take_record_batch(&input, &ids)?)?;
-                gold_sample.0 += secs.iter().sum::<f64>();
+                let answers = ask(&cands[*t][0], &tasks[*t], &input, &alive)?;
+                let seconds = answers.seconds();
+                gold_sample.0 += seconds;
                 gold_sample.1.push((format!("{}/{}", tasks[*t].name, cands[*t][0].name()), alive.clone()));
                 let asked = alive.len();
-                if let OpOutput::Scores(s) = output {
+                if let OpOutput::Scores(s) = answers.output {
                     alive = alive.into_iter().zip(s).filter(|(_, v)| *v > 0.0).map(|(r, _)| r).collect();
                 }
                 let f = &mut figures[k];
-                *f = (f.0 + secs.iter().sum::<f64>(), f.1 + asked, f.2 + alive.len());
+                *f = (f.0 + seconds, f.1 + asked, f.2 + alive.len());
             }
             // Each filter's cost and pass share on every tuple it answered (the probe's included), the share with a
             // pseudo-count each way, so that a filter asked about a handful of tuples, all rejected, does not pass
