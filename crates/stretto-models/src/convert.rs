@@ -12,7 +12,9 @@
 //! fast ONNX kernel on CPU. A second, opt-in variant ([`Weights::Int8`]) re-quantizes every linear layer to 8-bit
 //! blockwise-symmetric weights run by ONNX Runtime's `MatMulNBits` with int8 compute: about twice as fast per
 //! question pass on CPU, with logits that move a little (measured in `bench/results/quant/`), so it is a separate
-//! rung of the ladder that the optimizer must certify like any other, never a silent replacement.
+//! rung of the ladder that the optimizer must certify like any other, never a silent replacement. A third,
+//! [`Weights::Int8Dyn`], also quantizes the activations on the fly (`MatMulIntegerToFloat`) everywhere but the
+//! feed-forward down-projection: faster again on CPUs with integer dot-product units, its logits move a little more.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -35,18 +37,27 @@ pub enum Weights {
     F32,
     /// 8-bit weights, symmetric per block of [`INT8_BLOCK`] inputs, run by `MatMulNBits` with int8 compute.
     Int8,
+    /// 8-bit weights with 8-bit activations quantized on the fly: every linear layer but the feed-forward
+    /// down-projection as `DynamicQuantizeLinear` + `MatMulIntegerToFloat` (int8 weights, one scale per output
+    /// channel; uint8 activations, one scale per tensor, shared by the layers that read the same input), the
+    /// down-projection as in [`Weights::Int8`]: its SwiGLU input carries outlier channels that one scale per tensor
+    /// loses (`bench/results/quant/w8a8/`). Faster than [`Weights::Int8`] where the CPU has integer dot-product
+    /// units, with logits that move a little more.
+    #[serde(rename = "int8-dyn")]
+    Int8Dyn,
 }
 
 /// Inputs per quantization block of [`Weights::Int8`] (the probe's best trade-off, `bench/results/quant/`).
 pub const INT8_BLOCK: usize = 128;
 
 impl Weights {
-    /// Parses `f32` or `int8`.
+    /// Parses `f32`, `int8` or `int8-dyn`.
     pub fn parse(s: &str) -> Result<Self> {
         match s {
             "f32" => Ok(Self::F32),
             "int8" => Ok(Self::Int8),
-            other => Err(ModelError::Usage(format!("unknown weights `{other}` (f32, int8)"))),
+            "int8-dyn" => Ok(Self::Int8Dyn),
+            other => Err(ModelError::Usage(format!("unknown weights `{other}` (f32, int8, int8-dyn)"))),
         }
     }
 
@@ -55,6 +66,7 @@ impl Weights {
         match self {
             Self::F32 => "f32",
             Self::Int8 => "int8",
+            Self::Int8Dyn => "int8-dyn",
         }
     }
 
@@ -63,6 +75,7 @@ impl Weights {
         match self {
             Self::F32 => "onnx",
             Self::Int8 => "onnx-int8",
+            Self::Int8Dyn => "onnx-int8-dyn",
         }
     }
 }
@@ -87,6 +100,24 @@ pub fn quantize_int8_blocks(w: &[f32], rows: usize, cols: usize) -> (Vec<u8>, Ve
                 for (o, v) in out.iter_mut().zip(block) {
                     *o = ((v / scale).round().clamp(-127.0, 127.0) as i32 + 128) as u8;
                 }
+            }
+        }
+    }
+    (codes, scales)
+}
+
+/// Quantizes `[rows][cols]` weights (GGUF's `[out][in]`) to int8 per output row, symmetric: returns the codes
+/// transposed to `[cols][rows]` (`MatMulIntegerToFloat`'s `[K][N]` layout; value `round(w / scale)`) and the scales
+/// `[rows]` (`max |w| / 127` of the row; 0 for an all-zero row, whose codes are 0).
+pub fn quantize_int8_channels(w: &[f32], rows: usize, cols: usize) -> (Vec<i8>, Vec<f32>) {
+    let mut codes = vec![0i8; rows * cols];
+    let mut scales = vec![0f32; rows];
+    for (r, scale) in scales.iter_mut().enumerate() {
+        let row = &w[r * cols..(r + 1) * cols];
+        *scale = row.iter().fold(0f32, |m, v| m.max(v.abs())) / 127.0;
+        if *scale > 0.0 {
+            for (c, v) in row.iter().enumerate() {
+                codes[c * rows + r] = (v / *scale).round().clamp(-127.0, 127.0) as i8;
             }
         }
     }
@@ -303,8 +334,28 @@ fn build_decoder_graph(g: &Gguf, c: &DecoderConfig, model_path: &Path) -> Result
 
     // `x · Wᵀ` for GGUF weights W stored as [out = rows][in = cols]: MatMul wants [in][out]; MatMulNBits takes the
     // rows as they are.
+    // Dynamic int8: one `DynamicQuantizeLinear` per input tensor, shared by the layers that read it (q/k/v, gate/up).
+    let quantized_inputs: std::cell::RefCell<std::collections::HashMap<String, [String; 3]>> = Default::default();
     let linear = |b: &mut GraphBuilder, x: &str, w: &[f32], name: &str, rows: usize, cols: usize| -> Result<String> {
-        match c.weights {
+        let weights = match c.weights {
+            Weights::Int8Dyn if name.contains("ffn_down") => Weights::Int8,
+            other => other,
+        };
+        match weights {
+            Weights::Int8Dyn => {
+                let (codes, scales) = quantize_int8_channels(w, rows, cols);
+                let q = b.i8s(name, &[cols as i64, rows as i64], &codes)?;
+                let s = b.weight(&format!("{name}.scales"), &[rows as i64], &scales)?;
+                let [xq, xs, xz] = quantized_inputs
+                    .borrow_mut()
+                    .entry(x.to_string())
+                    .or_insert_with(|| {
+                        let outs = b.op_multi("DynamicQuantizeLinear", &[x], 3);
+                        [outs[0].clone(), outs[1].clone(), outs[2].clone()]
+                    })
+                    .clone();
+                Ok(b.op_in(MS_DOMAIN, "MatMulIntegerToFloat", &[&xq, &q, &xs, &s, &xz], vec![]))
+            }
             Weights::F32 => {
                 let w = b.weight(name, &[cols as i64, rows as i64], &transpose(w, rows, cols))?;
                 Ok(b.op("MatMul", &[x, &w], vec![]))
@@ -584,11 +635,30 @@ mod tests {
     }
 
     #[test]
+    fn int8_channels_transpose_to_k_by_n_within_half_a_step() {
+        // 2 output rows of 3 inputs, and an all-zero row.
+        let w = [0.5, -1.27, 0.01, 0.0, 0.0, 0.0, 2.0, 0.5, -2.0];
+        let (codes, scales) = quantize_int8_channels(&w, 3, 3);
+        assert_eq!(scales, vec![1.27 / 127.0, 0.0, 2.0 / 127.0]);
+        // [K][N]: input c of output r at c * rows + r.
+        assert_eq!(codes, vec![50, 0, 127, -127, 0, 32, 1, 0, -127]);
+        for r in 0..3 {
+            for c in 0..3 {
+                let back = codes[c * 3 + r] as f32 * scales[r];
+                assert!((back - w[r * 3 + c]).abs() <= scales[r] / 2.0 + 1e-6, "({r}, {c}): {back}");
+            }
+        }
+    }
+
+    #[test]
     fn weights_parse_and_name_their_folder() {
         assert_eq!(Weights::parse("int8").unwrap(), Weights::Int8);
+        assert_eq!(Weights::parse("int8-dyn").unwrap(), Weights::Int8Dyn);
         assert_eq!(Weights::parse("f32").unwrap().folder(), "onnx");
         assert_eq!(Weights::Int8.folder(), "onnx-int8");
-        assert!(Weights::parse("int4").unwrap_err().to_string().contains("f32, int8"));
+        assert_eq!(Weights::Int8Dyn.folder(), "onnx-int8-dyn");
+        assert_eq!(serde_json::to_string(&Weights::Int8Dyn).unwrap(), "\"int8-dyn\"");
+        assert!(Weights::parse("int4").unwrap_err().to_string().contains("f32, int8, int8-dyn"));
         // Configs written before the field existed are f32 graphs.
         let old = r#"{"arch":"llama","layers":1,"hidden":8,"heads":2,"kv_heads":1,"head_dim":4,"ffn":16,"vocab":10,
             "rope_base":10000.0,"eps":1e-5,"stop_tokens":[2],"system_prompt":"s","converter":1}"#;

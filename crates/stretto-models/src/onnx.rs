@@ -18,6 +18,7 @@ use crate::error::{ModelError, Result};
 pub mod dtype {
     pub const FLOAT: i32 = 1;
     pub const UINT8: i32 = 2;
+    pub const INT8: i32 = 3;
     pub const INT64: i32 = 7;
     pub const BOOL: i32 = 9;
     pub const FLOAT16: i32 = 10;
@@ -370,6 +371,19 @@ impl GraphBuilder {
         out
     }
 
+    /// Adds a node of the default domain with `outputs` outputs and returns their names.
+    pub fn op_multi(&mut self, op_type: &str, inputs: &[&str], outputs: usize) -> Vec<String> {
+        let outs: Vec<String> = (0..outputs).map(|_| self.fresh(op_type)).collect();
+        self.nodes.push(NodeProto {
+            input: inputs.iter().map(|s| s.to_string()).collect(),
+            output: outs.clone(),
+            name: format!("{}_node", outs[0]),
+            op_type: op_type.into(),
+            ..Default::default()
+        });
+        outs
+    }
+
     fn tensor(&mut self, name: String, dims: &[i64], data_type: i32, bytes: &[u8]) -> Result<String> {
         let mut t = TensorProto { dims: dims.to_vec(), data_type, name: name.clone(), ..Default::default() };
         if bytes.len() > EXTERNAL_THRESHOLD {
@@ -413,6 +427,17 @@ impl GraphBuilder {
         }
         let name = self.fresh(hint);
         self.tensor(name, dims, dtype::UINT8, bytes)
+    }
+
+    /// An int8 initializer (e.g. the weights of a `MatMulIntegerToFloat` node).
+    pub fn i8s(&mut self, hint: &str, dims: &[i64], values: &[i8]) -> Result<String> {
+        let expected: i64 = dims.iter().product();
+        if expected as usize != values.len() {
+            return Err(ModelError::Graph(format!("{hint}: {} values for dims {dims:?}", values.len())));
+        }
+        let name = self.fresh(hint);
+        let bytes: Vec<u8> = values.iter().map(|v| *v as u8).collect();
+        self.tensor(name, dims, dtype::INT8, &bytes)
     }
 
     /// A small f32 constant.

@@ -63,8 +63,9 @@ pub struct LlmConfig {
     /// default, the catalog's setting for the model ([`stretto_kv::models::filter_protocol`]).
     #[serde(default)]
     pub protocol: Option<String>,
-    /// The decoder's linear weights: `f32` (default) or `int8` (8-bit `MatMulNBits`, converted on first use). An
-    /// int8 rung reads the caches its f32 model prefills and is never gold.
+    /// The decoder's linear weights: `f32` (default), `int8` (8-bit `MatMulNBits`) or `int8-dyn` (8-bit weights and
+    /// dynamically quantized 8-bit activations but for the down-projection), converted on first use. A quantized
+    /// rung reads the caches its f32 model prefills and is never gold.
     #[serde(default)]
     pub weights: Weights,
 }
@@ -185,7 +186,11 @@ impl LlmOp {
         };
         // A prior, replaced by profiled costs: the probe's bare question pass took about half the f32 time; the
         // operator as a whole measured 0.66-0.83x of f32 (`stretto bench quant`, bench/results/quant/).
-        let per_item = if config.weights == Weights::Int8 { per_item * 0.55 } else { per_item };
+        let per_item = match config.weights {
+            Weights::F32 => per_item,
+            Weights::Int8 => per_item * 0.55,
+            Weights::Int8Dyn => per_item * 0.5,
+        };
         let props = OpProperties {
             kind,
             family: family(kind).into(),

@@ -366,6 +366,45 @@ fn an_int8_rung_answers_like_its_f32_parent_over_the_parents_caches() {
     let _ = std::fs::remove_dir_all(&scratch);
 }
 
+#[test]
+fn an_int8_dyn_rung_quantizes_activations_except_the_down_projection_and_keeps_the_order() {
+    setup();
+    let (batch, _) = reviews(16);
+    let task = SemanticTask::filter("positive", "{reviews.reviewtext} is clearly positive");
+    let scratch = std::env::temp_dir().join(format!("stretto-test-int8-dyn-kv-{}", std::process::id()));
+    let registry = Registry::discover(&context().with_kv_dir(scratch.clone())).unwrap();
+    let scores = |config: serde_json::Value| {
+        let op = registry.build("llm-filter", &config).unwrap().unmemoised();
+        let OpOutput::Scores(s) = op.evaluate(&task, &batch).unwrap() else { panic!("{config}: not scores") };
+        (op.name().to_string(), s)
+    };
+    let (name, dynamic) = scores(serde_json::json!({"model": "smollm2-135m", "weights": "int8-dyn"}));
+    let (_, f32) = scores(serde_json::json!({"model": "smollm2-135m"}));
+    assert_eq!(name, "llm:smollm2-135m@expected-attention-0.00+int8-dyn");
+    let change = dynamic.iter().zip(&f32).map(|(a, b)| (a - b).abs()).sum::<f64>() / 16.0;
+    let r = pearson(&dynamic, &f32);
+    eprintln!("int8-dyn vs f32 on 16 reviews: mean |change| {change:.3}, correlation {r:.3}");
+    assert!(change > 0.0 && change < 0.5, "mean log-odds change {change}");
+    assert!(r > 0.5, "int8-dyn and f32 log-odds correlate only {r}");
+    // The graph: dynamic int8 everywhere but the down-projections, which stay blockwise 8-bit `MatMulNBits`.
+    let home = stretto_core::context::default_home();
+    let files =
+        stretto_kv::prepare::ensure_decoder_with(&home, "smollm2-135m", stretto_kv::convert::Weights::Int8Dyn).unwrap();
+    assert_eq!(files.config.weights, stretto_kv::convert::Weights::Int8Dyn);
+    let graph = std::fs::read(&files.model).unwrap();
+    // A node's op type is protobuf field 4 (tag byte 0x22) followed by its length: value names never match that.
+    let count = |op: &str| {
+        let field = [&[0x22, op.len() as u8], op.as_bytes()].concat();
+        graph.windows(field.len()).filter(|w| *w == field.as_slice()).count()
+    };
+    let layers = files.config.layers;
+    // q/k/v share one quantized input, gate/up another; o and the LM head have their own.
+    assert_eq!(count("DynamicQuantizeLinear"), 3 * layers + 1, "one activation quantizer per distinct input");
+    assert_eq!(count("MatMulIntegerToFloat"), 6 * layers + 1, "q, k, v, o, gate, up and the LM head");
+    assert_eq!(count("MatMulNBits"), layers, "the down-projections");
+    let _ = std::fs::remove_dir_all(&scratch);
+}
+
 fn pearson(a: &[f64], b: &[f64]) -> f64 {
     let n = a.len() as f64;
     let (ma, mb) = (a.iter().sum::<f64>() / n, b.iter().sum::<f64>() / n);
