@@ -555,6 +555,10 @@ enum BenchAction {
         /// Items per decoder batch.
         #[arg(long, default_value_t = 8)]
         batch: usize,
+        /// The quantized rungs, each measured against f32: int8 (8-bit MatMulNBits everywhere), int8-dyn (dynamic
+        /// int8 activations except the down-projection).
+        #[arg(long, value_delimiter = ',', default_value = "int8,int8-dyn", value_parser = parse_weights)]
+        weights: Vec<stretto::kv::convert::Weights>,
         /// Output folder.
         #[arg(long, default_value = "bench/results/quant")]
         out: PathBuf,
@@ -1016,9 +1020,9 @@ fn run(cli: Cli) -> Result<(), BoxError> {
                     let rows = peer::measure(&context().model_home, &o)?;
                     write_table(&out, "peer", &rows, &peer::markdown(&rows, &o))?;
                 }
-                BenchAction::Quant { models, items, threads, seed, batch, out } => {
+                BenchAction::Quant { models, items, threads, seed, batch, weights, out } => {
                     use stretto_bench::quant;
-                    let o = quant::QuantOptions { models, items, threads, seed, batch };
+                    let o = quant::QuantOptions { models, items, threads, seed, batch, weights };
                     let rows = quant::measure(&context().model_home, &o)?;
                     write_table(&out, "quant", &rows, &quant::markdown(&rows, &o))?;
                 }
@@ -1568,4 +1572,9 @@ impl SqlRunner {
             SqlRunner::Cluster(c) => c.options(),
         }
     }
+}
+
+/// `--weights` values: the names [`Weights::parse`](stretto::kv::convert::Weights::parse) reads.
+fn parse_weights(s: &str) -> Result<stretto::kv::convert::Weights, String> {
+    stretto::kv::convert::Weights::parse(s).map_err(|e| e.to_string())
 }

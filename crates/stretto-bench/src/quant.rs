@@ -24,6 +24,7 @@ use rand::SeedableRng;
 use stretto::core::datasets::Dataset;
 use stretto::core::op::{parse_config, LogicalKind, OpOutput, PhysicalOp, SemanticTask};
 use stretto::core::OpContext;
+use stretto::kv::convert::Weights;
 use stretto::ops_text::llm::{LlmConfig, LlmOp};
 
 use crate::peer::PeerError;
@@ -41,6 +42,8 @@ pub struct QuantOptions {
     pub seed: u64,
     /// Items per decoder batch (the LLM operators' default is 8).
     pub batch: usize,
+    /// The quantized rungs measured against f32 (`int8`, `int8-dyn`).
+    pub weights: Vec<Weights>,
 }
 
 impl Default for QuantOptions {
@@ -51,6 +54,7 @@ impl Default for QuantOptions {
             threads: 1,
             seed: 42,
             batch: 8,
+            weights: vec![Weights::Int8, Weights::Int8Dyn],
         }
     }
 }
@@ -90,11 +94,13 @@ pub struct QuantRow {
     pub model: String,
     /// Dataset.
     pub dataset: String,
+    /// The quantized rung's weights (`int8`, `int8-dyn`).
+    pub weights: String,
     /// Items in the sample.
     pub items: usize,
     /// f32 rung, ms per item.
     pub f32_ms: f64,
-    /// int8 rung, ms per item.
+    /// The quantized rung, ms per item.
     pub int8_ms: f64,
     /// `f32_ms / int8_ms`.
     pub speedup: f64,
@@ -144,8 +150,15 @@ fn timed_scores(op: &LlmOp, task: &SemanticTask, items: &[String]) -> Result<(Ve
 
 /// Measures every model on both datasets.
 pub fn measure(home: &Path, o: &QuantOptions) -> Result<Vec<QuantRow>, PeerError> {
-    if o.items == 0 || o.threads == 0 || o.batch == 0 || o.models.is_empty() {
-        return Err(PeerError::Options("--items, --threads, --batch and --models must be positive / non-empty".into()));
+    if o.items == 0 || o.threads == 0 || o.batch == 0 || o.models.is_empty() || o.weights.is_empty() {
+        return Err(PeerError::Options(
+            "--items, --threads, --batch, --models and --weights must be positive / non-empty".into(),
+        ));
+    }
+    if o.weights.contains(&Weights::F32) {
+        return Err(PeerError::Options(
+            "--weights names the quantized rungs (int8, int8-dyn); f32 is always run".into(),
+        ));
     }
     let _span = tracing::info_span!("quant_bench", items = o.items, threads = o.threads).entered();
     let ctx = OpContext::new(home).with_threads(o.threads);
@@ -156,26 +169,32 @@ pub fn measure(home: &Path, o: &QuantOptions) -> Result<Vec<QuantRow>, PeerError
                 parse_config("llm-filter", &serde_json::json!({"model": model, "weights": weights, "batch": o.batch}))?;
             Ok(LlmOp::new(LogicalKind::Filter, config, &ctx)?)
         };
-        let (reference, quantized) = (rung("f32")?, rung("int8")?);
+        let reference = rung("f32")?;
+        let quantized =
+            o.weights.iter().map(|w| Ok((w.as_str(), rung(w.as_str())?))).collect::<Result<Vec<_>, PeerError>>()?;
         for case in &CASES {
             let (items, truth) = sample(case, o.items, o.seed)?;
             let task = SemanticTask::filter("q", case.predicate);
             let (a, f32_ms) = timed_scores(&reference, &task, &items)?;
-            let (b, int8_ms) = timed_scores(&quantized, &task, &items)?;
-            let n = items.len() as f64;
-            let agree = a.iter().zip(&b).filter(|(x, y)| (**x > 0.0) == (**y > 0.0)).count();
-            let right = |s: &[f64], t: &[bool]| s.iter().zip(t).filter(|(x, y)| (**x > 0.0) == **y).count() as f64 / n;
-            rows.push(QuantRow {
-                model: model.clone(),
-                dataset: case.dataset.into(),
-                items: items.len(),
-                f32_ms,
-                int8_ms,
-                speedup: f32_ms / int8_ms.max(1e-9),
-                agreement: agree as f64 / n,
-                mean_change: a.iter().zip(&b).map(|(x, y)| (x - y).abs()).sum::<f64>() / n,
-                truth_accuracy: truth.map(|t| (right(&a, &t), right(&b, &t))),
-            });
+            for (weights, op) in &quantized {
+                let (b, int8_ms) = timed_scores(op, &task, &items)?;
+                let n = items.len() as f64;
+                let agree = a.iter().zip(&b).filter(|(x, y)| (**x > 0.0) == (**y > 0.0)).count();
+                let right =
+                    |s: &[f64], t: &[bool]| s.iter().zip(t).filter(|(x, y)| (**x > 0.0) == **y).count() as f64 / n;
+                rows.push(QuantRow {
+                    model: model.clone(),
+                    dataset: case.dataset.into(),
+                    weights: weights.to_string(),
+                    items: items.len(),
+                    f32_ms,
+                    int8_ms,
+                    speedup: f32_ms / int8_ms.max(1e-9),
+                    agreement: agree as f64 / n,
+                    mean_change: a.iter().zip(&b).map(|(x, y)| (x - y).abs()).sum::<f64>() / n,
+                    truth_accuracy: truth.clone().map(|t| (right(&a, &t), right(&b, &t))),
+                });
+            }
         }
     }
     Ok(rows)
@@ -184,19 +203,24 @@ pub fn measure(home: &Path, o: &QuantOptions) -> Result<Vec<QuantRow>, PeerError
 /// The rows as a markdown table, with what was measured.
 pub fn markdown(rows: &[QuantRow], o: &QuantOptions) -> String {
     let mut out = format!(
-        "# int8-weight rungs beside their f32 parents\n\n`stretto bench quant --items {} --threads {} --seed {} --batch {}`: the \
-         LLM filter over a seeded sample of {} rows per dataset, f32 and int8 weights over the same cached pasts; ms \
-         per item of the second of two runs. Agreement: the decisions (calibrated log-odds > 0) of the two rungs. \
-         Right: decisions against the critics' verdicts (reviews only).\n\n\
-         | model | dataset | f32 ms | int8 ms | speed-up | agreement | mean log-odds change | right f32 / int8 |\n\
-         |---|---|---|---|---|---|---|---|\n",
-        o.items, o.threads, o.seed, o.batch, o.items
+        "# int8-weight rungs beside their f32 parents\n\n`stretto bench quant --items {} --threads {} --seed {} --batch {} \
+         --weights {}`: the LLM filter over a seeded sample of {} rows per dataset, f32 and quantized weights over the \
+         same cached pasts; ms per item of the second of two runs. Agreement: the decisions (calibrated log-odds > 0) \
+         of the two rungs. Right: decisions against the critics' verdicts (reviews only).\n\n\
+         | model | dataset | weights | f32 ms | quantized ms | speed-up | agreement | mean log-odds change | right f32 / quantized |\n\
+         |---|---|---|---|---|---|---|---|---|\n",
+        o.items,
+        o.threads,
+        o.seed,
+        o.batch,
+        o.weights.iter().map(|w| w.as_str()).collect::<Vec<_>>().join(","),
+        o.items
     );
     for r in rows {
         let truth = r.truth_accuracy.map_or("–".to_string(), |(a, b)| format!("{a:.2} / {b:.2}"));
         out.push_str(&format!(
-            "| {} | {} | {:.1} | {:.1} | {:.2}× | {:.2} | {:.3} | {truth} |\n",
-            r.model, r.dataset, r.f32_ms, r.int8_ms, r.speedup, r.agreement, r.mean_change
+            "| {} | {} | {} | {:.1} | {:.1} | {:.2}× | {:.2} | {:.3} | {truth} |\n",
+            r.model, r.dataset, r.weights, r.f32_ms, r.int8_ms, r.speedup, r.agreement, r.mean_change
         ));
     }
     out
@@ -211,6 +235,7 @@ mod tests {
         let row = |dataset: &str, truth| QuantRow {
             model: "m".into(),
             dataset: dataset.into(),
+            weights: "int8-dyn".into(),
             items: 10,
             f32_ms: 100.0,
             int8_ms: 50.0,
@@ -220,7 +245,7 @@ mod tests {
             truth_accuracy: truth,
         };
         let md = markdown(&[row("movie", Some((0.7, 0.75))), row("rotowire", None)], &QuantOptions::default());
-        assert!(md.contains("| m | movie | 100.0 | 50.0 | 2.00× | 0.90 | 0.050 | 0.70 / 0.75 |"), "{md}");
-        assert!(md.contains("| m | rotowire | 100.0 | 50.0 | 2.00× | 0.90 | 0.050 | – |"), "{md}");
+        assert!(md.contains("| m | movie | int8-dyn | 100.0 | 50.0 | 2.00× | 0.90 | 0.050 | 0.70 / 0.75 |"), "{md}");
+        assert!(md.contains("| m | rotowire | int8-dyn | 100.0 | 50.0 | 2.00× | 0.90 | 0.050 | – |"), "{md}");
     }
 }

@@ -257,10 +257,11 @@ fn the_peer_bench_runs_llama_cpp_and_stretto_on_the_same_gguf() {
     assert_eq!(md, stdout);
 }
 
-/// The int8-rung bench end to end on a few rows per dataset (#21): both rungs run over the same caches, every
-/// figure is measured, and the reviews' row is scored against the critics' verdicts.
+/// The quantized-rung bench end to end on a few rows per dataset (#21): the f32 parent and both quantized rungs
+/// (`int8`, `int8-dyn`) run over the same caches, every figure is measured, and the reviews' rows are scored against
+/// the critics' verdicts; f32 or unknown weights are refused.
 #[test]
-fn the_quant_bench_measures_the_int8_rung_beside_its_f32_parent() {
+fn the_quant_bench_measures_the_int8_rungs_beside_their_f32_parent() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("quant");
     let (ok, stdout, err) = stretto(
@@ -271,19 +272,28 @@ fn the_quant_bench_measures_the_int8_rung_beside_its_f32_parent() {
     let rows: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(out.join("quant.json")).unwrap()).unwrap();
     let rows = rows.as_array().unwrap();
-    assert_eq!(rows.len(), 2, "reviews and reports: {rows:?}");
-    for r in rows {
+    assert_eq!(rows.len(), 4, "reviews and reports, int8 and int8-dyn: {rows:?}");
+    for (r, weights) in rows.iter().zip(["int8", "int8-dyn", "int8", "int8-dyn"]) {
+        assert_eq!(r["weights"], weights, "{r}");
         for f in ["f32_ms", "int8_ms", "speedup", "mean_change"] {
             assert!(r[f].as_f64().unwrap() > 0.0, "{f} in {r}");
         }
         assert!((0.0..=1.0).contains(&r["agreement"].as_f64().unwrap()), "{r}");
         assert_eq!(r["items"], 4);
     }
-    let movie = rows.iter().find(|r| r["dataset"] == "movie").unwrap();
-    assert_eq!(movie["truth_accuracy"].as_array().map(Vec::len), Some(2), "{movie}");
+    for movie in rows.iter().filter(|r| r["dataset"] == "movie") {
+        assert_eq!(movie["truth_accuracy"].as_array().map(Vec::len), Some(2), "{movie}");
+    }
+    // Both quantized rungs answer over the f32 rung's caches, so the f32 figure is the same on both rows.
+    assert_eq!(rows[0]["f32_ms"], rows[1]["f32_ms"]);
     let md = std::fs::read_to_string(out.join("quant.md")).unwrap();
-    assert!(md.contains("| smollm2-135m | rotowire |"), "{md}");
+    assert!(md.contains("| smollm2-135m | rotowire | int8-dyn |"), "{md}");
     assert_eq!(md, stdout);
+    for (weights, says) in [("f32", "f32 is always run"), ("int4", "unknown weights `int4`")] {
+        let (ok, _, err) =
+            stretto(&["bench", "quant", "--weights", weights, "--out", out.to_str().unwrap()], dir.path());
+        assert!(!ok && err.contains(says), "--weights {weights}: {err}");
+    }
 }
 
 /// The encoder bench end to end on a few rows (#17): every predicate of the dataset is scored on both slices, and
