@@ -4,7 +4,7 @@ without moving its answers?
 
 Usage: python probe.py MODEL MODE DATASET N   (MODEL a catalog folder under ~/.cache/stretto/models with onnx/,
 e.g. qwen2.5-coder-0.5b; DATASET movie|rotowire; N sampled items, seed 42)
-MODE: s8 every linear layer; s8:ffn_gate,ffn_up,... only those; s8-nohead lm_head kept f32; r8 one activation
+MODE: s8 every linear layer; s8-nbdown the same but ffn_down as 8-bit MatMulNBits (block 128); nball every linear layer as 8-bit MatMulNBits (the catalog's int8 rung); -nbhead also the LM head; s8-nbrest:L1,... dynamic int8 on those layers, MatMulNBits on the rest; s8:ffn_gate,ffn_up,... only those; s8-nohead lm_head kept f32; r8 one activation
 scale per token (MatMulInteger + Cast + Mul); s8-rdown per token on ffn_down only; s8-sm SmoothQuant (alpha
 $ALPHA, default 0.5) calibrated on the last 12 reviews of the movie data.
 Prints ms per item of the question pass (batch 8, left-padded pasts, 1 thread) for f32 and the quantized graph, the
@@ -53,6 +53,15 @@ if not os.path.exists(dst+"/decoder.onnx"):
     for n in m.graph.node:
         b1=n.input[1] if len(n.input)>1 else ""
         skip=("nohead" in mode and (b1.startswith("lm_head") or b1.startswith("output.weight"))) or ("nodown" in mode and "ffn_down" in b1) or (":" in mode and not any(("."+w+".") in b1 for w in mode.split(":")[1].split(",")))
+        if ("nball" in mode or ("nbrest" in mode and skip) or ("nbdown" in mode and "ffn_down" in b1) or ("nbhead" in mode and (b1.startswith("lm_head") or b1.startswith("output.weight")))) and n.op_type=="MatMul" and b1 in inits and len(inits[b1].dims)==2:
+            # ffn_down as 8-bit MatMulNBits (block 128, symmetric, int8 compute): blockwise activation scales keep
+            # the SwiGLU outlier channels that one scale per tensor loses.
+            W=nh.to_array(inits[b1]).T.copy(); N,K=W.shape; nb=K//128; Wb=W.reshape(N,nb,128)
+            sc=np.abs(Wb).max(-1)/127; sc[sc==0]=1
+            q=(np.clip(np.round(Wb/sc[...,None]),-128,127)+128).astype(np.uint8)
+            drop.add(b1); add+=[nh.from_array(q,b1+"_nq"),nh.from_array(sc.reshape(-1).astype(np.float32),b1+"_ns")]
+            new.append(h.make_node("MatMulNBits",[n.input[0],b1+"_nq",b1+"_ns"],list(n.output),domain="com.microsoft",K=K,N=N,bits=8,block_size=128,accuracy_level=4))
+            continue
         if n.op_type=="MatMul" and n.input[1] in inits and len(inits[n.input[1]].dims)==2 and not skip:
             W=nh.to_array(inits[n.input[1]])  # [K][N]
             x0=n.input[0]
