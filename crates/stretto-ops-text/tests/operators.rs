@@ -341,18 +341,12 @@ fn an_int8_rung_answers_like_its_f32_parent_over_the_parents_caches() {
     // 8-bit weights (and int8 activations) move the log-odds a little. SmolLM2's calibrated log-odds on these
     // reviews all lie within ±0.8, so that is enough to flip a few decisions, but the scores keep most of their
     // order (measured: mean change 0.24, correlation 0.77, 11 of 16 decisions the same).
-    let change = int8.iter().zip(&f32_alone).map(|(a, b)| (a - b).abs()).sum::<f64>() / 16.0;
-    let r = pearson(&int8, &f32_alone);
-    let agree = int8.iter().zip(&f32_alone).filter(|(a, b)| (**a > 0.0) == (**b > 0.0)).count();
-    eprintln!("int8 vs f32 on 16 reviews: mean |change| {change:.3}, correlation {r:.3}, {agree} of 16 agree");
+    let (change, r) = against_f32("int8", &int8, &f32_alone);
     assert!(change > 0.0 && change < 0.4, "mean log-odds change {change}");
     assert!(r > 0.6, "int8 and f32 log-odds correlate only {r}");
     // The conversion is a real 8-bit graph: its linear layers take a quarter of their f32 bytes (the token embedding
     // table, a lookup, stays f32): 265 MB against 651 MB.
-    let home = stretto_core::context::default_home();
-    let files =
-        stretto_kv::prepare::ensure_decoder_with(&home, "smollm2-135m", stretto_kv::convert::Weights::Int8).unwrap();
-    assert_eq!(files.config.weights, stretto_kv::convert::Weights::Int8);
+    let (home, files) = smollm2_converted(stretto_kv::convert::Weights::Int8);
     let size = |d: &std::path::Path| std::fs::metadata(d.join("decoder.onnx.data")).unwrap().len();
     let (q, f) = (size(&files.dir), size(&stretto_kv::prepare::decoder_dir(&home, "smollm2-135m")));
     assert!(q * 2 < f, "int8 weights take {q} bytes against {f}");
@@ -381,16 +375,11 @@ fn an_int8_dyn_rung_quantizes_activations_except_the_down_projection_and_keeps_t
     let (name, dynamic) = scores(serde_json::json!({"model": "smollm2-135m", "weights": "int8-dyn"}));
     let (_, f32) = scores(serde_json::json!({"model": "smollm2-135m"}));
     assert_eq!(name, "llm:smollm2-135m@expected-attention-0.00+int8-dyn");
-    let change = dynamic.iter().zip(&f32).map(|(a, b)| (a - b).abs()).sum::<f64>() / 16.0;
-    let r = pearson(&dynamic, &f32);
-    eprintln!("int8-dyn vs f32 on 16 reviews: mean |change| {change:.3}, correlation {r:.3}");
+    let (change, r) = against_f32("int8-dyn", &dynamic, &f32);
     assert!(change > 0.0 && change < 0.5, "mean log-odds change {change}");
     assert!(r > 0.5, "int8-dyn and f32 log-odds correlate only {r}");
     // The graph: dynamic int8 everywhere but the down-projections, which stay blockwise 8-bit `MatMulNBits`.
-    let home = stretto_core::context::default_home();
-    let files =
-        stretto_kv::prepare::ensure_decoder_with(&home, "smollm2-135m", stretto_kv::convert::Weights::Int8Dyn).unwrap();
-    assert_eq!(files.config.weights, stretto_kv::convert::Weights::Int8Dyn);
+    let (_, files) = smollm2_converted(stretto_kv::convert::Weights::Int8Dyn);
     let graph = std::fs::read(&files.model).unwrap();
     // A node's op type is protobuf field 4 (tag byte 0x22) followed by its length: value names never match that.
     let count = |op: &str| {
@@ -403,6 +392,25 @@ fn an_int8_dyn_rung_quantizes_activations_except_the_down_projection_and_keeps_t
     assert_eq!(count("MatMulIntegerToFloat"), 6 * layers + 1, "q, k, v, o, gate, up and the LM head");
     assert_eq!(count("MatMulNBits"), layers, "the down-projections");
     let _ = std::fs::remove_dir_all(&scratch);
+}
+
+/// A quantized rung's log-odds against its f32 parent's: the mean |change| and the correlation (printed with the
+/// number of decisions that agree).
+fn against_f32(rung: &str, quantized: &[f64], f32: &[f64]) -> (f64, f64) {
+    let n = f32.len();
+    let change = quantized.iter().zip(f32).map(|(a, b)| (a - b).abs()).sum::<f64>() / n as f64;
+    let r = pearson(quantized, f32);
+    let agree = quantized.iter().zip(f32).filter(|(a, b)| (**a > 0.0) == (**b > 0.0)).count();
+    eprintln!("{rung} vs f32 on {n} reviews: mean |change| {change:.3}, correlation {r:.3}, {agree} of {n} agree");
+    (change, r)
+}
+
+/// SmolLM2-135M converted with `weights` in the default model home (and that home).
+fn smollm2_converted(weights: stretto_kv::convert::Weights) -> (std::path::PathBuf, stretto_kv::convert::DecoderFiles) {
+    let home = stretto_core::context::default_home();
+    let files = stretto_kv::prepare::ensure_decoder_with(&home, "smollm2-135m", weights).unwrap();
+    assert_eq!(files.config.weights, weights);
+    (home, files)
 }
 
 fn pearson(a: &[f64], b: &[f64]) -> f64 {
