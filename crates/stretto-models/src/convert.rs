@@ -332,9 +332,9 @@ fn build_decoder_graph(g: &Gguf, c: &DecoderConfig, model_path: &Path) -> Result
         pasts.push((k, v));
     }
 
+    // Dynamic int8: one `DynamicQuantizeLinear` per input tensor, shared by the layers that read it (q/k/v, gate/up).
     // `x · Wᵀ` for GGUF weights W stored as [out = rows][in = cols]: MatMul wants [in][out]; MatMulNBits takes the
     // rows as they are.
-    // Dynamic int8: one `DynamicQuantizeLinear` per input tensor, shared by the layers that read it (q/k/v, gate/up).
     let quantized_inputs: std::cell::RefCell<std::collections::HashMap<String, [String; 3]>> = Default::default();
     let linear = |b: &mut GraphBuilder, x: &str, w: &[f32], name: &str, rows: usize, cols: usize| -> Result<String> {
         let weights = match c.weights {
@@ -349,10 +349,7 @@ fn build_decoder_graph(g: &Gguf, c: &DecoderConfig, model_path: &Path) -> Result
                 let [xq, xs, xz] = quantized_inputs
                     .borrow_mut()
                     .entry(x.to_string())
-                    .or_insert_with(|| {
-                        let outs = b.op_multi("DynamicQuantizeLinear", &[x], 3);
-                        [outs[0].clone(), outs[1].clone(), outs[2].clone()]
-                    })
+                    .or_insert_with(|| b.op_multi("DynamicQuantizeLinear", &[x]))
                     .clone();
                 Ok(b.op_in(MS_DOMAIN, "MatMulIntegerToFloat", &[&xq, &q, &xs, &s, &xz], vec![]))
             }

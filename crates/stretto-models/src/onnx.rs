@@ -371,12 +371,12 @@ impl GraphBuilder {
         out
     }
 
-    /// Adds a node of the default domain with `outputs` outputs and returns their names.
-    pub fn op_multi(&mut self, op_type: &str, inputs: &[&str], outputs: usize) -> Vec<String> {
-        let outs: Vec<String> = (0..outputs).map(|_| self.fresh(op_type)).collect();
+    /// Adds a node of the default domain with `N` outputs and returns their names.
+    pub fn op_multi<const N: usize>(&mut self, op_type: &str, inputs: &[&str]) -> [String; N] {
+        let outs: [String; N] = std::array::from_fn(|_| self.fresh(op_type));
         self.nodes.push(NodeProto {
             input: inputs.iter().map(|s| s.to_string()).collect(),
-            output: outs.clone(),
+            output: outs.to_vec(),
             name: format!("{}_node", outs[0]),
             op_type: op_type.into(),
             ..Default::default()
