@@ -192,7 +192,7 @@ pub fn measure(home: &Path, o: &QuantOptions) -> Result<Vec<QuantRow>, PeerError
                     speedup: f32_ms / int8_ms.max(1e-9),
                     agreement: agree as f64 / n,
                     mean_change: a.iter().zip(&b).map(|(x, y)| (x - y).abs()).sum::<f64>() / n,
-                    truth_accuracy: truth.clone().map(|t| (right(&a, &t), right(&b, &t))),
+                    truth_accuracy: truth.as_deref().map(|t| (right(&a, t), right(&b, t))),
                 });
             }
         }
