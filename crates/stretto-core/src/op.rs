@@ -359,6 +359,12 @@ pub trait PhysicalOp: Send + Sync + fmt::Debug {
         None
     }
 
+    /// The variant of its model's weights it runs (`int8`, `int8-dyn`), or `None` for the model's own (default). A
+    /// compressed rung's uncompressed parent, the rung it must be cheaper than, runs the same weights.
+    fn weights_variant(&self) -> Option<&str> {
+        None
+    }
+
     /// Whether it judges *pairs*: the join predicates of a semantic join ([`SemanticTask::join_sides`]), each item a
     /// [`pair_item`] with the two sides apart, so that it can work on each side once (its cached past, its
     /// embedding, its projected value) rather than on every pair. Such an operator serves join predicates only;
@@ -506,6 +512,11 @@ impl RegisteredOp {
     /// The decoder whose item KV caches it reads, if any.
     pub fn kv_cache_model(&self) -> Option<&str> {
         self.op.kv_cache_model()
+    }
+
+    /// The variant of its model's weights it runs, if not the model's own ([`PhysicalOp::weights_variant`]).
+    pub fn weights_variant(&self) -> Option<&str> {
+        self.op.weights_variant()
     }
 
     /// Whether it is the reference implementation of `task` ([`PhysicalOp::is_gold_for`]).

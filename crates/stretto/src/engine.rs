@@ -740,15 +740,15 @@ fn probe_drops(
 /// only loses information, so it must at least save time.
 pub const COMPRESSED_SAVING: f64 = 0.95;
 
-/// The uncompressed parent of candidate `idx` (same family and model, compression 0) among the probed `costs`
+/// The uncompressed parent of candidate `idx` (same family, model and weights, compression 0) among the probed `costs`
 /// (candidate index, seconds per tuple), with its cost; `None` for an uncompressed candidate or one whose parent
 /// was not probed.
 fn uncompressed_parent(ops: &[Arc<RegisteredOp>], costs: &[(usize, f64)], idx: usize) -> Option<(usize, f64)> {
     costs.iter().copied().find(|&(j, _)| is_parent_of(ops, j, idx))
 }
 
-/// Whether candidate `j` is the uncompressed parent of the compressed candidate `idx` (same family and model,
-/// compression 0).
+/// Whether candidate `j` is the uncompressed parent of the compressed candidate `idx` (same family, model and
+/// weights, compression 0): a quantized rung of the model is not the parent of its f32 compressed rungs.
 fn is_parent_of(ops: &[Arc<RegisteredOp>], j: usize, idx: usize) -> bool {
     let (p, q) = (ops[idx].properties(), ops[j].properties());
     j != idx
@@ -756,6 +756,7 @@ fn is_parent_of(ops: &[Arc<RegisteredOp>], j: usize, idx: usize) -> bool {
         && q.family == p.family
         && q.model == p.model
         && q.compression.is_none_or(|r| r <= 0.0)
+        && ops[j].weights_variant() == ops[idx].weights_variant()
 }
 
 /// Removes from `tried` the compressed rungs whose uncompressed parent is among `ops` but not in `tried`: the pay

@@ -39,12 +39,15 @@ struct Fixed {
     modulus: usize,
     /// It gives the wrong answer on rows whose number leaves 1 divided by this (0: never).
     flip: usize,
+    /// The variant of its model's weights ([`PhysicalOp::weights_variant`]).
+    variant: Option<&'static str>,
 }
 
 impl Fixed {
     fn new(name: &str, secs: f64, gold: bool) -> Arc<Self> {
         let props = props(LogicalKind::Filter, "fixed", secs, gold);
-        Arc::new(Self { name: name.into(), props, secs, setup: false, asked: Default::default(), modulus: 3, flip: 0 })
+        let asked = Default::default();
+        Arc::new(Self { name: name.into(), props, secs, setup: false, asked, modulus: 3, flip: 0, variant: None })
     }
 
     /// A filter passing one row in `modulus`.
@@ -75,6 +78,13 @@ impl Fixed {
         op.props.compression = Some(ratio);
         Arc::new(op)
     }
+
+    /// The uncompressed rung of a `family` at quantized weights.
+    fn quantized(name: &str, secs: f64, family: &str) -> Arc<Self> {
+        let mut op = Arc::try_unwrap(Self::rung(name, secs, family, 0.0)).unwrap();
+        op.variant = Some("int8");
+        Arc::new(op)
+    }
 }
 
 impl PhysicalOp for Fixed {
@@ -86,6 +96,9 @@ impl PhysicalOp for Fixed {
     }
     fn one_off_setup(&self) -> bool {
         self.setup
+    }
+    fn weights_variant(&self) -> Option<&str> {
+        self.variant
     }
     fn evaluate_items(&self, task: &SemanticTask, items: &[String]) -> stretto::core::Result<(OpOutput, Vec<f64>)> {
         self.asked.fetch_add(items.len(), std::sync::atomic::Ordering::SeqCst);
@@ -323,6 +336,29 @@ fn a_compressed_rung_no_cheaper_than_its_parent_stops_at_the_probe() {
     assert_eq!(at_probe, ["small@0.5"], "{sc:?}");
     let half = sc.dropped.iter().find(|d| d.operator == "small@0.5").unwrap();
     assert!(half.reason.contains("97% of its uncompressed parent small@0's"), "{}", half.reason);
+}
+
+/// A model's quantized rung (its own weights, uncompressed, cheaper) is not the parent of its f32 compressed rungs:
+/// they read the f32 rung's caches with its weights and must only be cheaper than it. (The quantized rung's name sorts
+/// before the f32 rung's, so it is the first uncompressed rung of the family the probe finds.)
+#[test]
+fn a_compressed_rung_is_measured_against_the_parent_with_its_own_weights() {
+    let dir = tempfile::tempdir().unwrap();
+    let ops = [
+        Fixed::new("gold", 1.0, true),
+        Fixed::quantized("int8@0", 0.15, "ladder"),
+        Fixed::rung("small@0", 0.3, "ladder", 0.0),
+        Fixed::rung("small@0.5", 0.25, "ladder", 0.5),
+        Fixed::new("cheap", 0.01, false),
+    ];
+    let s = session(dir.path(), 1000, 0.12, &ops);
+    let frame = s.table("t").unwrap().sem_filter("{t.text} is a multiple of three").unwrap();
+    let r = frame.collect(Targets::new(0.8, 0.8, 0.95).unwrap()).unwrap();
+    let sc = r.report().screening.clone().expect("screening ran");
+    // 83% of its f32 parent's time: offered (against the int8 rung it would be 167%).
+    let by_parent: Vec<&str> =
+        sc.dropped.iter().filter(|d| d.reason.contains("uncompressed parent")).map(|d| d.reason.as_str()).collect();
+    assert!(by_parent.is_empty(), "{by_parent:?}");
 }
 
 /// On a machine whose cores one operator's threads already fill, profiling runs the logical operators one after
