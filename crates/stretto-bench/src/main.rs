@@ -203,8 +203,9 @@ enum Command {
         /// STRETTO_MEMORY_BUDGET, else 1 GiB); long items are prefilled in chunks that fit it.
         #[arg(long)]
         memory_budget: Option<u64>,
-        /// Also offer each ladder model's int8-weight rung (8-bit MatMulNBits weights over the f32 model's caches;
-        /// converted on first use). The optimizer certifies it like any other rung.
+        /// Also offer both weight-quantized rungs of every ladder model (int8: 8-bit MatMulNBits weights; int8-dyn:
+        /// 8-bit activations too, but for the down-projection; over the f32 model's caches, converted on first use).
+        /// The optimizer certifies them like any other rung.
         #[arg(long)]
         int8_rungs: bool,
         /// Sentence encoders of the embedding filters, one rung each (default: minilm; e.g. minilm,mpnet). They are
@@ -284,7 +285,7 @@ enum Command {
         /// STRETTO_MEMORY_BUDGET, else 1 GiB); long items are prefilled in chunks that fit it.
         #[arg(long)]
         memory_budget: Option<u64>,
-        /// Also offer each ladder model's int8-weight rung (as `stretto query --int8-rungs`).
+        /// Also offer both weight-quantized rungs of every ladder model (as `stretto query --int8-rungs`).
         #[arg(long)]
         int8_rungs: bool,
         /// Sentence encoders of the embedding filters, one rung each (default: minilm; e.g. minilm,mpnet). They are

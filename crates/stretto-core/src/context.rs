@@ -82,9 +82,10 @@ pub struct OpContext {
     /// chunks that fit it, so peak memory does not grow with the square of an item's length. `None`: 1 GiB
     /// (`stretto_kv::decoder::DEFAULT_MEMORY_BUDGET`).
     pub memory_budget: Option<u64>,
-    /// Whether the LLM ladder also offers each model's int8-weight rungs (its question passes on 8-bit
-    /// `MatMulNBits` weights, over the f32 model's caches). Off by default: such a rung joins the default ladder only
-    /// once it is measured fast and faithful enough (`bench/results/quant/`).
+    /// Whether the LLM ladder also offers every catalog model's weight-quantized rungs, both variants (`int8`:
+    /// 8-bit `MatMulNBits` weights; `int8-dyn`: 8-bit weights and activations but for the down-projection), over
+    /// the f32 model's caches. Off by default: no quantized rung has yet paid for its profiling end to end
+    /// (`bench/results/quant/`, `bench/results/totals/int8-dyn/`).
     pub int8_rungs: bool,
     /// What operators' answers cost per item, recorded by every evaluation of the registries built from this
     /// context (and its clones), for pay checks to read before asking a candidate.
@@ -181,7 +182,7 @@ impl OpContext {
         self
     }
 
-    /// With (or without) the int8-weight rungs of every ladder model.
+    /// With (or without) both weight-quantized rungs of every ladder model (see [`OpContext::int8_rungs`]).
     pub fn with_int8_rungs(mut self, on: bool) -> Self {
         self.int8_rungs = on;
         self

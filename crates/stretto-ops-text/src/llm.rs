@@ -83,7 +83,10 @@ fn default_max_tokens() -> usize {
 /// The rungs: every ladder model of the context at ratios 0, 0.5 and 0.8; the last (largest) model uncompressed is
 /// the gold candidate. Caches are compressed with the expected-attention press, or key-norm for a model whose graph
 /// returns no query statistics (a Hugging Face export). With the context's `int8_rungs`, every catalog model also
-/// gets an uncompressed int8-weight rung.
+/// gets its two weight-quantized rungs, uncompressed: `int8` (8-bit `MatMulNBits` weights) and `int8-dyn` (8-bit
+/// activations too, but for the down-projection). Neither is offered by default: Qwen2.5-Coder-1.5B's `int8-dyn`
+/// clears the per-item bar (about 2x faster than f32 with its decisions kept, `bench/results/quant/int8-dyn/`), but
+/// offering it made the small scale's labelled movie queries dearer end to end (`bench/results/totals/int8-dyn/`).
 pub fn ladder(ctx: &OpContext) -> Vec<serde_json::Value> {
     let models = &ctx.ladder;
     let last = models.len().saturating_sub(1);
@@ -97,7 +100,9 @@ pub fn ladder(ctx: &OpContext) -> Vec<serde_json::Value> {
             );
         }
         if ctx.int8_rungs && stretto_kv::models::spec(m).is_ok() {
-            out.push(serde_json::json!({"model": m, "ratio": 0.0, "press": press, "weights": "int8"}));
+            for weights in [Weights::Int8, Weights::Int8Dyn] {
+                out.push(serde_json::json!({"model": m, "ratio": 0.0, "press": press, "weights": weights}));
+            }
         }
     }
     out
@@ -419,6 +424,10 @@ impl PhysicalOp for LlmOp {
         self.bridge.is_none().then_some(self.config.model.as_str())
     }
 
+    fn weights_variant(&self) -> Option<&str> {
+        (self.config.weights != Weights::F32).then_some(self.config.weights.as_str())
+    }
+
     fn accept(&self, task: &SemanticTask) -> Result<String> {
         // A contrast filter's answers depend on the question its model derived, so they are memoised under it: a
         // changed derivation never reads answers to another question. Without an opposite, it declines.
@@ -569,5 +578,37 @@ mod tests {
         assert!(e.contains("unknown press"), "{e}");
         let op = build(LogicalKind::Filter, &serde_json::json!({"model": "smollm2-135m", "ratio": 0.5})).unwrap();
         assert_eq!(op.name(), "llm:smollm2-135m@expected-attention-0.50");
+    }
+
+    #[test]
+    fn int8_rungs_offer_both_quantized_variants_of_every_catalog_model_and_none_is_gold() {
+        let mut ctx = OpContext::new("/nonexistent-home");
+        ctx.ladder = vec!["smollm2-135m".into(), "qwen2.5-coder-1.5b".into()];
+        let rungs = |ctx: &OpContext| -> Vec<(String, bool)> {
+            ladder(ctx)
+                .iter()
+                .map(|c| (build(LogicalKind::Filter, c, ctx).unwrap().name().to_string(), c["gold"] == true))
+                .collect()
+        };
+        let quantized = |rungs: &[(String, bool)]| -> Vec<String> {
+            rungs.iter().filter(|(n, _)| n.contains('+')).map(|(n, _)| n.clone()).collect()
+        };
+        // By default, f32 rungs only.
+        let default = rungs(&ctx);
+        assert_eq!(default.len(), 6, "{default:?}");
+        assert!(quantized(&default).is_empty(), "{default:?}");
+        ctx.int8_rungs = true;
+        let all = rungs(&ctx);
+        assert_eq!(
+            quantized(&all),
+            [
+                "llm:smollm2-135m@expected-attention-0.00+int8",
+                "llm:smollm2-135m@expected-attention-0.00+int8-dyn",
+                "llm:qwen2.5-coder-1.5b@expected-attention-0.00+int8",
+                "llm:qwen2.5-coder-1.5b@expected-attention-0.00+int8-dyn",
+            ]
+        );
+        let gold: Vec<&String> = all.iter().filter(|(_, g)| *g).map(|(n, _)| n).collect();
+        assert_eq!(gold, ["llm:qwen2.5-coder-1.5b@expected-attention-0.00"], "gold stays the f32 model");
     }
 }

@@ -110,9 +110,9 @@ impl SessionBuilder {
         self
     }
 
-    /// Whether the LLM ladder also offers each catalog model's int8-weight rung (8-bit `MatMulNBits` weights over
-    /// the f32 model's caches, converted on first use; default off). The optimizer profiles and certifies it like
-    /// any other rung.
+    /// Whether the LLM ladder also offers both weight-quantized rungs of every catalog model (`int8`: 8-bit
+    /// `MatMulNBits` weights; `int8-dyn`: 8-bit activations too, but for the down-projection; over the f32 model's
+    /// caches, converted on first use; default off). The optimizer profiles and certifies them like any other rung.
     pub fn int8_rungs(mut self, on: bool) -> Self {
         self.config.operators.int8_rungs = on;
         self
