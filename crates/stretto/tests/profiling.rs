@@ -310,22 +310,26 @@ fn the_gold_method_costs_what_gold_on_every_tuple_does() {
     assert_eq!(r.report().sample_rows, stretto::engine::GOLD_ORDER_TUPLES);
 }
 
+/// The screening of "multiple of three" over 1000 rows, 12% profiled, at targets 0.8 with `ops` registered.
+fn screening_of(ops: &[Arc<Fixed>]) -> stretto::engine::Screening {
+    let dir = tempfile::tempdir().unwrap();
+    let s = session(dir.path(), 1000, 0.12, ops);
+    let frame = s.table("t").unwrap().sem_filter("{t.text} is a multiple of three").unwrap();
+    let r = frame.collect(Targets::new(0.8, 0.8, 0.95).unwrap()).unwrap();
+    r.report().screening.clone().expect("screening ran")
+}
+
 /// A compressed rung that costs about what its uncompressed parent does (short items leave compression little to
 /// save) is not offered: it stops at the probe. One that saves time goes on to the rest of the screening.
 #[test]
 fn a_compressed_rung_no_cheaper_than_its_parent_stops_at_the_probe() {
-    let dir = tempfile::tempdir().unwrap();
-    let ops = [
+    let sc = screening_of(&[
         Fixed::new("gold", 1.0, true),
         Fixed::rung("small@0", 0.3, "ladder", 0.0),
         Fixed::rung("small@0.5", 0.29, "ladder", 0.5),
         Fixed::rung("small@0.8", 0.2, "ladder", 0.8),
         Fixed::new("cheap", 0.01, false),
-    ];
-    let s = session(dir.path(), 1000, 0.12, &ops);
-    let frame = s.table("t").unwrap().sem_filter("{t.text} is a multiple of three").unwrap();
-    let r = frame.collect(Targets::new(0.8, 0.8, 0.95).unwrap()).unwrap();
-    let sc = r.report().screening.clone().expect("screening ran");
+    ]);
     // At the probe only small@0.5 stops (the cheap filter later dominates the other rungs at the screening).
     let at_probe: Vec<&str> = sc
         .dropped
@@ -343,18 +347,13 @@ fn a_compressed_rung_no_cheaper_than_its_parent_stops_at_the_probe() {
 /// before the f32 rung's, so it is the first uncompressed rung of the family the probe finds.)
 #[test]
 fn a_compressed_rung_is_measured_against_the_parent_with_its_own_weights() {
-    let dir = tempfile::tempdir().unwrap();
-    let ops = [
+    let sc = screening_of(&[
         Fixed::new("gold", 1.0, true),
         Fixed::quantized("int8@0", 0.15, "ladder"),
         Fixed::rung("small@0", 0.3, "ladder", 0.0),
         Fixed::rung("small@0.5", 0.25, "ladder", 0.5),
         Fixed::new("cheap", 0.01, false),
-    ];
-    let s = session(dir.path(), 1000, 0.12, &ops);
-    let frame = s.table("t").unwrap().sem_filter("{t.text} is a multiple of three").unwrap();
-    let r = frame.collect(Targets::new(0.8, 0.8, 0.95).unwrap()).unwrap();
-    let sc = r.report().screening.clone().expect("screening ran");
+    ]);
     // 83% of its f32 parent's time: offered (against the int8 rung it would be 167%).
     let by_parent: Vec<&str> =
         sc.dropped.iter().filter(|d| d.reason.contains("uncompressed parent")).map(|d| d.reason.as_str()).collect();
