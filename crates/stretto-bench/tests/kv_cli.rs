@@ -236,6 +236,19 @@ fn doctor_sizes_the_stores_and_names_what_does_not_verify() {
     // --quick reads nothing back, so it sees nothing wrong; after a repair the full check is clean.
     let (ok, out, _) = doctor(&["--quick"]);
     assert!(ok && out.contains("not verified"), "{out}");
+    // A decoder's conversions are sized per weights: here an int8-dyn one left by an --int8-rungs query.
+    let smol = home.join("models/smollm2-135m");
+    std::fs::create_dir_all(smol.join("onnx-int8-dyn")).unwrap();
+    std::fs::write(smol.join("manifest.json"), "{}").unwrap();
+    std::fs::write(smol.join("onnx-int8-dyn/decoder.onnx"), vec![0u8; 3_000_000]).unwrap();
+    let (ok, out, _) = doctor(&["--quick", "--json"]);
+    let r: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let m = r["models"].as_array().unwrap().iter().find(|m| m["name"] == "smollm2-135m").unwrap();
+    let c = m["conversions"].as_array().unwrap();
+    assert!(ok && c.len() == 1 && c[0]["weights"] == "int8-dyn" && c[0]["bytes"] == 3_000_000, "{m}");
+    let (_, out, _) = doctor(&["--quick"]);
+    assert!(out.contains("(ONNX: int8-dyn 3.0 MB)"), "{out}");
+    std::fs::remove_dir_all(&smol).unwrap();
     let (ok, _, err) = stretto(&kv, &["kv", "repair", "--dataset", "movie"]);
     assert!(ok, "{err}");
     let (ok, out, err) = doctor(&[]);

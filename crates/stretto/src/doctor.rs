@@ -2,9 +2,9 @@
 //!
 //! [`examine`] looks at the three places Stretto writes to and reports, without changing anything:
 //!
-//! - the **model home**: every catalog model, whether it is prepared, its size on disk, and (with `verify`) whether
-//!   each assembled artifact still has the SHA-256 the catalog pins; folders of user models; temporaries that a
-//!   killed preparation left;
+//! - the **model home**: every catalog model, whether it is prepared, its size on disk (a decoder's ONNX
+//!   conversions, f32 and quantized, sized apart), and (with `verify`) whether each assembled artifact still has the
+//!   SHA-256 the catalog pins; folders of user models; temporaries that a killed preparation left;
 //! - the **KV directory**: bytes and records per repository (one per dataset, `adhoc` for caches computed by
 //!   queries), and (with `verify`) every record read back against its checksum, as `stretto kv verify` does;
 //! - the **memo**: files, answers and bytes per operator, and torn lines (an append cut short by a crash, which
@@ -40,6 +40,21 @@ pub struct ModelHealth {
     pub bytes: u64,
     /// Artifacts whose SHA-256 is not the pinned one, or that are missing (checked only with `verify`).
     pub bad_artifacts: Vec<String>,
+    /// A decoder's ONNX conversions present in its folder, per weights (`f32`, `int8`, `int8-dyn`), with their bytes
+    /// (inside [`ModelHealth::bytes`]): a quantized one is made on first use of an `--int8-rungs` rung, and can be
+    /// deleted to reclaim the space (it is remade when needed).
+    pub conversions: Vec<Conversion>,
+}
+
+/// One ONNX conversion of a decoder in the model home.
+#[derive(Debug, Clone, Serialize)]
+pub struct Conversion {
+    /// `f32`, `int8` or `int8-dyn`.
+    pub weights: String,
+    /// The conversion's folder.
+    pub folder: PathBuf,
+    /// Bytes of that folder.
+    pub bytes: u64,
 }
 
 /// One repository of the KV directory (a dataset's, or `adhoc`).
@@ -151,7 +166,11 @@ impl fmt::Display for DoctorReport {
             } else {
                 "DOES NOT VERIFY"
             };
-            writeln!(f, "  {:<22} {:>10}  {state}", m.name, mb(m.bytes))?;
+            let conversions: Vec<String> =
+                m.conversions.iter().map(|c| format!("{} {}", c.weights, mb(c.bytes))).collect();
+            let conversions =
+                if conversions.is_empty() { String::new() } else { format!(" (ONNX: {})", conversions.join(", ")) };
+            writeln!(f, "  {:<22} {:>10}  {state}{conversions}", m.name, mb(m.bytes))?;
         }
         for (name, bytes) in &self.user_models {
             writeln!(f, "  {name:<22} {:>10}  user model", mb(*bytes))?;
@@ -261,7 +280,21 @@ pub fn examine(context: &OpContext, verify: bool) -> Result<DoctorReport> {
                 }
             }
         }
-        models.push(ModelHealth { name: spec.name.into(), prepared, bytes, bad_artifacts });
+        let mut conversions = Vec::new();
+        if prepared && spec.is_decoder() {
+            use stretto_models::convert::Weights;
+            for weights in [Weights::F32, Weights::Int8, Weights::Int8Dyn] {
+                let folder = dir.join(weights.folder());
+                if folder.is_dir() {
+                    conversions.push(Conversion {
+                        weights: weights.as_str().into(),
+                        bytes: tree_bytes(&folder)?,
+                        folder,
+                    });
+                }
+            }
+        }
+        models.push(ModelHealth { name: spec.name.into(), prepared, bytes, bad_artifacts, conversions });
     }
     let mut user_models = Vec::new();
     let mut model_temporaries = Vec::new();
