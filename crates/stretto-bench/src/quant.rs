@@ -54,7 +54,7 @@ impl Default for QuantOptions {
             threads: 1,
             seed: 42,
             batch: 8,
-            weights: vec![Weights::Int8, Weights::Int8Dyn],
+            weights: Weights::QUANTIZED.to_vec(),
         }
     }
 }

@@ -51,6 +51,11 @@ pub enum Weights {
 pub const INT8_BLOCK: usize = 128;
 
 impl Weights {
+    /// The quantized variants, in a fixed order.
+    pub const QUANTIZED: [Self; 2] = [Self::Int8, Self::Int8Dyn];
+    /// Every variant, the reference first.
+    pub const ALL: [Self; 3] = [Self::F32, Self::Int8, Self::Int8Dyn];
+
     /// Parses `f32`, `int8` or `int8-dyn`.
     pub fn parse(s: &str) -> Result<Self> {
         match s {
@@ -653,6 +658,10 @@ mod tests {
         assert_eq!(Weights::parse("int8-dyn").unwrap(), Weights::Int8Dyn);
         assert_eq!(Weights::parse("f32").unwrap().folder(), "onnx");
         assert_eq!(Weights::Int8.folder(), "onnx-int8");
+        for w in Weights::ALL {
+            assert_eq!(Weights::parse(w.as_str()).unwrap(), w);
+        }
+        assert_eq!(Weights::QUANTIZED[..], Weights::ALL[1..], "every variant but the f32 reference");
         assert_eq!(Weights::Int8Dyn.folder(), "onnx-int8-dyn");
         assert_eq!(serde_json::to_string(&Weights::Int8Dyn).unwrap(), "\"int8-dyn\"");
         assert!(Weights::parse("int4").unwrap_err().to_string().contains("f32, int8, int8-dyn"));

@@ -100,7 +100,7 @@ pub fn ladder(ctx: &OpContext) -> Vec<serde_json::Value> {
             );
         }
         if ctx.int8_rungs && stretto_kv::models::spec(m).is_ok() {
-            for weights in [Weights::Int8, Weights::Int8Dyn] {
+            for weights in Weights::QUANTIZED {
                 out.push(serde_json::json!({"model": m, "ratio": 0.0, "press": press, "weights": weights}));
             }
         }

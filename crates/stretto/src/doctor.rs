@@ -282,8 +282,7 @@ pub fn examine(context: &OpContext, verify: bool) -> Result<DoctorReport> {
         }
         let mut conversions = Vec::new();
         if prepared && spec.is_decoder() {
-            use stretto_models::convert::Weights;
-            for weights in [Weights::F32, Weights::Int8, Weights::Int8Dyn] {
+            for weights in stretto_models::convert::Weights::ALL {
                 let folder = dir.join(weights.folder());
                 if folder.is_dir() {
                     conversions.push(Conversion {
