@@ -120,7 +120,9 @@ impl SemanticTask {
         Self { name: name.into(), kind: LogicalKind::Filter, prompt: predicate.into(), output: None }
     }
 
-    /// A semantic map adding `column` of type `ty`.
+    /// A semantic map adding `column` of type `ty`. An instruction that lists its answers as a closed set (`(yes/no)`,
+    /// `(positive or negative)`, `(choose from plot, acting, …)`) is answered with one of them by the LLM maps, spelled
+    /// as listed (`stretto_kv::choice::closed_choices` says exactly what is read as such a list).
     pub fn map(
         name: impl Into<String>,
         instruction: impl Into<String>,

@@ -27,6 +27,7 @@
 
 pub mod budget;
 pub mod cache;
+pub mod choice;
 pub mod contrast;
 pub mod decoder;
 pub mod embed;

@@ -357,6 +357,83 @@ pub fn map_answers(
     Ok((answers, seconds))
 }
 
+/// A closed-choice answer: the index of the chosen choice and its probability.
+pub type Choice = (usize, f64);
+
+/// One item's walk through the choices' tokens ([`choice_answers`]).
+struct Walk {
+    item: usize,
+    /// The spellings still possible.
+    alive: Vec<usize>,
+    /// Tokens fed after the question so far.
+    depth: usize,
+    /// The product of the steps' probabilities so far.
+    probability: f64,
+}
+
+/// Closed-choice answers ([`crate::choice`]): for every item, the index of the choice in `choices` the model
+/// picks after the map question, and that choice's probability among the allowed continuations (the product over
+/// the walk's steps); and the seconds each item cost. Choices whose first tokens differ are decided by the question
+/// pass alone; items whose leading choices share tokens take one more single-token step per shared token.
+pub fn choice_answers(
+    dec: &Decoder,
+    source: &PastSource,
+    items: &[String],
+    instruction: &str,
+    label: &str,
+    choices: &[String],
+    batch: usize,
+) -> Result<(Vec<Choice>, Vec<f64>)> {
+    use crate::choice::{spellings, ChoiceStep, ChoiceTrie};
+    let _span =
+        tracing::info_span!("llm_choice", model = dec.name(), items = items.len(), choices = choices.len()).entered();
+    let mut spelled = Vec::new();
+    for (c, choice) in choices.iter().enumerate() {
+        for s in spellings(choice) {
+            spelled.push((dec.encode(&s)?, c));
+        }
+    }
+    let trie = ChoiceTrie::new(spelled);
+    let q = dec.encode(&dec.map_suffix(instruction, label))?;
+    let want = Want { present: trie.may_continue(), query_stats: false };
+    let mut answers = vec![(0, 0.0); items.len()];
+    let seconds = grouped(dec, source, items, batch, |group, pasts| {
+        let steps: Vec<Step<'_>> = pasts.iter().map(|p| Step { past: Some(p), tokens: &q }).collect();
+        let mut outs = dec.run(&steps, want)?;
+        let mut walks: Vec<Walk> =
+            group.iter().map(|&item| Walk { item, alive: trie.all(), depth: 0, probability: 1.0 }).collect();
+        loop {
+            // Walks going on, with the extended past and the token to feed next.
+            let mut next: Vec<(Walk, Option<KvPast>, [u32; 1])> = Vec::new();
+            for (w, out) in walks.drain(..).zip(outs.drain(..)) {
+                match trie.step(&w.alive, w.depth, &out.logits) {
+                    ChoiceStep::Done { choice, probability } => answers[w.item] = (choice, w.probability * probability),
+                    ChoiceStep::Continue { token, alive, probability } => {
+                        let walk =
+                            Walk { item: w.item, alive, depth: w.depth + 1, probability: w.probability * probability };
+                        next.push((walk, out.present, [token]));
+                    }
+                }
+            }
+            if next.is_empty() {
+                return Ok(());
+            }
+            // A walk continues only where two choices share a first token, and then the question pass kept its
+            // extended past; a step without it would answer over nothing.
+            let steps = next
+                .iter()
+                .map(|(_, past, token)| match past {
+                    Some(past) => Ok(Step { past: Some(past), tokens: token }),
+                    None => Err(crate::KvError::Runtime("a choice walk continued without its extended past".into())),
+                })
+                .collect::<Result<Vec<Step<'_>>>>()?;
+            outs = dec.run(&steps, Want { present: true, query_stats: false })?;
+            walks = next.into_iter().map(|(w, _, _)| w).collect();
+        }
+    })?;
+    Ok((answers, seconds))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -24,6 +24,7 @@ use stretto_core::op::{
 };
 use stretto_core::{CoreError, OpContext, Result};
 use stretto_kv::cache::PastSource;
+use stretto_kv::choice::closed_choices;
 use stretto_kv::contrast::ContrastQuestion;
 use stretto_kv::convert::Weights;
 use stretto_kv::models::{AnswerWords, FilterProtocol};
@@ -448,6 +449,11 @@ impl PhysicalOp for LlmOp {
         if task.kind == LogicalKind::Filter && self.protocol != FilterProtocol::DEFAULT {
             return Ok(format!("{}#{}", self.name, self.protocol));
         }
+        // A closed-choice map answers by walking its choices, not by free generation: its answers are kept apart
+        // from free answers memoised before choices were read.
+        if task.kind == LogicalKind::Map && closed_choices(&self.question(task)).is_some() {
+            return Ok(format!("{}#choices", self.name));
+        }
         Ok(self.name.clone())
     }
 
@@ -476,6 +482,23 @@ impl PhysicalOp for LlmOp {
                 let ty = task.output.as_ref().map(|o| o.1).unwrap_or(ValueType::String);
                 let label = stretto_kv::tasks::field_label(task.output.as_ref().map_or("answer", |o| o.0.as_str()));
                 let q = stretto_kv::tasks::map_question(&question);
+                if let Some(choices) = closed_choices(&question) {
+                    let (picked, secs) = stretto_kv::tasks::choice_answers(
+                        &dec,
+                        &self.source,
+                        &todo,
+                        &q,
+                        &label,
+                        &choices,
+                        self.config.batch,
+                    )
+                    .map_err(kv_err(&self.name))?;
+                    // A choice is an answer even where it normalises to no value ('none'): its probability stays,
+                    // so a cascade can trust a confident "none".
+                    let (values, confidences) =
+                        picked.into_iter().map(|(c, p)| (normalize(&choices[c], ty), p)).unzip();
+                    return Ok((OpOutput::Values { values, confidences }, add(secs)));
+                }
                 let (answers, secs) = stretto_kv::tasks::map_answers(
                     &dec,
                     &self.source,

@@ -176,6 +176,50 @@ fn map_extracts_typed_values() {
 }
 
 #[test]
+fn a_closed_choice_map_answers_with_one_of_its_choices() {
+    setup();
+    let registry = Registry::discover(&context()).unwrap();
+    let op = registry.get("llm-map:smollm2-135m@expected-attention-0.00").unwrap();
+    let (batch, positive) = reviews(24);
+    // SmolLM2-135M answers this one freely with sentences ("The film's cinematography is a major issue"): read as
+    // closed, every answer is one of the listed aspects, spelled as listed, or 'none' (no value).
+    let criticized = SemanticTask::map(
+        "criticized",
+        "Extract one aspect of the movie that is [criticized] in {reviews.reviewtext} (choose from plot, acting, \
+         cinematography, soundtrack, special effects, dialogue, or 'none' if no aspect is criticized)",
+        "criticized",
+        ValueType::String,
+    );
+    let aspects = ["plot", "acting", "cinematography", "soundtrack", "special effects", "dialogue"];
+    let OpOutput::Values { values, confidences } = op.evaluate(&criticized, &batch).unwrap() else { panic!() };
+    eprintln!("{values:?} {confidences:?}");
+    assert_eq!(values.len(), 24);
+    for v in values.iter().flatten() {
+        assert!(aspects.contains(&v.as_str()), "{v:?} is not one of the choices");
+    }
+    assert!(confidences.iter().all(|c| *c > 0.0 && *c <= 1.0 + 1e-9), "{confidences:?}");
+    // Answers are memoised apart from free answers to the same instruction.
+    assert!(op.inner().accept(&criticized).unwrap().ends_with("#choices"));
+    // A two-way choice: the answer is the choice word itself, and it follows the reviews' own labels more often than
+    // not.
+    let sentiment = SemanticTask::map(
+        "sentiment",
+        "Extract the [sentiment] of {reviews.reviewtext}? (positive or negative)",
+        "sentiment",
+        ValueType::String,
+    );
+    let OpOutput::Values { values, .. } = op.evaluate(&sentiment, &batch).unwrap() else { panic!() };
+    let right = values
+        .iter()
+        .zip(&positive)
+        .filter(|(v, &p)| v.as_deref() == Some(if p { "positive" } else { "negative" }))
+        .count();
+    eprintln!("sentiment {values:?}: {right} of 24 right");
+    assert!(values.iter().all(|v| matches!(v.as_deref(), Some("positive" | "negative"))), "{values:?}");
+    assert!(right > 12, "{right} of 24 right");
+}
+
+#[test]
 fn a_contrast_filter_without_an_opposite_declines_the_task() {
     setup();
     let registry = Registry::discover(&context()).unwrap();
