@@ -20,7 +20,8 @@ use stretto_core::op::{
 use stretto_core::{CoreError, OpContext, Result};
 
 use crate::llm::about_the_text;
-use crate::normalize::normalize;
+use crate::normalize::normalize_choice;
+use stretto_kv::choice::closed_choices;
 
 /// Compiled-program size limit (bytes of the regex engine's program).
 pub const SIZE_LIMIT: usize = 1 << 20;
@@ -230,6 +231,8 @@ pub fn synthesize(
     // which catches programs that match the wrong thing (a player's points instead of the team's).
     let ty = task.output.as_ref().map(|o| o.1).unwrap_or(ValueType::String);
     let instruction = about_the_text(&task.prompt).replace("the text above", "the text");
+    let choices = closed_choices(&instruction);
+    let normalize = |raw: &str, ty| normalize_choice(raw, ty, choices.as_deref());
     let mut answers = Vec::with_capacity(shown.len());
     for s in &shown {
         let ids = dec
@@ -366,12 +369,24 @@ impl PhysicalOp for CodegenMap {
         &self.props
     }
 
+    fn accept(&self, task: &SemanticTask) -> Result<String> {
+        // A closed-choice map's values are its choices: kept apart from values memoised before choices were read.
+        Ok(match closed_choices(&about_the_text(&task.prompt)) {
+            Some(_) => format!("{}#choices", self.name),
+            None => self.name.clone(),
+        })
+    }
+
     fn evaluate_items(&self, task: &SemanticTask, items: &[String]) -> Result<(OpOutput, Vec<f64>)> {
         let start = Instant::now();
         let program = self.program(task, items)?;
         let ty = task.output.as_ref().map(|o| o.1).unwrap_or(ValueType::String);
-        let values: Vec<Option<String>> =
-            items.iter().map(|t| program.as_ref().and_then(|p| p.run(t)).and_then(|v| normalize(&v, ty))).collect();
+        // A closed-choice map's values are its listed words, as the LLM maps answer it.
+        let choices = closed_choices(&about_the_text(&task.prompt));
+        let values: Vec<Option<String>> = items
+            .iter()
+            .map(|t| program.as_ref().and_then(|p| p.run(t)).and_then(|v| normalize_choice(&v, ty, choices.as_deref())))
+            .collect();
         let confidences = values.iter().map(|v| if v.is_some() { 1.0 } else { 0.0 }).collect();
         // Synthesis (once per task) is paid by the batch that needed it; matching itself costs microseconds.
         let each = (start.elapsed().as_secs_f64() / items.len().max(1) as f64).max(1e-7);

@@ -1,6 +1,7 @@
 //! Normalisation of extracted answers to a map's output type, so every implementation of a map (LLMs of different
 //! sizes, generated extractors) produces comparable values: numbers without separators or units, booleans as
-//! `true`/`false`, text without quotes, trailing periods or an "Answer:" echo.
+//! `true`/`false`, text without quotes, trailing periods or an "Answer:" echo; and, for a closed-choice map
+//! ([`stretto_kv::choice`]), one of its choices as listed.
 
 use stretto_core::op::ValueType;
 
@@ -31,6 +32,17 @@ pub fn normalize(raw: &str, ty: ValueType) -> Option<String> {
             }
         }
     }
+}
+
+/// The normalised value of `raw` for a map whose instruction may list its answers: with `choices`, the listed choice
+/// `raw` names (case aside), normalised like a choice the LLM maps pick, or `None` if it names none of them; without,
+/// [`normalize`]. Extractors that do not walk the choices (generated programs) answer in the same words as the LLM
+/// maps this way.
+pub fn normalize_choice(raw: &str, ty: ValueType, choices: Option<&[String]>) -> Option<String> {
+    let Some(choices) = choices else { return normalize(raw, ty) };
+    let text = normalize(raw, ValueType::String).unwrap_or_default();
+    let choice = choices.iter().find(|c| c.eq_ignore_ascii_case(text.trim()))?;
+    normalize(choice, ty)
 }
 
 /// The first number in `text` (digits with an optional sign, decimal point and thousands separators).
@@ -76,5 +88,18 @@ mod tests {
         assert_eq!(normalize("NONE", ValueType::String), None);
         assert_eq!(normalize("", ValueType::Float), None);
         assert_eq!(normalize("no digits", ValueType::Integer), None);
+    }
+
+    #[test]
+    fn a_closed_map_value_is_one_of_its_choices() {
+        let choices = ["positive".to_string(), "negative".to_string(), "none".to_string()];
+        let c = |raw: &str, ty| normalize_choice(raw, ty, Some(&choices));
+        assert_eq!(c("Positive.", ValueType::String).as_deref(), Some("positive"));
+        assert_eq!(c("\"NEGATIVE\"", ValueType::String).as_deref(), Some("negative"));
+        assert_eq!(c("neutral", ValueType::String), None, "not a choice");
+        assert_eq!(c("None", ValueType::String), None, "'none' is no value");
+        let yes_no = ["yes".to_string(), "no".to_string()];
+        assert_eq!(normalize_choice("Yes", ValueType::Boolean, Some(&yes_no)).as_deref(), Some("true"));
+        assert_eq!(normalize_choice("Neutral", ValueType::String, None).as_deref(), Some("Neutral"), "open map");
     }
 }
