@@ -10,8 +10,8 @@
 //!   independence assumptions) with a hand-written gradient; [`bounds`]: Beta credible bounds and the joint
 //!   posterior probability of meeting both targets.
 //! - [`solver`]: projected Adam as an `argmin` solver, restarts in parallel (rayon), the annealing schedule and
-//!   temperature-0 extraction; [`search`]: a coordinate search over one cheap stage per filter, the solver's
-//!   companion at high targets; [`order`]: stage ordering by dynamic programming.
+//!   temperature-0 extraction; [`search`]: a coordinate search over one cheap stage per filter or map, the
+//!   solver's companion at high targets and where the relaxation keeps a map at gold; [`order`]: stage ordering by dynamic programming.
 //! - [`strategy`]: `global` (with hold-out certification) and the baselines `local`, `independent`, `lotus`,
 //!   `abacus`, `gold`, behind one [`Strategy`](strategy::Strategy) trait.
 //! - [`workload`] and [`evaluation`]: generated workloads and the optimize-on-sample, replay-on-population

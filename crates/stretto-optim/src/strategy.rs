@@ -21,8 +21,9 @@
 //!    (`T + m·(1 − T)`): unrestricted ones and, for queries of several operators, ones fitted under per-operator
 //!    bounds (each operator's own counts hold many more positives than the conjunction's, so these plans are
 //!    better supported on small samples). Beside the solver, a [coordinate search](crate::search) walks one cheap
-//!    stage per filter over a grid of score quantiles, judged by exact hard bounds, for the same margins and for
-//!    *reject-only* plans (cheap stages may only reject, so they cannot overfit precision). At high targets the
+//!    stage per filter (and per map, a confidence threshold) over a grid of score quantiles, judged by exact hard
+//!    bounds, for the same margins and for *reject-only* plans (cheap stages may only reject, so they cannot
+//!    overfit precision; maps keep gold there). At high targets the
 //!    relaxation tends to stall at gold where such a corner plan exists. A candidate is kept if its exact bounds
 //!    on the fit part meet its raised targets and, for the unrestricted kinds, if the fit part's joint posterior
 //!    gives it at least α. Margins that not even a perfect plan could meet on the fit part are skipped. If nothing
