@@ -20,7 +20,7 @@ use stretto_core::op::{
 use stretto_core::{CoreError, OpContext, Result};
 
 use crate::llm::about_the_text;
-use crate::normalize::normalize_choice;
+use crate::normalize::{map_identity, normalize_choice};
 use stretto_kv::choice::closed_choices;
 
 /// Compiled-program size limit (bytes of the regex engine's program).
@@ -371,10 +371,7 @@ impl PhysicalOp for CodegenMap {
 
     fn accept(&self, task: &SemanticTask) -> Result<String> {
         // A closed-choice map's values are its choices: kept apart from values memoised before choices were read.
-        Ok(match closed_choices(&about_the_text(&task.prompt)) {
-            Some(_) => format!("{}#choices", self.name),
-            None => self.name.clone(),
-        })
+        Ok(map_identity(&self.name, &about_the_text(&task.prompt)))
     }
 
     fn evaluate_items(&self, task: &SemanticTask, items: &[String]) -> Result<(OpOutput, Vec<f64>)> {

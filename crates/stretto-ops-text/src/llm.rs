@@ -31,7 +31,7 @@ use stretto_kv::models::{AnswerWords, FilterProtocol};
 use stretto_kv::press::{Positions, Press};
 use stretto_kv::store::Profile;
 
-use crate::normalize::normalize;
+use crate::normalize::{map_identity, normalize};
 
 /// Configuration of an LLM operator.
 #[derive(Debug, Clone, serde::Deserialize)]
@@ -451,8 +451,8 @@ impl PhysicalOp for LlmOp {
         }
         // A closed-choice map answers by walking its choices, not by free generation: its answers are kept apart
         // from free answers memoised before choices were read.
-        if task.kind == LogicalKind::Map && closed_choices(&self.question(task)).is_some() {
-            return Ok(format!("{}#choices", self.name));
+        if task.kind == LogicalKind::Map {
+            return Ok(map_identity(&self.name, &self.question(task)));
         }
         Ok(self.name.clone())
     }

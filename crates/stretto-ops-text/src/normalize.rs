@@ -45,6 +45,16 @@ pub fn normalize_choice(raw: &str, ty: ValueType, choices: Option<&[String]>) ->
     normalize(choice, ty)
 }
 
+/// The identity a map's answers are memoised under ([`stretto_core::op::PhysicalOp::accept`]): the operator's
+/// `name`, or `name#choices` when `instruction` lists closed choices, so that answers given as choices are never read
+/// back for free answers memoised before choices were read (or the other way round).
+pub fn map_identity(name: &str, instruction: &str) -> String {
+    match stretto_kv::choice::closed_choices(instruction) {
+        Some(_) => format!("{name}#choices"),
+        None => name.to_string(),
+    }
+}
+
 /// The first number in `text` (digits with an optional sign, decimal point and thousands separators).
 fn first_number(text: &str) -> Option<String> {
     let chars: Vec<char> = text.chars().collect();
