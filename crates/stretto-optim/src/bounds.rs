@@ -21,9 +21,16 @@ pub fn beta_lower_bound(successes: f64, failures: f64, credible: f64) -> f64 {
 
 /// The bound and its partial derivatives with respect to `successes` and `failures`.
 pub fn beta_lower_bound_grad(successes: f64, failures: f64, credible: f64) -> (f64, f64, f64) {
+    let lb = beta_lower_bound(successes, failures, credible);
+    let (ds, df) = beta_lower_bound_slopes(successes, failures, credible, lb);
+    (lb, ds, df)
+}
+
+/// The partial derivatives of [`beta_lower_bound`] with respect to `successes` and `failures`, given the bound
+/// itself (`lb`), for a caller that needs them only sometimes (the loss, only while a penalty is active).
+pub fn beta_lower_bound_slopes(successes: f64, failures: f64, credible: f64, lb: f64) -> (f64, f64) {
     let s = successes.max(0.0);
     let f = failures.max(0.0);
-    let lb = beta_lower_bound(s, f, credible);
     let hs = 1e-4 * (1.0 + s);
     let hf = 1e-4 * (1.0 + f);
     // One-sided at 0 keeps the counts non-negative.
@@ -37,7 +44,7 @@ pub fn beta_lower_bound_grad(successes: f64, failures: f64, credible: f64) -> (f
     } else {
         (beta_lower_bound(s, f + hf, credible) - lb) / hf
     };
-    (lb, ds, df)
+    (ds, df)
 }
 
 /// Posterior probability that *both* precision ≥ `target_p` and recall ≥ `target_r`.

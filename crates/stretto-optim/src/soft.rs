@@ -10,10 +10,14 @@
 //! correct candidate reduces to `Σ_k U_k·d_k·[value_k correct] + U_gold`. Global soft counts combine operators
 //! without any independence assumption (`TP = Σ_r Π_c tp_c(r)`, ...). The gradient is written out by hand (reverse
 //! mode through the chain, then through the products) and tested against finite differences.
+//!
+//! The loss is the optimizer's innermost loop (hundreds of evaluations per solve). Both passes walk an operator's
+//! chain a stage at a time over all rows, each row seeing exactly the arithmetic, in the order, of walking its own
+//! chain; the bounds' slopes (four more quantiles each) are computed only while their penalty is active.
 
 use stretto_core::op::LogicalKind;
 
-use crate::bounds::beta_lower_bound_grad;
+use crate::bounds::{beta_lower_bound, beta_lower_bound_slopes};
 use crate::problem::Problem;
 
 /// Parameters per non-gold implementation.
@@ -228,23 +232,22 @@ impl SoftProblem {
         let n_ops = self.ops.len();
         let n = self.rows;
         let t = cfg.t_par;
-        // Forward: per operator and row, the chain's outcome (filter: accept mass A; map: correct mass) and cost.
+        let want_grad = grad.is_some();
+        // Forward: per operator, every row's chain outcome (filter: accept mass A; map: correct mass) and cost,
+        // stage by stage over all rows; with a gradient wanted, each operator's trace for the reverse pass.
         let mut outcome = vec![0.0; n_ops * n];
         let mut cost_sum = 0.0;
-        // Per operator, every row's stage decisions (row-major), kept for the reverse pass.
-        let mut decisions: Vec<Vec<(f64, f64)>> = if grad.is_some() {
-            self.ops.iter().map(|op| vec![(0.0, 0.0); n * op.stages.len()]).collect()
-        } else {
-            Vec::new()
-        };
+        let mut traces: Vec<Trace> = Vec::with_capacity(if want_grad { n_ops } else { 0 });
+        let (mut u, mut row_cost) = (vec![0.0; n], vec![0.0; n]);
         for (o, op) in self.ops.iter().enumerate() {
-            let m = op.stages.len();
-            for r in 0..n {
-                let record = decisions.get_mut(o).map(|d| &mut d[r * m..(r + 1) * m]);
-                let (a, c) = chain_forward(op, &sp, r, t, cfg.sides, record);
-                outcome[o * n + r] = a;
+            let mut trace = want_grad.then(|| Trace::new(op.stages.len(), n));
+            let out = &mut outcome[o * n..(o + 1) * n];
+            chain_forward(op, &sp, t, cfg.sides, out, &mut u, &mut row_cost, trace.as_mut());
+            // Row by row, in the order the per-row sum always took.
+            for c in &row_cost {
                 cost_sum += c;
             }
+            traces.extend(trace);
         }
         // Per row, per operator soft counts.
         let counts =
@@ -254,7 +257,6 @@ impl SoftProblem {
 
         let mut parts = LossParts { cost, ..Default::default() };
         // Upstream gradients: per (op,row) of tp, fp, fn, pp.
-        let want_grad = grad.is_some();
         let mut up = if want_grad { vec![RowCounts::default(); n_ops * n] } else { vec![] };
         let mut penalty = 0.0;
         match cfg.constraint {
@@ -266,8 +268,10 @@ impl SoftProblem {
                     fp += g.1;
                     fnn += g.2;
                 }
-                let (lbp, dp_tp, dp_fp) = beta_lower_bound_grad(tp, fp, cfg.credible);
-                let (lbr, dr_tp, dr_fn) = beta_lower_bound_grad(tp, fnn, cfg.credible);
+                // The bounds' slopes are wanted only where their penalty is active (most steps near the end of a
+                // solve have none): four more quantiles each.
+                let lbp = beta_lower_bound(tp, fp, cfg.credible);
+                let lbr = beta_lower_bound(tp, fnn, cfg.credible);
                 parts.lb_precision = lbp;
                 parts.lb_recall = lbr;
                 let (mut g_tp, mut g_fp, mut g_fn) = (0.0, 0.0, 0.0);
@@ -280,6 +284,8 @@ impl SoftProblem {
                     parts.lb_precision = 1.0;
                 } else if lbp < cfg.precision {
                     penalty += cfg.beta * (cfg.precision - lbp);
+                    let (dp_tp, dp_fp) =
+                        if want_grad { beta_lower_bound_slopes(tp, fp, cfg.credible, lbp) } else { (0.0, 0.0) };
                     g_tp -= cfg.beta * dp_tp;
                     g_fp -= cfg.beta * dp_fp;
                 }
@@ -287,6 +293,8 @@ impl SoftProblem {
                     parts.lb_recall = 1.0;
                 } else if lbr < cfg.recall {
                     penalty += cfg.beta * (cfg.recall - lbr);
+                    let (dr_tp, dr_fn) =
+                        if want_grad { beta_lower_bound_slopes(tp, fnn, cfg.credible, lbr) } else { (0.0, 0.0) };
                     g_tp -= cfg.beta * dr_tp;
                     g_fn -= cfg.beta * dr_fn;
                 }
@@ -300,6 +308,8 @@ impl SoftProblem {
                 }
             }
             Constraint::Product { credible_each } | Constraint::Each { credible_each, .. } => {
+                // Per operator: its counts and bounds; the slopes only where a penalty needs them.
+                let mut counts_each = Vec::with_capacity(n_ops);
                 let mut lbs = Vec::with_capacity(n_ops);
                 for o in 0..n_ops {
                     let (mut tp, mut fp, mut fnn) = (0.0, 0.0, 0.0);
@@ -309,54 +319,72 @@ impl SoftProblem {
                         fp += c.fp;
                         fnn += c.fn_;
                     }
-                    lbs.push((
-                        beta_lower_bound_grad(tp, fp, credible_each),
-                        beta_lower_bound_grad(tp, fnn, credible_each),
-                    ));
+                    counts_each.push((tp, fp, fnn));
+                    lbs.push((beta_lower_bound(tp, fp, credible_each), beta_lower_bound(tp, fnn, credible_each)));
                 }
+                let slopes_p = |o: usize| -> (f64, f64) {
+                    let (tp, fp, _) = counts_each[o];
+                    if want_grad {
+                        beta_lower_bound_slopes(tp, fp, credible_each, lbs[o].0)
+                    } else {
+                        (0.0, 0.0)
+                    }
+                };
+                let slopes_r = |o: usize| -> (f64, f64) {
+                    let (tp, _, fnn) = counts_each[o];
+                    if want_grad {
+                        beta_lower_bound_slopes(tp, fnn, credible_each, lbs[o].1)
+                    } else {
+                        (0.0, 0.0)
+                    }
+                };
                 // d penalty / d (TP_o, FP_o, FN_o)
                 let mut g = vec![(0.0, 0.0, 0.0); n_ops];
                 if let Constraint::Each { precision_each, recall_each, .. } = cfg.constraint {
-                    parts.lb_precision = lbs.iter().map(|l| l.0 .0).fold(1.0, f64::min);
-                    parts.lb_recall = lbs.iter().map(|l| l.1 .0).fold(1.0, f64::min);
-                    for (o, ((lbp, dp_tp, dp_fp), (lbr, dr_tp, dr_fn))) in lbs.iter().copied().enumerate() {
+                    parts.lb_precision = lbs.iter().map(|l| l.0).fold(1.0, f64::min);
+                    parts.lb_recall = lbs.iter().map(|l| l.1).fold(1.0, f64::min);
+                    for (o, (lbp, lbr)) in lbs.iter().copied().enumerate() {
                         if lbp < precision_each {
                             penalty += cfg.beta * (precision_each - lbp);
+                            let (dp_tp, dp_fp) = slopes_p(o);
                             g[o].0 -= cfg.beta * dp_tp;
                             g[o].1 -= cfg.beta * dp_fp;
                         }
                         if lbr < recall_each {
                             penalty += cfg.beta * (recall_each - lbr);
+                            let (dr_tp, dr_fn) = slopes_r(o);
                             g[o].0 -= cfg.beta * dr_tp;
                             g[o].2 -= cfg.beta * dr_fn;
                         }
                     }
                 } else {
-                    let prod_p: f64 = lbs.iter().map(|l| l.0 .0).product();
-                    let prod_r: f64 = lbs.iter().map(|l| l.1 .0).product();
+                    let prod_p: f64 = lbs.iter().map(|l| l.0).product();
+                    let prod_r: f64 = lbs.iter().map(|l| l.1).product();
                     parts.lb_precision = prod_p;
                     parts.lb_recall = prod_r;
                     let others = |o: usize, which: usize| -> f64 {
                         lbs.iter()
                             .enumerate()
                             .filter(|(j, _)| *j != o)
-                            .map(|(_, l)| if which == 0 { l.0 .0 } else { l.1 .0 })
+                            .map(|(_, l)| if which == 0 { l.0 } else { l.1 })
                             .product()
                     };
                     if prod_p < cfg.precision {
                         penalty += cfg.beta * (cfg.precision - prod_p);
-                        for (o, l) in lbs.iter().enumerate() {
+                        for (o, g) in g.iter_mut().enumerate() {
                             let w = cfg.beta * others(o, 0);
-                            g[o].0 -= w * l.0 .1;
-                            g[o].1 -= w * l.0 .2;
+                            let (dp_tp, dp_fp) = slopes_p(o);
+                            g.0 -= w * dp_tp;
+                            g.1 -= w * dp_fp;
                         }
                     }
                     if prod_r < cfg.recall {
                         penalty += cfg.beta * (cfg.recall - prod_r);
-                        for (o, l) in lbs.iter().enumerate() {
+                        for (o, g) in g.iter_mut().enumerate() {
                             let w = cfg.beta * others(o, 1);
-                            g[o].0 -= w * l.1 .1;
-                            g[o].2 -= w * l.1 .2;
+                            let (dr_tp, dr_fn) = slopes_r(o);
+                            g.0 -= w * dr_tp;
+                            g.2 -= w * dr_fn;
                         }
                     }
                 }
@@ -374,21 +402,19 @@ impl SoftProblem {
         if let Some(grad) = grad {
             grad.iter_mut().for_each(|g| *g = 0.0);
             let mut sgrad = vec![[0.0f64; 3]; sp.len()];
-            let mut scratch = Vec::new();
-            for (o, op) in self.ops.iter().enumerate() {
-                for r in 0..n {
+            let mut d_out = vec![0.0; n];
+            for (o, (op, trace)) in self.ops.iter().zip(&traces).enumerate() {
+                for (r, d) in d_out.iter_mut().enumerate() {
                     let u = up[o * n + r];
-                    let d_outcome = match op.kind {
+                    *d = match op.kind {
                         LogicalKind::Filter => {
                             let y = op.gold_accept[r];
                             u.tp * y + u.fp * (1.0 - y) - u.fn_ * y + u.pp
                         }
                         LogicalKind::Map => u.tp - u.fp - u.fn_,
                     };
-                    let m = op.stages.len();
-                    let recorded = &decisions[o][r * m..(r + 1) * m];
-                    chain_backward(op, &sp, r, t, recorded, d_outcome, norm, &mut sgrad, &mut scratch);
                 }
+                chain_backward(op, &sp, t, trace, &d_out, norm, &mut sgrad);
             }
             for (k, g) in sgrad.iter().enumerate() {
                 let base = k * PARAMS_PER_IMPL;
@@ -481,120 +507,148 @@ fn soft_decision(v: f64, lo: f64, hi: f64, t: f64, sides: Sides) -> (f64, f64) {
     (e0 / s, e1 / s)
 }
 
-/// Forward pass of one operator's chain on one row: (outcome, expected cost).
-///
-/// With `record`, each stage's decision masses are written there (filters: accept and reject; maps: the decide
-/// sigmoid and 0), so the reverse pass reuses them instead of recomputing the exponentials.
+/// What the forward pass of one operator's chain leaves for the reverse pass, per stage and row (stage-major): the
+/// mass `U` entering the stage and its decisions (filters: accept and reject masses; maps: the decide sigmoid and 0),
+/// so the reverse pass recomputes no exponential. Stages switched off (`p = 0`) leave theirs unwritten.
+struct Trace {
+    u: Vec<f64>,
+    a: Vec<f64>,
+    b: Vec<f64>,
+}
+
+impl Trace {
+    fn new(stages: usize, rows: usize) -> Self {
+        Self { u: vec![0.0; stages * rows], a: vec![0.0; stages * rows], b: vec![0.0; stages * rows] }
+    }
+}
+
+/// What a row gains when gold closes its chain: a filter's gold decision, or a map's correct value.
+#[inline]
+fn gold_gain(op: &SoftOp, r: usize) -> f64 {
+    match op.kind {
+        LogicalKind::Filter => op.gold_accept[r],
+        LogicalKind::Map => 1.0,
+    }
+}
+
+/// Forward pass of one operator's chain on every row, a stage at a time: each row's outcome into `out` and its
+/// expected cost into `cost` (`u` is scratch of the same length). Each row sees exactly the arithmetic of walking
+/// its own chain, in the same order. With `trace`, what the reverse pass needs is written there.
+#[allow(clippy::too_many_arguments)]
 fn chain_forward(
     op: &SoftOp,
     sp: &[StageParams],
-    r: usize,
     t: f64,
     sides: Sides,
-    mut record: Option<&mut [(f64, f64)]>,
-) -> (f64, f64) {
-    let (mut u, mut out, mut cost) = (1.0, 0.0, 0.0);
+    out: &mut [f64],
+    u: &mut [f64],
+    cost: &mut [f64],
+    mut trace: Option<&mut Trace>,
+) {
+    let n = out.len();
+    u.fill(1.0);
+    out.fill(0.0);
+    cost.fill(0.0);
     for (i, st) in op.stages.iter().enumerate() {
         let k = &sp[st.param / PARAMS_PER_IMPL];
         if k.p == 0.0 {
             continue;
         }
-        cost += u * k.p * st.cost;
+        let mut rec = trace.as_deref_mut().map(|tr| {
+            tr.u[i * n..(i + 1) * n].copy_from_slice(u);
+            (&mut tr.a[i * n..(i + 1) * n], &mut tr.b[i * n..(i + 1) * n])
+        });
         match op.kind {
             LogicalKind::Filter => {
-                let (qa, qr) = soft_decision(st.v[r], k.lo, k.hi, t, sides);
-                if let Some(rec) = record.as_deref_mut() {
-                    rec[i] = (qa, qr);
+                for r in 0..n {
+                    cost[r] += u[r] * k.p * st.cost;
+                    let (qa, qr) = soft_decision(st.v[r], k.lo, k.hi, t, sides);
+                    if let Some((a, b)) = rec.as_mut() {
+                        a[r] = qa;
+                        b[r] = qr;
+                    }
+                    out[r] += u[r] * k.p * qa;
+                    u[r] *= 1.0 - k.p * (qa + qr);
                 }
-                out += u * k.p * qa;
-                u *= 1.0 - k.p * (qa + qr);
             }
             LogicalKind::Map => {
-                let s = if st.tunable { sigmoid((st.v[r] - k.hi) / t) } else { 1.0 };
-                if let Some(rec) = record.as_deref_mut() {
-                    rec[i] = (s, 0.0);
+                for r in 0..n {
+                    cost[r] += u[r] * k.p * st.cost;
+                    let s = if st.tunable { sigmoid((st.v[r] - k.hi) / t) } else { 1.0 };
+                    if let Some((a, _)) = rec.as_mut() {
+                        a[r] = s;
+                    }
+                    let d = k.p * s;
+                    out[r] += u[r] * d * st.correct[r];
+                    u[r] *= 1.0 - d;
                 }
-                let d = k.p * s;
-                out += u * d * st.correct[r];
-                u *= 1.0 - d;
             }
         }
     }
-    cost += u * op.gold_cost;
-    out += u * match op.kind {
-        LogicalKind::Filter => op.gold_accept[r],
-        LogicalKind::Map => 1.0,
-    };
-    (out, cost)
+    for r in 0..n {
+        cost[r] += u[r] * op.gold_cost;
+        out[r] += u[r] * gold_gain(op, r);
+    }
 }
 
-/// Reverse pass of one chain: accumulates d loss / d (p, θ_lo, θ_hi) per stage into `sgrad`.
-#[allow(clippy::too_many_arguments)]
+/// Reverse pass of one operator's chain on every row, a stage at a time from the last: accumulates d loss /
+/// d (p, θ_lo, θ_hi) per stage into `sgrad`, given d loss / d outcome per row (`d_out`) and per unit of cost
+/// (`d_cost`). Each stage's sums take the rows in order, as walking the rows one by one did.
 fn chain_backward(
     op: &SoftOp,
     sp: &[StageParams],
-    r: usize,
     t: f64,
-    recorded: &[(f64, f64)],
-    d_out: f64,
+    trace: &Trace,
+    d_out: &[f64],
     d_cost: f64,
     sgrad: &mut [[f64; 3]],
-    scratch: &mut Vec<(f64, f64, f64)>,
 ) {
-    // The forward quantities: (U entering, q_acc or σ, q_rej or 0), from the decisions the forward pass recorded.
-    scratch.clear();
-    let mut u = 1.0;
-    for (st, &(a, b)) in op.stages.iter().zip(recorded) {
-        let k = &sp[st.param / PARAMS_PER_IMPL];
-        if k.p == 0.0 {
-            scratch.push((u, 0.0, 0.0));
-            continue;
-        }
-        scratch.push((u, a, b));
-        u *= 1.0 - k.p * (a + b);
-    }
-    let gold_gain = match op.kind {
-        LogicalKind::Filter => op.gold_accept[r],
-        LogicalKind::Map => 1.0,
-    };
-    // v = d loss / d U entering the next stage.
-    let mut v = d_out * gold_gain + d_cost * op.gold_cost;
-    for (st, &(u, a, b)) in op.stages.iter().zip(scratch.iter()).rev() {
+    let n = d_out.len();
+    // v = d loss / d U entering the next stage, per row.
+    let mut v: Vec<f64> = (0..n).map(|r| d_out[r] * gold_gain(op, r) + d_cost * op.gold_cost).collect();
+    for (i, st) in op.stages.iter().enumerate().rev() {
         let idx = st.param / PARAMS_PER_IMPL;
         let k = &sp[idx];
         if k.p == 0.0 {
             continue;
         }
+        let (us, az, bz) = (&trace.u[i * n..(i + 1) * n], &trace.a[i * n..(i + 1) * n], &trace.b[i * n..(i + 1) * n]);
+        let mut g = sgrad[idx];
         match op.kind {
             LogicalKind::Filter => {
-                let (qa, qr) = (a, b);
-                let d_tacc = u * (d_out - v);
-                let d_trej = u * (-v);
-                let d_p = u * st.cost * d_cost + qa * d_tacc + qr * d_trej;
-                let d_qa = k.p * d_tacc;
-                let d_qr = k.p * d_trej;
-                let mean = qa * d_qa + qr * d_qr;
-                let d_z0 = qa * (d_qa - mean);
-                let d_z1 = qr * (d_qr - mean);
-                sgrad[idx][0] += d_p;
-                sgrad[idx][1] += d_z1 / t;
-                sgrad[idx][2] -= d_z0 / t;
-                let t_acc = k.p * qa;
-                let t_rej = k.p * qr;
-                v = t_acc * d_out + k.p * st.cost * d_cost + (1.0 - t_acc - t_rej) * v;
+                for r in 0..n {
+                    let (u, qa, qr, d_out) = (us[r], az[r], bz[r], d_out[r]);
+                    let d_tacc = u * (d_out - v[r]);
+                    let d_trej = u * (-v[r]);
+                    let d_p = u * st.cost * d_cost + qa * d_tacc + qr * d_trej;
+                    let d_qa = k.p * d_tacc;
+                    let d_qr = k.p * d_trej;
+                    let mean = qa * d_qa + qr * d_qr;
+                    let d_z0 = qa * (d_qa - mean);
+                    let d_z1 = qr * (d_qr - mean);
+                    g[0] += d_p;
+                    g[1] += d_z1 / t;
+                    g[2] -= d_z0 / t;
+                    let t_acc = k.p * qa;
+                    let t_rej = k.p * qr;
+                    v[r] = t_acc * d_out + k.p * st.cost * d_cost + (1.0 - t_acc - t_rej) * v[r];
+                }
             }
             LogicalKind::Map => {
-                let s = a;
-                let m = st.correct[r];
-                let d = k.p * s;
-                let d_d = u * (d_out * m - v);
-                sgrad[idx][0] += u * st.cost * d_cost + d_d * s;
-                if st.tunable {
-                    // s = σ((v_r − θ_hi)/T): ds/dθ_hi = −s(1−s)/T.
-                    sgrad[idx][2] -= d_d * k.p * s * (1.0 - s) / t;
+                for r in 0..n {
+                    let (u, s, d_out) = (us[r], az[r], d_out[r]);
+                    let m = st.correct[r];
+                    let d = k.p * s;
+                    let d_d = u * (d_out * m - v[r]);
+                    g[0] += u * st.cost * d_cost + d_d * s;
+                    if st.tunable {
+                        // s = σ((v_r − θ_hi)/T): ds/dθ_hi = −s(1−s)/T.
+                        g[2] -= d_d * k.p * s * (1.0 - s) / t;
+                    }
+                    v[r] = d * d_out * m + k.p * st.cost * d_cost + (1.0 - d) * v[r];
                 }
-                v = d * d_out * m + k.p * st.cost * d_cost + (1.0 - d) * v;
             }
         }
+        sgrad[idx] = g;
     }
 }
