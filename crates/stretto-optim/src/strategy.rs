@@ -506,8 +506,8 @@ fn candidate_sequence(
             p.min(r)
         }
     };
-    // (plan, admitted regardless of the global fit confidence)
-    let mut candidates: Vec<(HardPlan, bool, bool)> = Vec::new();
+    // Solves to run: (schedule position, sides, per-operator, margin, loss).
+    let mut solves: Vec<(usize, Sides, bool, f64, LossConfig)> = Vec::new();
     // Coordinate searches to run (sides, precision and recall to meet, level on the fit part).
     let mut searches: Vec<(Sides, f64, f64, f64)> = Vec::new();
     let per_operator: &[f64] =
@@ -562,8 +562,27 @@ fn candidate_sequence(
         if searched && sides == Sides::RejectOnly {
             continue;
         }
-        let settings = SolverSettings { seed: seed.wrapping_add(i as u64 * 7919), ..cert.solver.clone() };
-        let solution = solve(problem, fit, &cfg, &settings).map_err(|e| OptimError::Solver(e.to_string()))?;
+        solves.push((i, sides, per_op, margin, cfg));
+    }
+    // Every solve and every coordinate search is deterministic and independent of the others, so they all run at
+    // once (the cores stay busy where one solve's restarts would leave one idle); their plans are then taken in
+    // schedule order, as if run one by one.
+    let (solved, searched) = rayon::join(
+        || {
+            solves
+                .par_iter()
+                .map(|(i, _, _, _, cfg)| {
+                    let settings = SolverSettings { seed: seed.wrapping_add(*i as u64 * 7919), ..cert.solver.clone() };
+                    solve(problem, fit, cfg, &settings).map_err(|e| OptimError::Solver(e.to_string()))
+                })
+                .collect::<Vec<_>>()
+        },
+        || coordinate_candidates(problem, fit, &searches),
+    );
+    // (plan, admitted regardless of the global fit confidence, accept-only)
+    let mut candidates: Vec<(HardPlan, bool, bool)> = Vec::new();
+    for ((i, sides, per_op, margin, _), solution) in solves.iter().zip(solved) {
+        let solution = solution?;
         tracing::debug!(
             candidate = i,
             ?sides,
@@ -574,10 +593,10 @@ fn candidate_sequence(
             "candidate solved"
         );
         if solution.feasible && !candidates.iter().any(|(p, _, _)| *p == solution.plan) {
-            candidates.push((solution.plan, per_op, sides == Sides::AcceptOnly));
+            candidates.push((solution.plan, *per_op, *sides == Sides::AcceptOnly));
         }
     }
-    for (plan, sides) in coordinate_candidates(problem, fit, &searches) {
+    for (plan, sides) in searched {
         if !candidates.iter().any(|(p, _, _)| *p == plan) {
             candidates.push((plan, false, sides == Sides::AcceptOnly));
         }
@@ -910,32 +929,40 @@ fn plan_tests(
     let solve_level = cert_level;
     // Candidate generation and ordering look at the fit part only, so they may adapt to it freely: a strict round
     // first, and only if it yields nothing, a relaxed one (its candidates are riskier, but the alternative is gold).
-    let mut sequence: Vec<(f64, HardPlan)> = Vec::new();
-    for (round, (fit_level, min_confidence)) in [(solve_level, level), (RELAXED_FIT_LEVEL, 0.5)].into_iter().enumerate()
-    {
-        if matches!(mode, Mode::Product) && round > 0 {
-            break;
-        }
-        sequence = candidate_sequence(
-            problem,
-            targets,
-            seed.wrapping_add(round as u64 * 104_729),
-            cert,
-            mode,
-            fit,
-            fit_level,
-            cert_level,
-            min_confidence,
-        )?;
-        if !sequence.is_empty() {
-            break;
-        }
-    }
-    if matches!(mode, Mode::Global) {
-        for (q, plan) in bold_candidates(problem, targets, cert, fit, cert_level) {
-            if !sequence.iter().any(|(_, p)| *p == plan) {
-                sequence.push((q, plan));
+    let rounds = || -> Result<Vec<(f64, HardPlan)>> {
+        let mut sequence: Vec<(f64, HardPlan)> = Vec::new();
+        for (round, (fit_level, min_confidence)) in
+            [(solve_level, level), (RELAXED_FIT_LEVEL, 0.5)].into_iter().enumerate()
+        {
+            if matches!(mode, Mode::Product) && round > 0 {
+                break;
             }
+            sequence = candidate_sequence(
+                problem,
+                targets,
+                seed.wrapping_add(round as u64 * 104_729),
+                cert,
+                mode,
+                fit,
+                fit_level,
+                cert_level,
+                min_confidence,
+            )?;
+            if !sequence.is_empty() {
+                break;
+            }
+        }
+        Ok(sequence)
+    };
+    // The bolder candidates depend on the fit part alone, not on the rounds: both run at once.
+    let (sequence, bold) = match mode {
+        Mode::Global => rayon::join(rounds, || bold_candidates(problem, targets, cert, fit, cert_level)),
+        Mode::Product => (rounds(), Vec::new()),
+    };
+    let mut sequence = sequence?;
+    for (q, plan) in bold {
+        if !sequence.iter().any(|(_, p)| *p == plan) {
+            sequence.push((q, plan));
         }
     }
     let candidates = sequence.len();
