@@ -382,25 +382,50 @@ impl Problem {
 
     /// Like [`evaluate`](Self::evaluate), also tallying each stage.
     pub fn evaluate_with_tally(&self, plan: &HardPlan, rows: &[usize]) -> (Counts, Vec<StageTally>) {
+        /// A stage with what its decisions read looked up once (searches evaluate thousands of plans).
+        struct Resolved<'a> {
+            op: usize,
+            kind: LogicalKind,
+            cost: f64,
+            scores: Option<&'a [f64]>,
+            correct: Option<&'a [bool]>,
+            lower: Option<f64>,
+            upper: Option<f64>,
+        }
         let n_ops = self.ops.len();
+        let stages: Vec<Resolved> = plan
+            .stages
+            .iter()
+            .map(|s| {
+                let op = &self.ops[s.op];
+                let imp = &op.impls[s.imp];
+                Resolved {
+                    op: s.op,
+                    kind: op.kind,
+                    cost: imp.cost,
+                    scores: imp.scores.as_deref(),
+                    correct: imp.correct.as_deref(),
+                    lower: s.lower,
+                    upper: s.upper,
+                }
+            })
+            .collect();
         let mut tally = vec![StageTally::default(); plan.stages.len()];
         let mut c = Counts { n: rows.len(), ..Default::default() };
         let mut decided = vec![false; n_ops];
         let mut correct = vec![true; n_ops];
         for &r in rows {
-            decided.iter_mut().for_each(|d| *d = false);
-            correct.iter_mut().for_each(|d| *d = true);
+            decided.fill(false);
+            correct.fill(true);
             let mut alive = true;
-            for (si, s) in plan.stages.iter().enumerate() {
-                if !alive || decided[s.op] {
+            for (s, t) in stages.iter().zip(tally.iter_mut()) {
+                if decided[s.op] {
                     continue;
                 }
-                let op = &self.ops[s.op];
-                let imp = &op.impls[s.imp];
-                c.cost += imp.cost;
-                tally[si].seen += 1;
-                let score = imp.scores.as_ref().map(|v| v[r]);
-                let decision = match op.kind {
+                c.cost += s.cost;
+                t.seen += 1;
+                let score = s.scores.map(|v| v[r]);
+                let decision = match s.kind {
                     LogicalKind::Filter => filter_decision(score.unwrap_or(0.0), s.lower, s.upper),
                     LogicalKind::Map => match score {
                         Some(conf) => map_decision(conf, s.upper),
@@ -410,15 +435,17 @@ impl Problem {
                 match decision {
                     Decision::Accept => {
                         decided[s.op] = true;
-                        if let Some(ok) = &imp.correct {
+                        if let Some(ok) = s.correct {
                             correct[s.op] = ok[r];
                         }
                     }
                     Decision::Reject => {
                         alive = false;
-                        tally[si].rejected += 1;
+                        t.rejected += 1;
+                        // A rejected tuple reaches no later stage.
+                        break;
                     }
-                    Decision::Unsure => tally[si].unsure += 1,
+                    Decision::Unsure => t.unsure += 1,
                 }
             }
             let in_result = alive && decided.iter().all(|&d| d);
