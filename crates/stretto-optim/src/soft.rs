@@ -322,18 +322,12 @@ impl SoftProblem {
                     counts_each.push((tp, fp, fnn));
                     lbs.push((beta_lower_bound(tp, fp, credible_each), beta_lower_bound(tp, fnn, credible_each)));
                 }
-                let slopes_p = |o: usize| -> (f64, f64) {
-                    let (tp, fp, _) = counts_each[o];
+                // Operator o's slopes of its precision bound (`recall` false) or its recall bound.
+                let slopes = |o: usize, recall: bool| -> (f64, f64) {
+                    let (tp, fp, fnn) = counts_each[o];
+                    let (failures, lb) = if recall { (fnn, lbs[o].1) } else { (fp, lbs[o].0) };
                     if want_grad {
-                        beta_lower_bound_slopes(tp, fp, credible_each, lbs[o].0)
-                    } else {
-                        (0.0, 0.0)
-                    }
-                };
-                let slopes_r = |o: usize| -> (f64, f64) {
-                    let (tp, _, fnn) = counts_each[o];
-                    if want_grad {
-                        beta_lower_bound_slopes(tp, fnn, credible_each, lbs[o].1)
+                        beta_lower_bound_slopes(tp, failures, credible_each, lb)
                     } else {
                         (0.0, 0.0)
                     }
@@ -346,13 +340,13 @@ impl SoftProblem {
                     for (o, (lbp, lbr)) in lbs.iter().copied().enumerate() {
                         if lbp < precision_each {
                             penalty += cfg.beta * (precision_each - lbp);
-                            let (dp_tp, dp_fp) = slopes_p(o);
+                            let (dp_tp, dp_fp) = slopes(o, false);
                             g[o].0 -= cfg.beta * dp_tp;
                             g[o].1 -= cfg.beta * dp_fp;
                         }
                         if lbr < recall_each {
                             penalty += cfg.beta * (recall_each - lbr);
-                            let (dr_tp, dr_fn) = slopes_r(o);
+                            let (dr_tp, dr_fn) = slopes(o, true);
                             g[o].0 -= cfg.beta * dr_tp;
                             g[o].2 -= cfg.beta * dr_fn;
                         }
@@ -373,7 +367,7 @@ impl SoftProblem {
                         penalty += cfg.beta * (cfg.precision - prod_p);
                         for (o, g) in g.iter_mut().enumerate() {
                             let w = cfg.beta * others(o, 0);
-                            let (dp_tp, dp_fp) = slopes_p(o);
+                            let (dp_tp, dp_fp) = slopes(o, false);
                             g.0 -= w * dp_tp;
                             g.1 -= w * dp_fp;
                         }
@@ -382,7 +376,7 @@ impl SoftProblem {
                         penalty += cfg.beta * (cfg.recall - prod_r);
                         for (o, g) in g.iter_mut().enumerate() {
                             let w = cfg.beta * others(o, 1);
-                            let (dr_tp, dr_fn) = slopes_r(o);
+                            let (dr_tp, dr_fn) = slopes(o, true);
                             g.0 -= w * dr_tp;
                             g.2 -= w * dr_fn;
                         }
