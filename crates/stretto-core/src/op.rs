@@ -873,6 +873,13 @@ impl Registry {
         Ok(())
     }
 
+    /// Keeps only the ladder operators `keep` accepts: a narrower candidate set for the same query (an experiment
+    /// comparing plans with and without a family of rungs, say). Operators built later from a factory
+    /// ([`Registry::build`]) are not affected.
+    pub fn retain_operators(&mut self, keep: impl Fn(&RegisteredOp) -> bool) {
+        self.operators.retain(|_, (op, _)| keep(op));
+    }
+
     /// Fails, naming them, if any of `expected` plugin crates is not linked into this binary.
     pub fn require_plugins(&self, expected: &[&str]) -> Result<()> {
         let missing: Vec<&str> = expected.iter().copied().filter(|e| !self.plugins.contains(e)).collect();

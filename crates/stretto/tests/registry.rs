@@ -33,3 +33,16 @@ fn unknown_operator_lists_registered_ones() {
     let err = registry.build("keyword", &serde_json::json!({"bogus": 1})).unwrap_err().to_string();
     assert!(err.contains("keyword") && err.contains("bogus"), "{err}");
 }
+
+#[test]
+fn a_registry_can_keep_only_some_operators() {
+    let mut registry = stretto::registry_for(&ctx()).unwrap();
+    let compressed = |op: &stretto_core::op::RegisteredOp| op.properties().compression.is_some_and(|r| r > 0.0);
+    let before = registry.operators().count();
+    assert!(registry.operators().any(|(op, _)| compressed(op)), "the default ladder has compressed rungs");
+    registry.retain_operators(|op| !compressed(op));
+    assert!(registry.operators().count() < before);
+    assert!(registry.operators().all(|(op, _)| !compressed(op)));
+    assert!(registry.get("keyword").is_ok(), "the others stay");
+    assert!(registry.get("llm:smollm2-135m@expected-attention-0.50").is_err());
+}
