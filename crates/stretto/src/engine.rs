@@ -1719,9 +1719,17 @@ fn profile_candidates(
                 tasks.iter().zip(&cands).zip(tried.iter_mut()).zip(&fresh).zip(seen).zip(reach)
             {
                 let Some(gold) = t.first().filter(|g| g.idx == 0).map(Tried::cost) else { continue };
+                let costs: Vec<(usize, f64)> = t.iter().map(|c| (c.idx, c.cost())).collect();
                 t.retain(|c| {
                     let cost = c.cost() * fresh.ahead_profiled(c.idx, screening_left, task.kind, reach);
-                    let saving = seen * (gold - c.cost()).max(0.0);
+                    // A compressed rung can only be less faithful than its uncompressed parent: where the parent
+                    // is a candidate too, what the rung adds is deciding in the parent's place, not gold's.
+                    let parent = uncompressed_parent(ops, &costs, c.idx).filter(|&(_, p)| p < gold);
+                    let (versus, instead) = match parent {
+                        Some((j, p)) => (p, format!("its uncompressed parent {}'s", ops[j].name())),
+                        None => (gold, "gold's".to_string()),
+                    };
+                    let saving = seen * (versus - c.cost()).max(0.0);
                     if c.idx == 0 || cost < saving {
                         return true;
                     }
@@ -1729,7 +1737,7 @@ fn profile_candidates(
                         logical: task.name.clone(),
                         operator: ops[c.idx].name().to_string(),
                         reason: format!(
-                            "profiling it would cost {cost:.1} s, and deciding in gold's place every one of the \
+                            "profiling it would cost {cost:.1} s, and deciding in {instead} place every one of the \
                              other {rest} tuples that reach its operator would save at most {saving:.1} s"
                         ),
                     });

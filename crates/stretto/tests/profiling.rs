@@ -756,6 +756,37 @@ fn a_candidate_that_cannot_save_its_own_profiling_is_not_profiled() {
     assert!(candidates.contains(&"cheap".to_string()) && !candidates.contains(&"near".to_string()), "{candidates:?}");
 }
 
+/// A compressed rung cheaper than its uncompressed parent, but not by enough to win back its own profiling, is
+/// dropped after the probe: what it adds is deciding in its parent's place, not gold's. Here `small@0.5` costs 90%
+/// of its parent's 0.3 s (the probe's 95% rule keeps it), so profiling it on the 60-tuple sample and the rest of the
+/// screening (76 tuples) costs 20.5 s, and deciding the other 320 tuples in the parent's place saves at most 9.6 s
+/// (in gold's place it would save 233.6 s).
+#[test]
+fn a_compressed_rung_that_cannot_save_its_profiling_over_its_parent_is_not_profiled() {
+    let dir = tempfile::tempdir().unwrap();
+    let ops = [
+        Fixed::new("gold", 1.0, true),
+        Fixed::rung("small@0", 0.3, "ladder", 0.0),
+        Fixed::rung("small@0.5", 0.27, "ladder", 0.5),
+        Fixed::rung("small@0.8", 0.1, "ladder", 0.8),
+    ];
+    let s = session(dir.path(), 400, 0.15, &ops);
+    let frame = s.table("t").unwrap().sem_filter("{t.text} is a multiple of three").unwrap();
+    let r = frame.collect(Targets::new(0.5, 0.5, 0.95).unwrap()).unwrap();
+    let sc = r.report().screening.clone().expect("screening ran");
+    let half = sc.dropped.iter().find(|d| d.operator == "small@0.5").expect("small@0.5 was dropped");
+    assert!(
+        half.reason.contains("would cost 20.5 s")
+            && half.reason.contains("in its uncompressed parent small@0's place")
+            && half.reason.contains("would save at most 9.6 s"),
+        "{}",
+        half.reason
+    );
+    assert_eq!(ops[2].asked.load(std::sync::atomic::Ordering::SeqCst), 4, "small@0.5 answered the probe alone");
+    // A rung saving enough over its parent (a third of its time) goes on.
+    assert!(sc.dropped.iter().all(|d| d.operator != "small@0.8" || !d.reason.contains("would save")), "{sc:?}");
+}
+
 /// The candidates answer the probe in rounds: once those asked would cost more to profile than any plan could save,
 /// whatever the rest cost, the rest are not asked (#21). Here each of five candidates would cost 28 s to screen and
 /// profile, and no plan can save more than gold's 40 s on the 40 tuples left: two suffice to show it.
