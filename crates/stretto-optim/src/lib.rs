@@ -12,9 +12,9 @@
 //! - [`solver`]: projected Adam as an `argmin` solver, restarts in parallel (rayon), the annealing schedule and
 //!   temperature-0 extraction; [`search`]: a coordinate search over one cheap stage per filter or map, the
 //!   solver's companion at high targets and where the relaxation keeps a map at gold; [`order`]: stage ordering by dynamic programming.
-//! - [`strategy`]: `global` (with hold-out certification; its candidate solves and coordinate searches run at once)
-//!   and the baselines `local`, `independent`, `lotus`, `abacus`, `gold`, behind one
-//!   [`Strategy`](strategy::Strategy) trait.
+//! - [`strategy`]: the certified `global` strategy, whose candidate solves and coordinate searches run at once, and
+//!   the baselines `local`, `independent`, `lotus`, `abacus`, `gold`, behind one [`Strategy`](strategy::Strategy)
+//!   trait.
 //! - [`workload`] and [`evaluation`]: generated workloads and the optimize-on-sample, replay-on-population
 //!   measurement.
 //!
