@@ -734,18 +734,25 @@ fn maps_are_profiled_on_the_gold_result_rows_alone() {
     assert!(maps[1].asked().len() > 20, "the cheap map was profiled");
 }
 
+/// "multiple of three" over 400 rows, 15% profiled, at targets 0.5 with `ops` registered: the result, and why the
+/// screening dropped `name` (it must have).
+fn collect_dropping(ops: &[Arc<Fixed>], name: &str) -> (stretto::QueryResult, stretto::engine::Dropped) {
+    let dir = tempfile::tempdir().unwrap();
+    let s = session(dir.path(), 400, 0.15, ops);
+    let frame = s.table("t").unwrap().sem_filter("{t.text} is a multiple of three").unwrap();
+    let r = frame.collect(Targets::new(0.5, 0.5, 0.95).unwrap()).unwrap();
+    let sc = r.report().screening.clone().expect("screening ran");
+    let dropped = sc.dropped.iter().find(|d| d.operator == name).unwrap_or_else(|| panic!("{name} was kept")).clone();
+    (r, dropped)
+}
+
 /// A candidate cheaper than gold, but not by enough to win back its own profiling, is dropped after the probe: here
 /// `near` costs 85% of gold's, so profiling it on the 60-tuple sample and the rest of the screening (76 tuples)
 /// costs 64.6 s, and deciding every one of the other 320 tuples in gold's place would save at most 48 s.
 #[test]
 fn a_candidate_that_cannot_save_its_own_profiling_is_not_profiled() {
-    let dir = tempfile::tempdir().unwrap();
     let ops = [Fixed::new("gold", 1.0, true), Fixed::new("near", 0.85, false), Fixed::new("cheap", 0.01, false)];
-    let s = session(dir.path(), 400, 0.15, &ops);
-    let frame = s.table("t").unwrap().sem_filter("{t.text} is a multiple of three").unwrap();
-    let r = frame.collect(Targets::new(0.5, 0.5, 0.95).unwrap()).unwrap();
-    let sc = r.report().screening.clone().expect("screening ran");
-    let near = sc.dropped.iter().find(|d| d.operator == "near").expect("near was dropped");
+    let (r, near) = collect_dropping(&ops, "near");
     assert!(
         near.reason.contains("would cost 64.6 s") && near.reason.contains("would save at most 48.0 s"),
         "{}",
@@ -763,18 +770,14 @@ fn a_candidate_that_cannot_save_its_own_profiling_is_not_profiled() {
 /// (in gold's place it would save 233.6 s).
 #[test]
 fn a_compressed_rung_that_cannot_save_its_profiling_over_its_parent_is_not_profiled() {
-    let dir = tempfile::tempdir().unwrap();
     let ops = [
         Fixed::new("gold", 1.0, true),
         Fixed::rung("small@0", 0.3, "ladder", 0.0),
         Fixed::rung("small@0.5", 0.27, "ladder", 0.5),
         Fixed::rung("small@0.8", 0.1, "ladder", 0.8),
     ];
-    let s = session(dir.path(), 400, 0.15, &ops);
-    let frame = s.table("t").unwrap().sem_filter("{t.text} is a multiple of three").unwrap();
-    let r = frame.collect(Targets::new(0.5, 0.5, 0.95).unwrap()).unwrap();
+    let (r, half) = collect_dropping(&ops, "small@0.5");
     let sc = r.report().screening.clone().expect("screening ran");
-    let half = sc.dropped.iter().find(|d| d.operator == "small@0.5").expect("small@0.5 was dropped");
     assert!(
         half.reason.contains("would cost 20.5 s")
             && half.reason.contains("in its uncompressed parent small@0's place")
