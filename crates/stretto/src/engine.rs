@@ -740,6 +740,48 @@ fn probe_drops(
 /// only loses information, so it must at least save time.
 pub const COMPRESSED_SAVING: f64 = 0.95;
 
+/// Compressed rungs are offered to a query only over items whose median length is at least this many characters
+/// (about 128 tokens of English): a shorter past leaves compression little to save. Measured on the profiles
+/// committed under `bench/results/` (a rung's cost per tuple over its uncompressed parent's, median per model and
+/// ratio): over movie reviews (median 152 characters) 0.88–0.98, which never wins back profiling the rung; over
+/// e-commerce descriptions (768) 0.68–1.02; over emails (2042) 0.37–0.80.
+pub const COMPRESSED_MIN_ITEM_CHARS: usize = 512;
+
+/// Removes from `ops` (a task's candidates, gold first) the compressed rungs whose uncompressed parent is a
+/// candidate too when the median of `items` is shorter than [`COMPRESSED_MIN_ITEM_CHARS`], and says why: such a
+/// rung would only cost its probe before [`probe_drops`] found it no cheaper than its parent.
+fn drop_compressed_over_short_items(
+    task: &SemanticTask,
+    ops: &mut Vec<Arc<RegisteredOp>>,
+    items: &[String],
+) -> Vec<Dropped> {
+    let mut lengths: Vec<usize> = items.iter().map(|i| i.chars().count()).collect();
+    lengths.sort_unstable();
+    let Some(&median) = lengths.get(lengths.len() / 2) else { return Vec::new() };
+    if median >= COMPRESSED_MIN_ITEM_CHARS {
+        return Vec::new();
+    }
+    // Gold (index 0) always stays.
+    let short: Vec<usize> = (1..ops.len()).filter(|&i| (0..ops.len()).any(|j| is_parent_of(ops, j, i))).collect();
+    let dropped = short
+        .iter()
+        .map(|&i| Dropped {
+            logical: task.name.clone(),
+            operator: ops[i].name().to_string(),
+            reason: format!(
+                "not offered over items this short (median {median} characters, under {COMPRESSED_MIN_ITEM_CHARS}): \
+                 a compressed past this short leaves little to save over its uncompressed parent"
+            ),
+        })
+        .collect();
+    let mut i = 0;
+    ops.retain(|_| {
+        i += 1;
+        !short.contains(&(i - 1))
+    });
+    dropped
+}
+
 /// The uncompressed parent of candidate `idx` (same family, model and weights, compression 0) among the probed `costs`
 /// (candidate index, seconds per tuple), with its cost; `None` for an uncompressed candidate or one whose parent
 /// was not probed.
@@ -1205,6 +1247,17 @@ fn profile_candidates(
         }
         cands.push(ops);
     }
+    // A query about to run is not offered compressed rungs over items too short for compression to save anything
+    // (their reasons join the screening's).
+    let mut short_items = Vec::new();
+    if pay_check {
+        for (t, ops) in tasks.iter().zip(cands.iter_mut()) {
+            // Over text only: an image item is a path, and a join's pairs are judged side by side.
+            if !t.is_join() && modality_of(t, &input)? == Modality::Text {
+                short_items.extend(drop_compressed_over_short_items(t, ops, &t.item_texts(&input)?));
+            }
+        }
+    }
     // Pair operators see the whole input first: what they do once per side is then priced per pair as a run over
     // this input pays it, on the screening tuples and the sample alike.
     for (t, ops) in tasks.iter().zip(&cands) {
@@ -1297,7 +1350,12 @@ fn profile_candidates(
         let batch = take_record_batch(&input, &UInt32Array::from_iter_values(rows.iter().map(|&r| r as u32)))?;
         let probe = PROBE_TUPLES.min(rows.len());
         let _span = tracing::info_span!("screening", tuples = rows.len(), probe).entered();
-        let mut screening = Screening { tuples: rows.len(), rows: rows.clone(), ..Screening::default() };
+        let mut screening = Screening {
+            tuples: rows.len(),
+            rows: rows.clone(),
+            dropped: std::mem::take(&mut short_items),
+            ..Screening::default()
+        };
 
         // 3a-i. Every candidate on the first `probe` screening tuples: what each costs per tuple beside gold. Those
         //       as dear as gold go no further, and the pay check runs before the rest of the screening is spent.

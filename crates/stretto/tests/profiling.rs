@@ -111,7 +111,7 @@ impl PhysicalOp for Fixed {
         let scores = items
             .iter()
             .map(|t| {
-                let n: usize = t.trim_start_matches("row ").parse().unwrap_or(1);
+                let n: usize = t.trim_start_matches("row ").split(' ').next().and_then(|n| n.parse().ok()).unwrap_or(1);
                 let pass = n.is_multiple_of(modulus) != (self.flip > 0 && n % self.flip == 1);
                 if pass {
                     1.0
@@ -131,6 +131,24 @@ fn session(dir: &std::path::Path, n: usize, sample: f64, ops: &[Arc<Fixed>]) -> 
 
 /// [`session`], pricing memoised answers as a cold run would where `cold`.
 fn session_pricing(dir: &std::path::Path, n: usize, sample: f64, ops: &[Arc<Fixed>], cold: bool) -> Session {
+    session_over(dir, n, sample, ops, cold, |i| format!("row {i}"))
+}
+
+/// Item `i` of a table of items as long as emails ("row i" and some 700 characters more): compressed rungs are
+/// offered over them ([`stretto::engine::COMPRESSED_MIN_ITEM_CHARS`]).
+fn long_item(i: usize) -> String {
+    format!("row {i} {}", "and so on ".repeat(70))
+}
+
+/// [`session_pricing`] over the items `item(0)` … `item(n-1)`.
+fn session_over(
+    dir: &std::path::Path,
+    n: usize,
+    sample: f64,
+    ops: &[Arc<Fixed>],
+    cold: bool,
+    item: impl Fn(usize) -> String,
+) -> Session {
     let s = Session::builder(stretto::core::context::default_home())
         .kv_dir(dir.join("kv"))
         .memo_dir(dir.join("memo"))
@@ -150,7 +168,7 @@ fn session_pricing(dir: &std::path::Path, n: usize, sample: f64, ops: &[Arc<Fixe
         ])),
         vec![
             Arc::new(Int64Array::from_iter_values(0..n as i64)),
-            Arc::new(StringArray::from_iter_values((0..n).map(|i| format!("row {i}")))),
+            Arc::new(StringArray::from_iter_values((0..n).map(item))),
         ],
     )
     .unwrap();
@@ -310,10 +328,11 @@ fn the_gold_method_costs_what_gold_on_every_tuple_does() {
     assert_eq!(r.report().sample_rows, stretto::engine::GOLD_ORDER_TUPLES);
 }
 
-/// The screening of "multiple of three" over 1000 rows, 12% profiled, at targets 0.8 with `ops` registered.
+/// The screening of "multiple of three" over 1000 long rows ([`long_item`]), 12% profiled, at targets 0.8 with `ops`
+/// registered.
 fn screening_of(ops: &[Arc<Fixed>]) -> stretto::engine::Screening {
     let dir = tempfile::tempdir().unwrap();
-    let s = session(dir.path(), 1000, 0.12, ops);
+    let s = session_over(dir.path(), 1000, 0.12, ops, false, long_item);
     let frame = s.table("t").unwrap().sem_filter("{t.text} is a multiple of three").unwrap();
     let r = frame.collect(Targets::new(0.8, 0.8, 0.95).unwrap()).unwrap();
     r.report().screening.clone().expect("screening ran")
@@ -340,6 +359,44 @@ fn a_compressed_rung_no_cheaper_than_its_parent_stops_at_the_probe() {
     assert_eq!(at_probe, ["small@0.5"], "{sc:?}");
     let half = sc.dropped.iter().find(|d| d.operator == "small@0.5").unwrap();
     assert!(half.reason.contains("97% of its uncompressed parent small@0's"), "{}", half.reason);
+}
+
+/// Over items too short for compression to save anything (the median under
+/// [`stretto::engine::COMPRESSED_MIN_ITEM_CHARS`]), a compressed rung whose parent is a candidate is not even asked
+/// the probe; over long items the same rungs answer it. A compressed rung without its parent among the candidates,
+/// and gold, stay.
+#[test]
+fn compressed_rungs_are_not_offered_over_short_items() {
+    let ladder = || {
+        [
+            Fixed::new("gold", 1.0, true),
+            Fixed::rung("small@0", 0.3, "ladder", 0.0),
+            Fixed::rung("small@0.5", 0.2, "ladder", 0.5),
+            Fixed::rung("orphan@0.5", 0.2, "orphans", 0.5),
+            Fixed::new("cheap", 0.01, false),
+        ]
+    };
+    let run = |ops: &[Arc<Fixed>], item: fn(usize) -> String| {
+        let dir = tempfile::tempdir().unwrap();
+        let s = session_over(dir.path(), 1000, 0.12, ops, false, item);
+        let frame = s.table("t").unwrap().sem_filter("{t.text} is a multiple of three").unwrap();
+        let r = frame.collect(Targets::new(0.8, 0.8, 0.95).unwrap()).unwrap();
+        r.report().screening.clone().expect("screening ran")
+    };
+    let asked = |op: &Fixed| op.asked.load(std::sync::atomic::Ordering::SeqCst);
+
+    let short = ladder();
+    let sc = run(&short, |i| format!("row {i}"));
+    let half = sc.dropped.iter().find(|d| d.operator == "small@0.5").expect("small@0.5 was offered");
+    assert!(half.reason.contains("not offered over items this short (median 7 characters"), "{}", half.reason);
+    assert_eq!(asked(&short[2]), 0, "small@0.5 answered nothing");
+    assert!(asked(&short[1]) > 0 && asked(&short[3]) > 0, "the parent and the rung without one were asked");
+    assert!(sc.dropped.iter().all(|d| d.operator != "orphan@0.5" || !d.reason.contains("not offered")), "{sc:?}");
+
+    let long = ladder();
+    let sc = run(&long, long_item);
+    assert!(sc.dropped.iter().all(|d| !d.reason.contains("not offered")), "{sc:?}");
+    assert!(asked(&long[2]) >= 4, "small@0.5 answered the probe over long items");
 }
 
 /// A model's quantized rung (its own weights, uncompressed, cheaper) is not the parent of its f32 compressed rungs:
@@ -734,11 +791,11 @@ fn maps_are_profiled_on_the_gold_result_rows_alone() {
     assert!(maps[1].asked().len() > 20, "the cheap map was profiled");
 }
 
-/// "multiple of three" over 400 rows, 15% profiled, at targets 0.5 with `ops` registered: the result, and why the
-/// screening dropped `name` (it must have).
+/// "multiple of three" over 400 long rows ([`long_item`]), 15% profiled, at targets 0.5 with `ops` registered: the
+/// result, and why the screening dropped `name` (it must have).
 fn collect_dropping(ops: &[Arc<Fixed>], name: &str) -> (stretto::QueryResult, stretto::engine::Dropped) {
     let dir = tempfile::tempdir().unwrap();
-    let s = session(dir.path(), 400, 0.15, ops);
+    let s = session_over(dir.path(), 400, 0.15, ops, false, long_item);
     let frame = s.table("t").unwrap().sem_filter("{t.text} is a multiple of three").unwrap();
     let r = frame.collect(Targets::new(0.5, 0.5, 0.95).unwrap()).unwrap();
     let sc = r.report().screening.clone().expect("screening ran");
