@@ -45,10 +45,15 @@ fn command(args: &[&str], cwd: &Path, stores: &Path) -> Command {
 
 /// Runs to the end; returns the result rows (as JSON), failing the test with stderr on an error.
 fn rows_of(out: std::process::Output) -> serde_json::Value {
+    report_of(out)["rows"].clone()
+}
+
+/// [`rows_of`], the whole JSON report.
+fn report_of(out: std::process::Output) -> serde_json::Value {
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let r: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON report");
     assert!(!r["rows"].as_array().unwrap().is_empty(), "no rows: {r}");
-    r["rows"].clone()
+    r
 }
 
 fn run(cwd: &Path, stores: &Path) -> serde_json::Value {
@@ -226,4 +231,30 @@ fn a_disk_budget_smaller_than_the_caches_evicts_and_still_answers_right() {
     let kv_sql = bytes_under(&kv);
     eprintln!("sql under a budget of {budget} B: {kv_sql} B of KV after");
     assert!(kv_sql <= budget, "after `stretto sql` the KV directory holds {kv_sql} B over a budget of {budget} B");
+}
+
+/// A query whose input's KV caches would not fit the disk budget prefills only the tuples profiling reads before it
+/// (here the 40 sampled and 20 screening tuples of 80), leaves the others to execution, says so, and answers as a
+/// query with room for every cache does.
+#[test]
+fn a_query_whose_caches_exceed_the_disk_budget_prefills_only_what_profiling_reads_first() {
+    let root = tempfile::tempdir().unwrap();
+    let args = |budget: Option<&'static str>| {
+        let mut a = query_args();
+        a[4] = "{reviews.reviewtext} is clearly positive";
+        a.extend(budget.map(|b| ["--disk-budget", b]).into_iter().flatten());
+        a
+    };
+    let roomy =
+        report_of(command(&args(None), &scratch(root.path(), "c1"), &scratch(root.path(), "roomy")).output().unwrap());
+    assert!(roomy.get("kv_caches").is_none(), "{}", roomy["kv_caches"]);
+    let stores = scratch(root.path(), "tight");
+    let tight = report_of(command(&args(Some("1")), &scratch(root.path(), "c2"), &stores).output().unwrap());
+    let note = tight["kv_caches"].as_str().expect("the report says the caches were deferred");
+    assert!(
+        note.contains("the KV caches of all 80 tuples") && note.contains("only the 60 tuples profiling reads"),
+        "{note}"
+    );
+    assert_eq!(tight["rows"], roomy["rows"], "the query under a tight budget answered differently");
+    assert_eq!(records(&stores.join("kv").join("adhoc")).len(), 0, "a 1-byte budget keeps no record");
 }

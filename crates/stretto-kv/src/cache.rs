@@ -16,9 +16,9 @@ use std::sync::{Arc, Mutex};
 
 use crate::budget::{touch, DiskBudget};
 use crate::convert::DecoderConfig;
-use crate::decoder::{within_item_limit, Decoder, KvPast};
+use crate::decoder::{item_token_limit, within_item_limit, Decoder, KvPast};
 use crate::error::{KvError, Result};
-use crate::press::compress_ladder;
+use crate::press::{compress_ladder, kept};
 use crate::store::{decode_record, encode_record, read_meta, sha256_text, write_atomic, Profile, RecordMeta};
 
 /// Ratios a miss is compressed at (besides the requested one).
@@ -127,8 +127,47 @@ impl PastSource {
         map
     }
 
+    /// The usable record of the item prefix whose SHA-256 is `source`, if one is stored: an indexed record was
+    /// checked when the index was built; an ad-hoc one is checked here (its header).
+    fn usable(&self, index: &HashMap<String, PathBuf>, config: &DecoderConfig, source: &str) -> Option<PathBuf> {
+        match index.get(source) {
+            Some(path) => path.is_file().then(|| path.clone()),
+            None => {
+                let path = adhoc_path(&self.kv_dir, &self.profile, source);
+                read_meta(&path).is_ok_and(|m| within_item_limit(config, m.tokens)).then_some(path)
+            }
+        }
+    }
+
+    /// What [`PastSource::ensure`] would add on disk for `items`, without prefilling anything: how many of them have
+    /// no record yet, and about how many bytes their records would take at every ladder ratio (f16 keys and values
+    /// of the tokens each ratio keeps; headers not counted).
+    pub fn missing_bytes(&self, dec: &Decoder, items: &[String]) -> Result<(usize, u64)> {
+        let mut guard = self.index.lock().map_err(|_| KvError::Runtime("cache index poisoned".into()))?;
+        let index = guard.get_or_insert_with(|| self.build_index(dec.config()));
+        let c = dec.config();
+        let per_token = (2 * c.layers * c.kv_heads * c.head_dim * 2) as u64;
+        let limit = item_token_limit(c).unwrap_or(usize::MAX);
+        let mut ratios: Vec<f64> = LADDER.to_vec();
+        if !ratios.contains(&self.profile.ratio) {
+            ratios.push(self.profile.ratio);
+        }
+        let (mut missing, mut bytes) = (0, 0u64);
+        for item in items {
+            let prompt = dec.item_prefix(item);
+            if self.usable(index, c, &sha256_text(&prompt)).is_some() {
+                continue;
+            }
+            let tokens = dec.encode(&prompt)?.len().min(limit);
+            missing += 1;
+            bytes += ratios.iter().map(|&r| kept(tokens, r) as u64 * per_token).sum::<u64>();
+        }
+        Ok((missing, bytes))
+    }
+
     /// Computes and stores the pasts of those `items` not cached yet, without loading the cached ones; returns how
-    /// many were computed.
+    /// many were computed. It stops at the first record the disk budget cannot hold: the rest would be prefilled
+    /// only to be dropped (an operator prefills a missing past where it uses it).
     pub fn ensure(&self, dec: &Decoder, items: &[String]) -> Result<usize> {
         let mut guard = self.index.lock().map_err(|_| KvError::Runtime("cache index poisoned".into()))?;
         let index = guard.get_or_insert_with(|| self.build_index(dec.config()));
@@ -138,23 +177,22 @@ impl PastSource {
             bar.inc(1);
             let prompt = dec.item_prefix(item);
             let source = sha256_text(&prompt);
-            // An indexed record was checked when the index was built; an ad-hoc one is checked here.
-            let usable = match index.get(&source) {
-                Some(path) => path.is_file().then(|| path.clone()),
-                None => {
-                    let path = adhoc_path(&self.kv_dir, &self.profile, &source);
-                    read_meta(&path).is_ok_and(|m| within_item_limit(dec.config(), m.tokens)).then_some(path)
-                }
-            };
-            if let Some(path) = usable {
+            if let Some(path) = self.usable(index, dec.config(), &source) {
                 touch(&path);
                 continue;
             }
             let (_, kept) = self.compute(dec, &prompt, &source)?;
-            if kept {
-                index.insert(source.clone(), adhoc_path(&self.kv_dir, &self.profile, &source));
-            }
             computed += 1;
+            if !kept {
+                tracing::info!(
+                    profile = %self.profile.id(),
+                    computed,
+                    left = items.len() - computed,
+                    "the disk budget holds no more records: the other pasts are prefilled where they are used"
+                );
+                break;
+            }
+            index.insert(source.clone(), adhoc_path(&self.kv_dir, &self.profile, &source));
         }
         bar.finish_and_clear();
         Ok(computed)

@@ -215,3 +215,64 @@ fn an_item_longer_than_the_models_context_is_cut_to_its_head_in_its_caches() {
     let scale = b.iter().fold(0f32, |m, v| m.max(v.abs()));
     assert!(worst <= 0.01 * scale, "{worst} (scale {scale})");
 }
+
+/// What a past source would add on disk is estimated without prefilling anything: the records `ensure` then writes
+/// (every ladder ratio) take those bytes plus their headers, and once they are stored nothing is missing.
+#[test]
+fn a_past_source_estimates_the_records_it_would_write() {
+    use stretto_kv::cache::PastSource;
+    let dec = decoder();
+    let dir = tempfile::tempdir().unwrap();
+    let profile = Profile::parse("smollm2-135m@expected-attention-0.00").unwrap();
+    let source = PastSource::new(profile, dir.path().into());
+    let items: Vec<String> = REVIEWS.iter().map(|r| r.to_string()).collect();
+    let (missing, bytes) = source.missing_bytes(dec, &items).unwrap();
+    assert_eq!(missing, 3);
+    assert_eq!(source.ensure(dec, &items).unwrap(), 3);
+    let written: u64 = walk(dir.path())
+        .iter()
+        .filter(|p| p.extension().is_some_and(|e| e == "safetensors"))
+        .map(|p| p.metadata().unwrap().len())
+        .sum();
+    // Headers (tensor table and metadata) are a few KB per record; nine records.
+    assert!(bytes <= written && written <= bytes + 9 * 8_000, "estimated {bytes}, written {written}");
+    assert_eq!(source.missing_bytes(dec, &items).unwrap(), (0, 0));
+    assert_eq!(
+        PastSource::new(Profile::parse("smollm2-135m@expected-attention-0.50").unwrap(), dir.path().into())
+            .missing_bytes(dec, &items)
+            .unwrap()
+            .0,
+        0,
+        "the sibling ratios were written too"
+    );
+}
+
+/// A build the disk budget cannot hold stops at its first refused record instead of prefilling items only to drop
+/// them; what it could not keep is prefilled where it is used.
+#[test]
+fn a_past_source_stops_building_once_the_budget_holds_no_more() {
+    use stretto_kv::budget::DiskBudget;
+    use stretto_kv::cache::PastSource;
+    let dec = decoder();
+    let dir = tempfile::tempdir().unwrap();
+    let profile = Profile::parse("smollm2-135m@expected-attention-0.00").unwrap();
+    let budget = std::sync::Arc::new(DiskBudget::new(dir.path(), None, 1));
+    let source = PastSource::new(profile, dir.path().into()).with_budget(budget);
+    let items: Vec<String> = REVIEWS.iter().map(|r| r.to_string()).collect();
+    assert_eq!(source.ensure(dec, &items).unwrap(), 1, "one prefill showed that nothing fits");
+    let (pasts, computed) = source.get(dec, &items).unwrap();
+    assert_eq!((pasts.len(), computed), (3, vec![true; 3]));
+}
+
+fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).unwrap().flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            out.extend(walk(&p));
+        } else {
+            out.push(p);
+        }
+    }
+    out
+}

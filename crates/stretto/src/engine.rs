@@ -217,6 +217,10 @@ pub struct QueryReport {
     /// The first profiling stage, if it ran: the candidates it dropped and why.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub screening: Option<Screening>,
+    /// Where the whole input's KV caches would not fit the disk budget: that only the tuples profiling reads were
+    /// prefilled before it (execution prefilling the others as it reaches them), with the figures.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kv_caches: Option<String>,
     /// Files written.
     pub files: Vec<String>,
     /// The result table: the semantic pipeline's output after post-filters and projection.
@@ -529,6 +533,9 @@ pub struct Profiled {
     pub paid: Arc<PaidAnswers>,
     /// Operator-reported seconds this profiling spent (screening and sample; 0 for a saved profile).
     pub spent_seconds: f64,
+    /// Where the whole input's KV caches would not fit the disk budget: that only the tuples profiling reads were
+    /// prefilled before it, and why.
+    pub kv_note: Option<String>,
 }
 
 /// The first stage of adaptive profiling ([`QueryOptions::screen`]).
@@ -1288,43 +1295,84 @@ fn profile_candidates(
     }
 
     // 2. KV caches of every item for every LLM model in play (with a fetch, of the screening tuples), found
-    //    by content (built once, reused by every later query over the same texts), within the disk budget.
+    //    by content (built once, reused by every later query over the same texts), within the disk budget. Where
+    //    the whole input's would not fit the budget, only the tuples profiling reads are prefilled now.
     let t0 = Instant::now();
+    let mut kv_note = None;
     {
         let _span = tracing::info_span!("kv_caches").entered();
-        for (t, ops) in tasks.iter().zip(&cands) {
-            // Operators declare the decoder whose item caches they read.
+        let source = |m: &str| {
+            let profile = stretto_kv::store::Profile {
+                model: m.to_string(),
+                press: Press::ExpectedAttention,
+                ratio: 0.0,
+                positions: Positions::Keep,
+            };
+            stretto_kv::cache::PastSource::new(profile, ctx.kv_dir.clone())
+                .with_budget(budget.clone())
+                .with_memory_budget(ctx.memory_budget.unwrap_or(stretto_kv::decoder::DEFAULT_MEMORY_BUDGET))
+        };
+        // Per logical operator, the decoders whose item caches its candidates read.
+        let mut jobs: Vec<(usize, Vec<Arc<stretto_kv::Decoder>>)> = Vec::new();
+        for (t, ops) in cands.iter().enumerate() {
             let models: BTreeSet<String> =
                 ops.iter().filter_map(|op| op.kv_cache_model().map(str::to_string)).collect();
             if models.is_empty() {
                 continue;
             }
-            // With a fetch, execution may stop long before the end, and the pay check may decide that the sample
-            // is not worth profiling: only the screening tuples are built now, the rest on demand.
-            let texts = match o.fetch {
-                Some(_) => {
-                    let rows = order[want..want + screen_rows].iter().map(|&r| r as u32);
-                    let screened = take_record_batch(&input, &UInt32Array::from_iter_values(rows))?;
-                    cached_items(t, &screened)?
+            let decs = models
+                .iter()
+                .map(|m| {
+                    stretto_kv::pool::decoder(
+                        &ctx.model_home,
+                        stretto_kv::runtime::RuntimeOptions::new(ctx.threads, ctx.cuda()),
+                        m,
+                    )
+                })
+                .collect::<std::result::Result<Vec<_>, _>>()?;
+            jobs.push((t, decs));
+        }
+        // The rows whose items are prefilled now: with a fetch, execution may stop long before the end, and the
+        // pay check may decide that the sample is not worth profiling, so only the screening tuples are.
+        let rows_of = |rows: &mut dyn Iterator<Item = usize>| -> Result<RecordBatch> {
+            Ok(take_record_batch(&input, &UInt32Array::from_iter_values(rows.map(|r| r as u32)))?)
+        };
+        let mut batch = match o.fetch {
+            Some(_) => rows_of(&mut order[want..want + screen_rows].iter().copied())?,
+            None => input.clone(),
+        };
+        if o.fetch.is_none() && !jobs.is_empty() {
+            // What every item's records would add on disk, against what the budget leaves free.
+            let mut missing = 0u64;
+            for (t, decs) in &jobs {
+                let texts = cached_items(&tasks[*t], &input)?;
+                for dec in decs {
+                    missing += source(dec.name()).missing_bytes(dec, &texts)?.1;
                 }
-                None => cached_items(t, &input)?,
-            };
-            for m in models {
-                let dec = stretto_kv::pool::decoder(
-                    &ctx.model_home,
-                    stretto_kv::runtime::RuntimeOptions::new(ctx.threads, ctx.cuda()),
-                    &m,
-                )?;
-                let profile = stretto_kv::store::Profile {
-                    model: m.clone(),
-                    press: Press::ExpectedAttention,
-                    ratio: 0.0,
-                    positions: Positions::Keep,
-                };
-                stretto_kv::cache::PastSource::new(profile, ctx.kv_dir.clone())
-                    .with_budget(budget.clone())
-                    .with_memory_budget(ctx.memory_budget.unwrap_or(stretto_kv::decoder::DEFAULT_MEMORY_BUDGET))
-                    .ensure(&dec, &texts)?;
+            }
+            let free = budget.limit()?.saturating_sub(budget.usage()?);
+            let mut rows: Vec<usize> = sample.iter().chain(&order[want..want + screen_rows]).copied().collect();
+            rows.sort_unstable();
+            rows.dedup();
+            if missing > free && rows.len() < n {
+                let note = format!(
+                    "the KV caches of all {n} tuples would take about {:.1} GB more on disk than the {:.1} GB the \
+                     disk budget leaves free: only the {} tuples profiling reads were prefilled before it, and \
+                     execution prefills the others as it reaches them (their prefill counted in its seconds), \
+                     keeping what the budget holds",
+                    missing as f64 / 1e9,
+                    free as f64 / 1e9,
+                    rows.len()
+                );
+                tracing::warn!("{note}");
+                kv_note = Some(note);
+                batch = rows_of(&mut rows.into_iter())?;
+            }
+        }
+        for (t, decs) in &jobs {
+            let texts = cached_items(&tasks[*t], &batch)?;
+            for dec in decs {
+                source(dec.name()).ensure(dec, &texts)?;
             }
         }
     }
@@ -2054,6 +2102,7 @@ fn profile_candidates(
         gold_order,
         paid: Arc::new(paid),
         spent_seconds,
+        kv_note,
     })
 }
 
@@ -2105,6 +2154,7 @@ pub fn reuse_profile(
         gold_order: Vec::new(),
         paid: Arc::default(),
         spent_seconds: 0.0,
+        kv_note: None,
     })
 }
 
@@ -2331,6 +2381,7 @@ pub fn execute(
         rows,
         candidates: p.candidates.clone(),
         screening: p.screening.clone(),
+        kv_caches: p.kv_note.clone(),
         files: [profile_path, plan_path].into_iter().flatten().map(|p| p.display().to_string()).collect(),
         result,
     })
@@ -2471,6 +2522,9 @@ pub fn render(r: &QueryReport, show: usize) -> String {
     };
     line(format!("query: {}", r.query));
     line(format!("data: {}; {} tuples, {} profiled", r.dataset, r.input_rows, r.sample_rows));
+    if let Some(note) = &r.kv_caches {
+        line(format!("kv caches: {note}"));
+    }
     if let Some(sc) = &r.screening {
         line(format!(
             "screening: every candidate on {} other tuples ({:.1} s of operator time); {} not profiled further",
