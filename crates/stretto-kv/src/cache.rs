@@ -18,8 +18,17 @@ use crate::budget::{touch, DiskBudget};
 use crate::convert::DecoderConfig;
 use crate::decoder::{item_token_limit, within_item_limit, Decoder, KvPast};
 use crate::error::{KvError, Result};
-use crate::press::{compress_ladder, kept};
+use crate::press::{compress_each, kept};
 use crate::store::{decode_record, encode_record, read_meta, sha256_text, write_atomic, Profile, RecordMeta};
+
+/// Rounds every key and value to f16 precision in place: what a stored record (f16) gives back when loaded.
+fn round_to_f16(past: &mut KvPast) {
+    for v in past.keys.iter_mut().chain(past.values.iter_mut()) {
+        for x in v.iter_mut() {
+            *x = half::f16::from_f32(*x).to_f32();
+        }
+    }
+}
 
 /// Ratios a miss is compressed at (besides the requested one).
 pub const LADDER: [f64; 3] = [0.0, 0.5, 0.8];
@@ -238,42 +247,66 @@ impl PastSource {
 
     /// Prefills and compresses one item at every ladder ratio; keeps each record the budget holds. Returns this
     /// profile's past and whether its record was kept.
+    ///
+    /// One ratio at a time ([`compress_each`]): each compressed copy is encoded, written and dropped before the
+    /// next is made, so a long item costs about twice its uncompressed past in memory, not four times.
     fn compute(&self, dec: &Decoder, prompt: &str, source: &str) -> Result<(KvPast, bool)> {
         let parent = self.prefill.as_ref().map(|load| load()).transpose()?;
         let dec = parent.as_deref().unwrap_or(dec);
         let tokens = dec.encode_item(prompt)?;
         let query_stats = self.profile.press == crate::press::Press::ExpectedAttention;
-        let (past, stats) = dec.prefill_within(&tokens, query_stats, self.memory_budget)?;
+        let (mut past, stats) = dec.prefill_within(&tokens, query_stats, self.memory_budget)?;
         let mut ratios: Vec<f64> = LADDER.to_vec();
         if !ratios.contains(&self.profile.ratio) {
             ratios.push(self.profile.ratio);
         }
-        let ladder =
-            compress_ladder(self.profile.press, self.profile.positions, dec.config(), &past, stats.as_ref(), &ratios)?;
-        let mut mine = None;
-        for (r, c) in ratios.iter().zip(ladder) {
-            let profile = Profile { ratio: *r, ..self.profile.clone() };
-            let meta = RecordMeta::of(&profile, dec.config().layers, tokens.len(), &c, source);
-            let path = adhoc_path(&self.kv_dir, &profile, source);
-            let bytes = encode_record(&meta, &c)?;
-            let keep = match &self.budget {
-                Some(b) => b.make_room(bytes.len() as u64)?,
-                None => true,
-            };
-            if keep {
-                write_atomic(&path, &bytes)?;
-            } else if !self.told_full.swap(true, std::sync::atomic::Ordering::Relaxed) {
-                tracing::warn!(
-                    profile = %self.profile.id(),
-                    "the disk budget is full of caches in use: new KV records of this profile are used from memory \
-                     and not kept (raise --disk-budget to keep them)"
-                );
-            }
-            if *r == self.profile.ratio {
-                // What later runs will load (f16), so a miss answers exactly as a hit would.
-                mine = Some((decode_record(&path, &bytes)?.past, keep));
-            }
+        // This profile's past, as later runs will load it (f16), so that a miss answers exactly as a hit would;
+        // `None` with `mine_kept` set where it is the uncompressed past itself, rounded once the ladder is done.
+        let (mut mine, mut mine_kept, mut mine_is_past) = (None, false, false);
+        compress_each(
+            self.profile.press,
+            self.profile.positions,
+            dec.config(),
+            &past,
+            stats.as_ref(),
+            &ratios,
+            |r, c| {
+                let profile = Profile { ratio: r, ..self.profile.clone() };
+                let meta = RecordMeta::of(&profile, dec.config().layers, tokens.len(), &c, source);
+                let path = adhoc_path(&self.kv_dir, &profile, source);
+                let bytes = encode_record(&meta, &c)?;
+                let keep = match &self.budget {
+                    Some(b) => b.make_room(bytes.len() as u64)?,
+                    None => true,
+                };
+                if keep {
+                    write_atomic(&path, &bytes)?;
+                } else if !self.told_full.swap(true, std::sync::atomic::Ordering::Relaxed) {
+                    tracing::warn!(
+                        profile = %self.profile.id(),
+                        "the disk budget is full of caches in use: new KV records of this profile are used from memory \
+                         and not kept (raise --disk-budget to keep them)"
+                    );
+                }
+                drop(bytes);
+                if r == self.profile.ratio {
+                    mine_kept = keep;
+                    match c {
+                        std::borrow::Cow::Owned(mut owned) => {
+                            round_to_f16(&mut owned);
+                            mine = Some(owned);
+                        }
+                        std::borrow::Cow::Borrowed(_) => mine_is_past = true,
+                    }
+                }
+                Ok(())
+            },
+        )?;
+        if mine_is_past {
+            round_to_f16(&mut past);
+            mine = Some(past);
         }
+        let mine = mine.map(|m| (m, mine_kept));
         mine.ok_or_else(|| KvError::Runtime("requested ratio missing from the ladder".into()))
     }
 }

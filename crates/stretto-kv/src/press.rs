@@ -223,6 +223,26 @@ pub fn compress_ladder(
     stats: Option<&QueryStats>,
     ratios: &[f64],
 ) -> Result<Vec<KvPast>> {
+    let mut out = Vec::with_capacity(ratios.len());
+    compress_each(press, positions, config, past, stats, ratios, |_, c| {
+        out.push(c.into_owned());
+        Ok(())
+    })?;
+    Ok(out)
+}
+
+/// [`compress_ladder`] one ratio at a time: `each(ratio, past)` is handed each ratio's past in the order of `ratios`
+/// (`past` itself, borrowed, where a ratio keeps every token), so that at most one compressed copy is alive at once.
+/// A long item's caches are hundreds of megabytes: this is what keeps building them within memory.
+pub fn compress_each(
+    press: Press,
+    positions: Positions,
+    config: &DecoderConfig,
+    past: &KvPast,
+    stats: Option<&QueryStats>,
+    ratios: &[f64],
+    mut each: impl FnMut(f64, std::borrow::Cow<'_, KvPast>) -> Result<()>,
+) -> Result<()> {
     for &r in ratios {
         if !(0.0..1.0).contains(&r) {
             return Err(KvError::Usage(format!("compression ratio {r} is outside [0, 1)")));
@@ -234,50 +254,49 @@ pub fn compress_ladder(
     } else {
         Vec::new()
     };
-    ratios
-        .iter()
-        .map(|&r| {
-            let keep = kept(past.len, r);
-            if keep == past.len {
-                return Ok(past.clone());
-            }
-            let (kv, hd, n) = (past.kv_heads, past.head_dim, past.len);
-            let mut out = KvPast {
-                keys: Vec::with_capacity(config.layers),
-                values: Vec::with_capacity(config.layers),
-                len: keep,
-                next_position: past.next_position,
-                kv_heads: kv,
-                head_dim: hd,
-            };
-            for (l, layer_scores) in per_layer.iter().enumerate() {
-                let idx = select(layer_scores, n, r);
-                let mut k = Vec::with_capacity(kv * keep * hd);
-                let mut v = Vec::with_capacity(kv * keep * hd);
-                for (h, ids) in idx.iter().enumerate() {
-                    for (j, &t) in ids.iter().enumerate() {
-                        let at = h * n * hd + t * hd;
-                        let key = &past.keys[l][at..at + hd];
-                        match positions {
-                            Positions::Keep => k.extend_from_slice(key),
-                            Positions::Rerotate => k.extend(rerotate(
-                                config,
-                                key,
-                                j as f64 - (t as f64 + past.next_position as f64 - n as f64),
-                            )),
-                        }
-                        v.extend_from_slice(&past.values[l][at..at + hd]);
+    for &r in ratios {
+        let keep = kept(past.len, r);
+        if keep == past.len {
+            each(r, std::borrow::Cow::Borrowed(past))?;
+            continue;
+        }
+        let (kv, hd, n) = (past.kv_heads, past.head_dim, past.len);
+        let mut out = KvPast {
+            keys: Vec::with_capacity(config.layers),
+            values: Vec::with_capacity(config.layers),
+            len: keep,
+            next_position: past.next_position,
+            kv_heads: kv,
+            head_dim: hd,
+        };
+        for (l, layer_scores) in per_layer.iter().enumerate() {
+            let idx = select(layer_scores, n, r);
+            let mut k = Vec::with_capacity(kv * keep * hd);
+            let mut v = Vec::with_capacity(kv * keep * hd);
+            for (h, ids) in idx.iter().enumerate() {
+                for (j, &t) in ids.iter().enumerate() {
+                    let at = h * n * hd + t * hd;
+                    let key = &past.keys[l][at..at + hd];
+                    match positions {
+                        Positions::Keep => k.extend_from_slice(key),
+                        Positions::Rerotate => k.extend(rerotate(
+                            config,
+                            key,
+                            j as f64 - (t as f64 + past.next_position as f64 - n as f64),
+                        )),
                     }
+                    v.extend_from_slice(&past.values[l][at..at + hd]);
                 }
-                out.keys.push(k);
-                out.values.push(v);
             }
-            if positions == Positions::Rerotate {
-                out.next_position = keep as i64;
-            }
-            Ok(out)
-        })
-        .collect()
+            out.keys.push(k);
+            out.values.push(v);
+        }
+        if positions == Positions::Rerotate {
+            out.next_position = keep as i64;
+        }
+        each(r, std::borrow::Cow::Owned(out))?;
+    }
+    Ok(())
 }
 
 /// Moves a post-RoPE key by `delta` positions (rotate-half convention).

@@ -23,7 +23,7 @@ use sha2::{Digest, Sha256};
 
 use crate::decoder::{Decoder, KvPast};
 use crate::error::{KvError, Result};
-use crate::press::{compress_ladder, Positions, Press};
+use crate::press::{compress_each, Positions, Press};
 
 /// Record format version.
 pub const RECORD_FORMAT: u32 = 1;
@@ -467,12 +467,14 @@ impl KvStore {
                 let (past, stats) = dec.prefill_chunked(&tokens, needs_stats, chunk)?;
                 report.longest_chunk = report.longest_chunk.max(chunk);
                 let ratios: Vec<f64> = profiles.iter().map(|p| p.ratio).collect();
-                let ladder = compress_ladder(spec.press, spec.positions, dec.config(), &past, stats.as_ref(), &ratios)?;
                 let source = sha256_text(&prompt);
-                for (p, c) in profiles.iter().zip(&ladder) {
-                    let meta = RecordMeta::of(p, dec.config().layers, tokens.len(), c, &source);
-                    write_atomic(&self.record_path(&spec.column, p, *item), &encode_record(&meta, c)?)?;
-                }
+                // One ratio's copy at a time: a long item's ladder at once is several times its past in memory.
+                let mut next = profiles.iter();
+                compress_each(spec.press, spec.positions, dec.config(), &past, stats.as_ref(), &ratios, |_, c| {
+                    let p = next.next().ok_or_else(|| KvError::Runtime("more ratios than profiles".into()))?;
+                    let meta = RecordMeta::of(p, dec.config().layers, tokens.len(), &c, &source);
+                    write_atomic(&self.record_path(&spec.column, p, *item), &encode_record(&meta, &c)?)
+                })?;
                 report.built += 1;
             }
             bar.finish_and_clear();

@@ -264,6 +264,24 @@ fn a_past_source_stops_building_once_the_budget_holds_no_more() {
     assert_eq!((pasts.len(), computed), (3, vec![true; 3]));
 }
 
+/// A past computed on a miss is exactly what loading its stored record gives later (f16), at ratio 0 and at a
+/// compressed ratio, so that a query answers the same whether or not the cache was there.
+#[test]
+fn a_miss_answers_with_the_past_its_record_gives_back() {
+    use stretto_kv::cache::PastSource;
+    let dec = decoder();
+    let items: Vec<String> = REVIEWS.iter().map(|r| r.to_string()).collect();
+    for id in ["smollm2-135m@expected-attention-0.00", "smollm2-135m@expected-attention-0.50"] {
+        let dir = tempfile::tempdir().unwrap();
+        let source = || PastSource::new(Profile::parse(id).unwrap(), dir.path().into());
+        let (missed, computed) = source().get(dec, &items).unwrap();
+        let (hit, again) = source().get(dec, &items).unwrap();
+        assert_eq!(computed, vec![true; 3], "{id}");
+        assert_eq!(again, vec![false; 3], "{id}");
+        assert_eq!(missed, hit, "{id}");
+    }
+}
+
 fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
     let mut out = Vec::new();
     for e in std::fs::read_dir(dir).unwrap().flatten() {
