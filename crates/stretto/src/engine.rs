@@ -770,7 +770,7 @@ fn drop_compressed_over_short_items(
     }
     // Gold (index 0) always stays.
     let short: Vec<usize> = (1..ops.len()).filter(|&i| (0..ops.len()).any(|j| is_parent_of(ops, j, i))).collect();
-    let dropped = short
+    let dropped: Vec<Dropped> = short
         .iter()
         .map(|&i| Dropped {
             logical: task.name.clone(),
@@ -781,6 +781,9 @@ fn drop_compressed_over_short_items(
             ),
         })
         .collect();
+    for d in &dropped {
+        tracing::info!(operator = %d.operator, task = %d.logical, reason = %d.reason, "dropped");
+    }
     let mut i = 0;
     ops.retain(|_| {
         i += 1;
