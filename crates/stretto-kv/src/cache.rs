@@ -16,7 +16,7 @@ use std::sync::{Arc, Mutex};
 
 use crate::budget::{touch, DiskBudget};
 use crate::convert::DecoderConfig;
-use crate::decoder::{item_token_limit, within_item_limit, Decoder, KvPast};
+use crate::decoder::{item_limit, within_item_limit, Decoder, KvPast};
 use crate::error::{KvError, Result};
 use crate::press::{compress_each, kept};
 use crate::store::{decode_record, encode_record, read_meta, sha256_text, write_atomic, Profile, RecordMeta};
@@ -124,7 +124,7 @@ impl PastSource {
                     let p = r.path();
                     if p.extension().is_some_and(|e| e == "safetensors") {
                         match read_meta(&p) {
-                            Ok(meta) if within_item_limit(config, meta.tokens) => {
+                            Ok(meta) if within_item_limit(config, self.memory_budget, meta.tokens) => {
                                 map.insert(meta.source_sha256, p);
                             }
                             _ => {}
@@ -143,7 +143,7 @@ impl PastSource {
             Some(path) => path.is_file().then(|| path.clone()),
             None => {
                 let path = adhoc_path(&self.kv_dir, &self.profile, source);
-                read_meta(&path).is_ok_and(|m| within_item_limit(config, m.tokens)).then_some(path)
+                read_meta(&path).is_ok_and(|m| within_item_limit(config, self.memory_budget, m.tokens)).then_some(path)
             }
         }
     }
@@ -156,7 +156,7 @@ impl PastSource {
         let index = guard.get_or_insert_with(|| self.build_index(dec.config()));
         let c = dec.config();
         let per_token = (2 * c.layers * c.kv_heads * c.head_dim * 2) as u64;
-        let limit = item_token_limit(c).unwrap_or(usize::MAX);
+        let limit = item_limit(c, self.memory_budget);
         let mut ratios: Vec<f64> = LADDER.to_vec();
         if !ratios.contains(&self.profile.ratio) {
             ratios.push(self.profile.ratio);
@@ -222,7 +222,10 @@ impl PastSource {
             });
             if let Some(path) = found {
                 match fs::read(&path).map_err(|e| KvError::io(&path, e)).and_then(|b| decode_record(&path, &b)) {
-                    Ok(rec) if rec.meta.source_sha256 == source && within_item_limit(dec.config(), rec.meta.tokens) => {
+                    Ok(rec)
+                        if rec.meta.source_sha256 == source
+                            && within_item_limit(dec.config(), self.memory_budget, rec.meta.tokens) =>
+                    {
                         touch(&path);
                         out.push(rec.past);
                         computed.push(false);
@@ -253,7 +256,7 @@ impl PastSource {
     fn compute(&self, dec: &Decoder, prompt: &str, source: &str) -> Result<(KvPast, bool)> {
         let parent = self.prefill.as_ref().map(|load| load()).transpose()?;
         let dec = parent.as_deref().unwrap_or(dec);
-        let tokens = dec.encode_item(prompt)?;
+        let tokens = dec.encode_item_within(prompt, self.memory_budget)?;
         let query_stats = self.profile.press == crate::press::Press::ExpectedAttention;
         let (mut past, stats) = dec.prefill_within(&tokens, query_stats, self.memory_budget)?;
         let mut ratios: Vec<f64> = LADDER.to_vec();

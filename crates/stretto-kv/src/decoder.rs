@@ -186,10 +186,33 @@ pub fn fit_after(config: &DecoderConfig, start: usize, tokens: Vec<u32>, tail: u
     out
 }
 
-/// Whether a cache of `tokens` prefix tokens was made within `config`'s [`item_token_limit`]: caches made before
-/// items were cut may hold more, and are made again.
-pub fn within_item_limit(config: &DecoderConfig, tokens: usize) -> bool {
-    item_token_limit(config).is_none_or(|limit| tokens <= limit)
+/// The fewest prefix tokens a memory budget cuts an item to ([`item_memory_limit`]): a budget too small for them
+/// is exceeded rather than an item read by its first few sentences.
+pub const MIN_ITEM_TOKENS: usize = 1024;
+
+/// The most prefix tokens of an item that a prefill within `memory_budget` bytes can hold, at least
+/// [`MIN_ITEM_TOKENS`]: the length at which even the smallest chunk's working memory ([`prefill_chunk`]'s estimate:
+/// the item's cache three times over and one chunk's attention and activations) fills the budget. A longer item's
+/// cache alone would take the process past its budget whatever the chunk (Qwen2.5-Coder-0.5B's f32 cache of the
+/// longest bundled email, 26,089 tokens, is 641 MB, held three times over while it is prefilled).
+pub fn item_memory_limit(config: &DecoderConfig, memory_budget: u64) -> usize {
+    let kv_per_token = (config.layers * 2 * config.kv_heads * config.head_dim * 4) as u64;
+    let per_token = 3 * kv_per_token + (12 * config.heads * MIN_PREFILL_CHUNK) as u64;
+    let chunk = (MIN_PREFILL_CHUNK * 4 * (3 * config.ffn + 6 * config.hidden)) as u64;
+    ((memory_budget.saturating_sub(chunk) / per_token.max(1)) as usize).max(MIN_ITEM_TOKENS)
+}
+
+/// The most prefix tokens of an item its caches hold under `memory_budget`: the smaller of the model's
+/// [`item_token_limit`] and the budget's [`item_memory_limit`].
+pub fn item_limit(config: &DecoderConfig, memory_budget: u64) -> usize {
+    let memory = item_memory_limit(config, memory_budget);
+    item_token_limit(config).map_or(memory, |context| context.min(memory))
+}
+
+/// Whether a cache of `tokens` prefix tokens was made within [`item_limit`] under `memory_budget`: caches made
+/// before items were cut, or under a larger budget, may hold more, and are made again.
+pub fn within_item_limit(config: &DecoderConfig, memory_budget: u64, tokens: usize) -> bool {
+    tokens <= item_limit(config, memory_budget)
 }
 
 /// Working memory one prefill may take by default ([`Decoder::prefill`]): 1 GiB.
@@ -401,6 +424,30 @@ impl Decoder {
     /// tokens every cache of the item holds. The item is identified by its whole prompt (the caches' source hash);
     /// what the model sees of it is the head that fits its context, and a cut is reported.
     pub fn encode_item(&self, prompt: &str) -> Result<Vec<u32>> {
+        self.encode_item_within(prompt, u64::MAX)
+    }
+
+    /// [`Decoder::encode_item`], cut to the item's [`item_limit`] under `memory_budget` as well: the tokens every
+    /// cache prefilled within that budget holds, so that an item's cache never outgrows it.
+    pub fn encode_item_within(&self, prompt: &str, memory_budget: u64) -> Result<Vec<u32>> {
+        let mut tokens = self.encode_item_in_context(prompt)?;
+        let limit = item_memory_limit(&self.config, memory_budget);
+        if tokens.len() > limit {
+            tracing::warn!(
+                model = %self.name,
+                tokens = tokens.len(),
+                kept = limit,
+                memory_budget,
+                "an item's cache would outgrow the memory budget: only its first {limit} tokens are used (a larger \
+                 --memory-budget reads more)"
+            );
+            tokens.truncate(limit);
+        }
+        Ok(tokens)
+    }
+
+    /// The item's prefix tokens cut to the model's context.
+    fn encode_item_in_context(&self, prompt: &str) -> Result<Vec<u32>> {
         let mut tokens = self.encode(prompt)?;
         if let Some(limit) = item_token_limit(&self.config) {
             if tokens.len() > limit {
@@ -771,6 +818,36 @@ pub(crate) mod tests {
         // A short context keeps at least half of it for the item.
         assert_eq!(item_token_limit(&tiny_config(Some(600))), Some(300));
         assert_eq!(item_token_limit(&tiny_config(Some(1))), Some(1));
+    }
+
+    /// The memory limit is the longest item whose smallest-chunk prefill fits the budget ([`prefill_chunk`]'s
+    /// estimate), never below [`MIN_ITEM_TOKENS`]; the item limit is the smaller of it and the context's.
+    #[test]
+    fn an_item_is_cut_to_what_the_memory_budget_can_prefill() {
+        // SmolLM2-135M's shape.
+        let c = DecoderConfig {
+            layers: 30,
+            hidden: 576,
+            heads: 9,
+            kv_heads: 3,
+            head_dim: 64,
+            ffn: 1536,
+            ..tiny_config(Some(8192))
+        };
+        let estimate = |len: usize| {
+            let kv = (c.layers * 2 * c.kv_heads * c.head_dim * 4) as u64;
+            3 * kv * len as u64
+                + MIN_PREFILL_CHUNK as u64 * (12 * c.heads * len + 4 * (3 * c.ffn + 6 * c.hidden)) as u64
+        };
+        for budget in [512u64 << 20, 1 << 30, 3 << 30] {
+            let limit = item_memory_limit(&c, budget);
+            assert!(estimate(limit) <= budget && estimate(limit + 1) > budget, "budget {budget}: limit {limit}");
+        }
+        assert_eq!(item_memory_limit(&c, 512 << 20), 3503);
+        assert_eq!(item_memory_limit(&c, 0), MIN_ITEM_TOKENS, "a tiny budget still reads an item's head");
+        assert_eq!(item_limit(&c, 1 << 30), 7033, "the budget binds before the context");
+        assert_eq!(item_limit(&c, 16 << 30), 8192 - ANSWER_RESERVE, "the context binds before a large budget");
+        assert!(within_item_limit(&c, 1 << 30, 7033) && !within_item_limit(&c, 1 << 30, 7034));
     }
 
     #[test]

@@ -445,7 +445,7 @@ impl KvStore {
                 let source = sha256_text(&crate::decoder::item_prefix(&config, text));
                 let done = profiles.iter().all(|p| {
                     read_meta(&self.record_path(&spec.column, p, *item)).is_ok_and(|m| {
-                        m.source_sha256 == source && crate::decoder::within_item_limit(&config, m.tokens)
+                        m.source_sha256 == source && crate::decoder::within_item_limit(&config, memory_budget, m.tokens)
                     })
                 });
                 if done {
@@ -457,7 +457,7 @@ impl KvStore {
                 }
                 let dec = decoder.as_ref().ok_or_else(|| KvError::Runtime("decoder missing".into()))?;
                 let prompt = dec.item_prefix(text);
-                let tokens = dec.encode_item(&prompt)?;
+                let tokens = dec.encode_item_within(&prompt, memory_budget)?;
                 if tokens.is_empty() {
                     return Err(KvError::Usage(format!("item {item} of {} is empty", spec.column)));
                 }

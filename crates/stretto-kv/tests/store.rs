@@ -282,6 +282,33 @@ fn a_miss_answers_with_the_past_its_record_gives_back() {
     }
 }
 
+/// An item whose cache would outgrow the memory budget is cut to the head that fits ([`item_memory_limit`]), and a
+/// cache made under a larger budget is made again, cut, when a smaller one asks for it.
+///
+/// [`item_memory_limit`]: stretto_kv::decoder::item_memory_limit
+#[test]
+fn an_items_cache_is_cut_to_what_the_memory_budget_holds() {
+    use stretto_kv::cache::PastSource;
+    use stretto_kv::decoder::MIN_ITEM_TOKENS;
+    let dec = decoder();
+    let item = REVIEWS.iter().cycle().take(60).copied().collect::<Vec<_>>().join(" ");
+    let whole = dec.encode(&dec.item_prefix(&item)).unwrap().len();
+    assert!(whole > MIN_ITEM_TOKENS, "{whole} tokens");
+    let dir = tempfile::tempdir().unwrap();
+    let source = |budget: u64| {
+        PastSource::new(Profile::parse("smollm2-135m@expected-attention-0.00").unwrap(), dir.path().into())
+            .with_memory_budget(budget)
+    };
+    let items = std::slice::from_ref(&item);
+    let (roomy, computed) = source(1 << 30).get(dec, items).unwrap();
+    assert_eq!((roomy[0].len, computed), (whole, vec![true]));
+    // The smallest budget reads the fewest tokens a budget cuts to; the roomy record is too long for it.
+    let (tight, computed) = source(0).get(dec, items).unwrap();
+    assert_eq!((tight[0].len, computed), (MIN_ITEM_TOKENS, vec![true]));
+    let (again, computed) = source(0).get(dec, items).unwrap();
+    assert_eq!((again[0].len, computed), (MIN_ITEM_TOKENS, vec![false]), "the cut record is kept");
+}
+
 fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
     let mut out = Vec::new();
     for e in std::fs::read_dir(dir).unwrap().flatten() {
