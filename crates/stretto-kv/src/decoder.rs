@@ -810,6 +810,20 @@ pub(crate) mod tests {
         }
     }
 
+    /// SmolLM2-135M's shape (30 layers, 3 KV heads of 64: 46,080 bytes of f32 keys and values a token), with the
+    /// tiny config's other fields and `context_length`.
+    pub(crate) fn smollm2_shape(context_length: Option<usize>) -> DecoderConfig {
+        DecoderConfig {
+            layers: 30,
+            hidden: 576,
+            heads: 9,
+            kv_heads: 3,
+            head_dim: 64,
+            ffn: 1536,
+            ..tiny_config(context_length)
+        }
+    }
+
     #[test]
     fn an_item_keeps_the_context_less_the_answers_room() {
         assert_eq!(item_token_limit(&tiny_config(None)), None, "an unknown context cuts nothing");
@@ -824,16 +838,7 @@ pub(crate) mod tests {
     /// estimate), never below [`MIN_ITEM_TOKENS`]; the item limit is the smaller of it and the context's.
     #[test]
     fn an_item_is_cut_to_what_the_memory_budget_can_prefill() {
-        // SmolLM2-135M's shape.
-        let c = DecoderConfig {
-            layers: 30,
-            hidden: 576,
-            heads: 9,
-            kv_heads: 3,
-            head_dim: 64,
-            ffn: 1536,
-            ..tiny_config(Some(8192))
-        };
+        let c = smollm2_shape(Some(8192));
         let estimate = |len: usize| {
             let kv = (c.layers * 2 * c.kv_heads * c.head_dim * 4) as u64;
             3 * kv * len as u64

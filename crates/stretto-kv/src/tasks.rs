@@ -465,23 +465,7 @@ mod tests {
     #[test]
     fn a_group_fits_the_memory_budget() {
         // SmolLM2-135M: 30 layers, 3 KV heads of 64, so 46,080 bytes of keys and values a token.
-        let c = crate::convert::DecoderConfig {
-            arch: "llama".into(),
-            layers: 30,
-            hidden: 576,
-            heads: 9,
-            kv_heads: 3,
-            head_dim: 64,
-            ffn: 1536,
-            vocab: 49152,
-            rope_base: 100000.0,
-            eps: 1e-5,
-            stop_tokens: vec![2],
-            system_prompt: String::new(),
-            converter: 1,
-            weights: Default::default(),
-            context_length: None,
-        };
+        let c = crate::decoder::tests::smollm2_shape(None);
         // The default budget allows about the usual bound (7,767 tokens, 15,534 characters); a large one the bound
         // itself; 100 MB about 723 tokens (1,446 characters); none, no grouping.
         assert_eq!(group_chars(&c, crate::decoder::DEFAULT_MEMORY_BUDGET), 15_534);
