@@ -148,6 +148,15 @@ impl PastSource {
         }
     }
 
+    /// The ratios a miss is compressed at: the [`LADDER`] and this profile's own.
+    fn ladder_ratios(&self) -> Vec<f64> {
+        let mut ratios: Vec<f64> = LADDER.to_vec();
+        if !ratios.contains(&self.profile.ratio) {
+            ratios.push(self.profile.ratio);
+        }
+        ratios
+    }
+
     /// What [`PastSource::ensure`] would add on disk for `items`, without prefilling anything: how many of them have
     /// no record yet, and about how many bytes their records would take at every ladder ratio (f16 keys and values
     /// of the tokens each ratio keeps; headers not counted).
@@ -157,10 +166,7 @@ impl PastSource {
         let c = dec.config();
         let per_token = (2 * c.layers * c.kv_heads * c.head_dim * 2) as u64;
         let limit = item_limit(c, self.memory_budget);
-        let mut ratios: Vec<f64> = LADDER.to_vec();
-        if !ratios.contains(&self.profile.ratio) {
-            ratios.push(self.profile.ratio);
-        }
+        let ratios = self.ladder_ratios();
         let (mut missing, mut bytes) = (0, 0u64);
         for item in items {
             let prompt = dec.item_prefix(item);
@@ -259,10 +265,7 @@ impl PastSource {
         let tokens = dec.encode_item_within(prompt, self.memory_budget)?;
         let query_stats = self.profile.press == crate::press::Press::ExpectedAttention;
         let (mut past, stats) = dec.prefill_within(&tokens, query_stats, self.memory_budget)?;
-        let mut ratios: Vec<f64> = LADDER.to_vec();
-        if !ratios.contains(&self.profile.ratio) {
-            ratios.push(self.profile.ratio);
-        }
+        let ratios = self.ladder_ratios();
         // This profile's past, as later runs will load it (f16), so that a miss answers exactly as a hit would;
         // `None` with `mine_kept` set where it is the uncompressed past itself, rounded once the ladder is done.
         let (mut mine, mut mine_kept, mut mine_is_past) = (None, false, false);

@@ -784,11 +784,8 @@ fn drop_compressed_over_short_items(
     for d in &dropped {
         tracing::info!(operator = %d.operator, task = %d.logical, reason = %d.reason, "dropped");
     }
-    let mut i = 0;
-    ops.retain(|_| {
-        i += 1;
-        !short.contains(&(i - 1))
-    });
+    let mut index = 0..;
+    ops.retain(|_| !short.contains(&index.next().unwrap_or(usize::MAX)));
     dropped
 }
 
