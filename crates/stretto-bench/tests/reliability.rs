@@ -251,10 +251,50 @@ fn a_query_whose_caches_exceed_the_disk_budget_prefills_only_what_profiling_read
     let stores = scratch(root.path(), "tight");
     let tight = report_of(command(&args(Some("1")), &scratch(root.path(), "c2"), &stores).output().unwrap());
     let note = tight["kv_caches"].as_str().expect("the report says the caches were deferred");
+    // One model (gold's): the 40 sample tuples and the 20 screening ones (the defaults over 80 rows at --sample 0.5).
     assert!(
-        note.contains("the KV caches of all 80 tuples") && note.contains("only the 60 tuples profiling reads"),
+        note.contains("the KV caches of all 80 tuples")
+            && note.contains("prefilled where missing: smollm2-135m 60 tuples)"),
         "{note}"
     );
     assert_eq!(tight["rows"], roomy["rows"], "the query under a tight budget answered differently");
     assert_eq!(records(&stores.join("kv").join("adhoc")).len(), 0, "a 1-byte budget keeps no record");
+}
+
+/// Under a disk budget too small for every cache, a model other than gold's prefills only the screening tuples
+/// before profiling; the sample's wait until screening shows that profiling can pay, and are never prefilled
+/// where gold runs directly.
+#[test]
+fn deferred_caches_leave_the_other_models_sample_until_profiling_can_pay() {
+    let root = tempfile::tempdir().unwrap();
+    let mut args = query_args();
+    args[4] = "{reviews.reviewtext} is clearly positive";
+    let ladder = args.iter().position(|a| *a == "--ladder").unwrap() + 1;
+    args[ladder] = "smollm2-135m,qwen2.5-coder-0.5b";
+    args.extend(["--disk-budget", "1"]);
+    let (cwd, stores) = (scratch(root.path(), "c"), scratch(root.path(), "s"));
+    let r = report_of(command(&args, &cwd, &stores).output().unwrap());
+    let note = r["kv_caches"].as_str().expect("the report says the caches were deferred");
+    assert!(note.contains("prefilled where missing: qwen2.5-coder-0.5b 60 tuples, smollm2-135m 20 tuples)"), "{note}");
+    // What a prefill took per item, which the pay checks and the profiled costs price in.
+    let priced =
+        |n: &str| n.split("a prefill took per item ").nth(1).and_then(|t| t.split(", priced").next()).map(String::from);
+    let figures = priced(note).unwrap_or_default();
+    assert!(figures.starts_with("qwen2.5-coder-0.5b ") && figures.contains(", smollm2-135m "), "{note}");
+    let profiled_smollm2 = r["candidates"]
+        .as_object()
+        .unwrap()
+        .values()
+        .flat_map(|v| v.as_array().unwrap())
+        .any(|c| c.as_str().unwrap().contains("smollm2-135m"));
+    if profiled_smollm2 {
+        assert!(note.contains("after screening, the sample's: smollm2-135m 40 tuples"), "{note}");
+    } else {
+        assert!(note.contains("sample caches were never prefilled"), "{note}");
+    }
+    // Run again on the same stores (the 1-byte budget kept no cache, so it prefills again): its prefills are priced
+    // at the figures the first run recorded, so that it chooses as the first did, and it answers the same.
+    let again = report_of(command(&args, &cwd, &stores).output().unwrap());
+    assert_eq!(priced(again["kv_caches"].as_str().unwrap()), priced(note), "{}", again["kv_caches"]);
+    assert_eq!(again["rows"], r["rows"]);
 }

@@ -184,11 +184,19 @@ impl PastSource {
     /// many were computed. It stops at the first record the disk budget cannot hold: the rest would be prefilled
     /// only to be dropped (an operator prefills a missing past where it uses it).
     pub fn ensure(&self, dec: &Decoder, items: &[String]) -> Result<usize> {
+        Ok(self.ensure_timed(dec, items)?.iter().flatten().count())
+    }
+
+    /// [`PastSource::ensure`], saying per item how many seconds its prefill took (prefill, compression at every
+    /// ladder ratio and writing): `None` where its record was already stored, or where the disk budget stopped
+    /// the prefills before it.
+    pub fn ensure_timed(&self, dec: &Decoder, items: &[String]) -> Result<Vec<Option<f64>>> {
         let mut guard = self.index.lock().map_err(|_| KvError::Runtime("cache index poisoned".into()))?;
         let index = guard.get_or_insert_with(|| self.build_index(dec.config()));
         let bar = crate::progress::bar(items.len() as u64, &format!("kv {}", self.profile.id()));
         let mut computed = 0;
-        for item in items {
+        let mut seconds = vec![None; items.len()];
+        for (i, item) in items.iter().enumerate() {
             bar.inc(1);
             let prompt = dec.item_prefix(item);
             let source = sha256_text(&prompt);
@@ -196,7 +204,9 @@ impl PastSource {
                 touch(&path);
                 continue;
             }
+            let started = std::time::Instant::now();
             let (_, kept) = self.compute(dec, &prompt, &source)?;
+            seconds[i] = Some(started.elapsed().as_secs_f64());
             computed += 1;
             if !kept {
                 tracing::info!(
@@ -210,7 +220,7 @@ impl PastSource {
             index.insert(source.clone(), adhoc_path(&self.kv_dir, &self.profile, &source));
         }
         bar.finish_and_clear();
-        Ok(computed)
+        Ok(seconds)
     }
 
     /// The pasts of `items` (raw item texts), in order. `computed[i]` says whether item `i` had to be prefilled.

@@ -260,6 +260,9 @@ fn a_past_source_stops_building_once_the_budget_holds_no_more() {
     let source = PastSource::new(profile, dir.path().into()).with_budget(budget);
     let items: Vec<String> = REVIEWS.iter().map(|r| r.to_string()).collect();
     assert_eq!(source.ensure(dec, &items).unwrap(), 1, "one prefill showed that nothing fits");
+    // Timed, the same: seconds for the one prefill, none for the items it stopped before.
+    let seconds = source.ensure_timed(dec, &items).unwrap();
+    assert!(seconds[0].is_some_and(|s| s > 0.0) && seconds[1..] == [None, None], "{seconds:?}");
     let (pasts, computed) = source.get(dec, &items).unwrap();
     assert_eq!((pasts.len(), computed), (3, vec![true; 3]));
 }

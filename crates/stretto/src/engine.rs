@@ -808,6 +808,30 @@ fn is_parent_of(ops: &[Arc<RegisteredOp>], j: usize, idx: usize) -> bool {
         && ops[j].weights_variant() == ops[idx].weights_variant()
 }
 
+/// How the cost record ([`stretto_core::memo::CostRecord`]) names the figures of item prefills measured before
+/// profiling where caches are deferred: the operator `kv-prefill:<model>`, the task this text's digest.
+const PREFILL_FIGURES: &str = "kv-prefill:";
+
+/// The seconds a deferred prefill adds per tuple to an operator reading the caches of `model`, by the figures
+/// measured before profiling (`per_item`, per model): 0 where the operator reads no cache or nothing was deferred.
+fn deferred_prefill(per_item: &BTreeMap<String, f64>, model: Option<&str>) -> f64 {
+    model.and_then(|m| per_item.get(m)).copied().unwrap_or(0.0)
+}
+
+/// Adds to each physical entry of `profile` the seconds per tuple a deferred prefill costs it in execution
+/// (`per_item`, per model; `model_of` names the model whose caches an entry's operator reads), so that the
+/// optimizer prices a plan as its execution will pay it. Two rungs of one model in one cascade share a prefill
+/// in execution, where this counts it for each: such plans are priced somewhat high.
+fn price_deferred_prefill(
+    profile: &mut Profile,
+    per_item: &BTreeMap<String, f64>,
+    model_of: impl Fn(&str) -> Option<String>,
+) {
+    for e in &mut profile.physical {
+        e.cost += deferred_prefill(per_item, model_of(&e.name).as_deref());
+    }
+}
+
 /// Removes from `tried` the compressed rungs whose uncompressed parent is among `ops` but not in `tried`: the pay
 /// checks cannot count them yet, since the parent may turn out as cheap (and drop them, [`probe_drops`]). Returns
 /// whether it removed any.
@@ -1296,27 +1320,37 @@ fn profile_candidates(
 
     // 2. KV caches of every item for every LLM model in play (with a fetch, of the screening tuples), found
     //    by content (built once, reused by every later query over the same texts), within the disk budget. Where
-    //    the whole input's would not fit the budget, only the tuples profiling reads are prefilled now.
+    //    the whole input's would not fit the budget, only the tuples profiling reads are prefilled now, and of the
+    //    sample only gold's: the other models' sample caches wait until screening shows that profiling can pay.
     let t0 = Instant::now();
     let mut kv_note = None;
+    let source = |m: &str| {
+        let profile = stretto_kv::store::Profile {
+            model: m.to_string(),
+            press: Press::ExpectedAttention,
+            ratio: 0.0,
+            positions: Positions::Keep,
+        };
+        stretto_kv::cache::PastSource::new(profile, ctx.kv_dir.clone())
+            .with_budget(budget.clone())
+            .with_memory_budget(ctx.memory_budget.unwrap_or(stretto_kv::decoder::DEFAULT_MEMORY_BUDGET))
+    };
+    // The caches left for after screening (deferred): per logical operator, the decoders and the sample rows.
+    let mut sample_later: Vec<(usize, Vec<Arc<stretto_kv::Decoder>>)> = Vec::new();
+    // Where deferred, per model, the mean seconds a prefill of one item took (the sample is drawn at random, so its
+    // items stand for the rest).
+    let prefill_per_item: BTreeMap<String, f64>;
     {
         let _span = tracing::info_span!("kv_caches").entered();
-        let source = |m: &str| {
-            let profile = stretto_kv::store::Profile {
-                model: m.to_string(),
-                press: Press::ExpectedAttention,
-                ratio: 0.0,
-                positions: Positions::Keep,
-            };
-            stretto_kv::cache::PastSource::new(profile, ctx.kv_dir.clone())
-                .with_budget(budget.clone())
-                .with_memory_budget(ctx.memory_budget.unwrap_or(stretto_kv::decoder::DEFAULT_MEMORY_BUDGET))
-        };
-        // Per logical operator, the decoders whose item caches its candidates read.
+        // Per logical operator, the decoders whose item caches its candidates read (gold's first, where it reads
+        // one).
         let mut jobs: Vec<(usize, Vec<Arc<stretto_kv::Decoder>>)> = Vec::new();
         for (t, ops) in cands.iter().enumerate() {
-            let models: BTreeSet<String> =
+            let gold_model = ops.first().and_then(|op| op.kv_cache_model());
+            let mut models: Vec<String> = gold_model.into_iter().map(str::to_string).collect();
+            let others: BTreeSet<String> =
                 ops.iter().filter_map(|op| op.kv_cache_model().map(str::to_string)).collect();
+            models.extend(others.into_iter().filter(|m| Some(m.as_str()) != gold_model));
             if models.is_empty() {
                 continue;
             }
@@ -1341,6 +1375,9 @@ fn profile_candidates(
             Some(_) => rows_of(&mut order[want..want + screen_rows].iter().copied())?,
             None => input.clone(),
         };
+        // Where deferred, the rows gold's model prefills now (screening and sample) and those the others do
+        // (screening only).
+        let mut deferred: Option<(RecordBatch, RecordBatch)> = None;
         if o.fetch.is_none() && !jobs.is_empty() {
             // What every item's records would add on disk, against what the budget leaves free.
             let mut missing = 0u64;
@@ -1355,27 +1392,85 @@ fn profile_candidates(
             rows.sort_unstable();
             rows.dedup();
             if missing > free && rows.len() < n {
+                let mut screen: Vec<usize> = order[want..want + screen_rows].to_vec();
+                screen.sort_unstable();
+                deferred = Some((rows_of(&mut rows.iter().copied())?, rows_of(&mut screen.iter().copied())?));
+                batch = rows_of(&mut rows.into_iter())?;
                 let note = format!(
                     "the KV caches of all {n} tuples would take about {:.1} GB more on disk than the {:.1} GB the \
-                     disk budget leaves free: only the {} tuples profiling reads were prefilled before it, and \
-                     execution prefills the others as it reaches them (their prefill counted in its seconds), \
-                     keeping what the budget holds",
+                     disk budget leaves free: only the tuples profiling reads were prefilled before it, and execution \
+                     prefills the others as it reaches them (their prefill counted in its seconds), keeping what the \
+                     budget holds",
                     missing as f64 / 1e9,
                     free as f64 / 1e9,
-                    rows.len()
                 );
                 tracing::warn!("{note}");
                 kv_note = Some(note);
-                batch = rows_of(&mut rows.into_iter())?;
             }
         }
+        // Per model, the tuples whose caches were looked at now (prefilled where missing), and where deferred, the
+        // seconds their prefills took (as recorded) and how many.
+        let mut prefilled: Vec<String> = Vec::new();
+        let mut timed: BTreeMap<String, (f64, usize)> = BTreeMap::new();
         for (t, decs) in &jobs {
-            let texts = cached_items(&tasks[*t], &batch)?;
-            for dec in decs {
-                source(dec.name()).ensure(dec, &texts)?;
+            for (k, dec) in decs.iter().enumerate() {
+                let (rows, later) = match &deferred {
+                    // Gold's model reads the sample whatever screening decides (gold's plan answers it).
+                    Some((all, _)) if k == 0 && cands[*t][0].kv_cache_model() == Some(dec.name()) => (all, false),
+                    Some((_, screen)) => (screen, true),
+                    None => (&batch, false),
+                };
+                let texts = cached_items(&tasks[*t], rows)?;
+                let seconds = source(dec.name()).ensure_timed(dec, &texts)?;
+                if deferred.is_some() {
+                    // Recorded beside the memo, so that a rerun after an interruption (whose caches are stored,
+                    // or were evicted and prefilled again) prices its prefills as the interrupted run did.
+                    let op = format!("{PREFILL_FIGURES}{}", dec.name());
+                    let task = stretto_core::memo::Digest16::of(PREFILL_FIGURES);
+                    // The first figure of an item stands: a rerun's prefills are not recorded over it.
+                    let (items, secs): (Vec<String>, Vec<f64>) = texts
+                        .iter()
+                        .zip(&seconds)
+                        .filter_map(|(i, s)| s.map(|s| (i.clone(), s)))
+                        .filter(|(i, _)| ctx.costs.figure(&op, task, i, true).is_none())
+                        .unzip();
+                    ctx.costs.record(&op, task, &items, &secs);
+                    for s in texts.iter().filter_map(|i| ctx.costs.figure(&op, task, i, true)) {
+                        let (sum, count) = timed.entry(dec.name().to_string()).or_insert((0.0, 0));
+                        *sum += s;
+                        *count += 1;
+                    }
+                }
+                prefilled.push(format!("{} {} tuples", dec.name(), rows.num_rows()));
+                if later {
+                    match sample_later.iter_mut().find(|(u, _)| u == t) {
+                        Some((_, d)) => d.push(dec.clone()),
+                        None => sample_later.push((*t, vec![dec.clone()])),
+                    }
+                }
+            }
+        }
+        prefill_per_item = timed.into_iter().map(|(m, (secs, items))| (m, secs / items as f64)).collect();
+        if let Some(note) = kv_note.as_mut() {
+            note.push_str(&format!(
+                " (before profiling, items read and prefilled where missing: {})",
+                prefilled.join(", ")
+            ));
+            if !prefill_per_item.is_empty() {
+                let each: Vec<String> = prefill_per_item.iter().map(|(m, s)| format!("{m} {s:.3} s")).collect();
+                note.push_str(&format!(
+                    "; a prefill took per item {}, priced into the pay checks and the profiled costs",
+                    each.join(", ")
+                ));
             }
         }
     }
+    // Per logical operator and candidate, the seconds per tuple a deferred prefill adds to its answers outside
+    // what profiling reads (0 where nothing is deferred, or the candidate reads no cache).
+    let prefill_of: Vec<Vec<f64>> = cands
+        .iter()
+        .map(|ops| ops.iter().map(|op| deferred_prefill(&prefill_per_item, op.kv_cache_model())).collect())
+        .collect();
     timings.insert("kv_caches".into(), t0.elapsed().as_secs_f64());
 
     // 3. Profile every candidate on the sample; logical operators side by side where the cores allow.
@@ -1598,10 +1693,21 @@ fn profile_candidates(
                 if gold.idx == 0 {
                     cost += gold.cost() * fresh.gold_beyond_plan(screening_left, task.kind, gold_reach);
                 }
+                // Deferred caches: the sample's of every other model still in play lie ahead of profiling, and a
+                // tuple outside it pays its decider's prefill.
+                let prefill = &prefill_of[t_idx];
+                let gold_model = cands[t_idx][gold.idx].kv_cache_model();
+                let models: BTreeMap<&str, f64> = others
+                    .iter()
+                    .filter_map(|c| cands[t_idx][c.idx].kv_cache_model().map(|m| (m, prefill[c.idx])))
+                    .filter(|(m, _)| Some(*m) != gold_model)
+                    .collect();
+                cost += models.values().sum::<f64>() * fresh.sample_rows;
                 free += others.iter().map(|c| fresh.known(c.idx, screening_left)).sum::<f64>();
-                let floor = if unasked.get(t_idx).copied().unwrap_or(false) { 0.0 } else { gold.cost() };
-                let cheapest = others.iter().map(Tried::cost).fold(floor, f64::min);
-                saving += seen_by(task, tried, rest, looked) * (gold.cost() - cheapest).max(0.0);
+                let gold_total = gold.cost() + prefill[gold.idx];
+                let floor = if unasked.get(t_idx).copied().unwrap_or(false) { 0.0 } else { gold_total };
+                let cheapest = others.iter().map(|c| c.cost() + prefill[c.idx]).fold(floor, f64::min);
+                saving += seen_by(task, tried, rest, looked) * (gold_total - cheapest).max(0.0);
             }
             (cost, saving, free)
         };
@@ -1821,11 +1927,13 @@ fn profile_candidates(
             let (rest, _) = rest_of(tried, looked);
             let seen: Vec<f64> = tasks.iter().map(|task| seen_by(task, tried, rest, looked)).collect();
             let reach = gold_reach(tried, looked);
-            for (((((task, ops), t), fresh), seen), reach) in
-                tasks.iter().zip(&cands).zip(tried.iter_mut()).zip(&fresh).zip(seen).zip(reach)
+            for (t_idx, (((((task, ops), t), fresh), seen), reach)) in
+                tasks.iter().zip(&cands).zip(tried.iter_mut()).zip(&fresh).zip(seen).zip(reach).enumerate()
             {
-                let Some(gold) = t.first().filter(|g| g.idx == 0).map(Tried::cost) else { continue };
-                let costs: Vec<(usize, f64)> = t.iter().map(|c| (c.idx, c.cost())).collect();
+                let prefill = &prefill_of[t_idx];
+                // Seconds per tuple outside profiling: the answer's, and where deferred, the prefill's.
+                let Some(gold) = t.first().filter(|g| g.idx == 0).map(|g| g.cost() + prefill[0]) else { continue };
+                let costs: Vec<(usize, f64)> = t.iter().map(|c| (c.idx, c.cost() + prefill[c.idx])).collect();
                 t.retain(|c| {
                     let cost = c.cost() * fresh.ahead_profiled(c.idx, screening_left, task.kind, reach);
                     // A compressed rung can only be less faithful than its uncompressed parent: where the parent
@@ -1835,7 +1943,7 @@ fn profile_candidates(
                         Some((j, p)) => (p, format!("its uncompressed parent {}'s", ops[j].name())),
                         None => (gold, "gold's".to_string()),
                     };
-                    let saving = seen * (versus - c.cost()).max(0.0);
+                    let saving = seen * (versus - c.cost() - prefill[c.idx]).max(0.0);
                     if c.idx == 0 || cost < saving {
                         return true;
                     }
@@ -1981,6 +2089,32 @@ fn profile_candidates(
     // its answers).
     let gold_sample = if gold_only.is_some() { gold_sample } else { (0.0, Vec::new()) };
     let sample_batch = take_record_batch(&input, &UInt32Array::from_iter_values(sample.iter().map(|&r| r as u32)))?;
+    // Deferred caches: the other models' sample caches, now that screening has shown profiling can pay (of the
+    // models some candidate left still reads), before profiling times anything.
+    let t2 = Instant::now();
+    if !sample_later.is_empty() {
+        let mut asked = Vec::new();
+        if gold_only.is_none() {
+            let _span = tracing::info_span!("kv_caches", tuples = sample.len()).entered();
+            for (t, decs) in &sample_later {
+                for dec in decs.iter().filter(|d| cands[*t].iter().any(|op| op.kv_cache_model() == Some(d.name()))) {
+                    source(dec.name()).ensure(dec, &cached_items(&tasks[*t], &sample_batch)?)?;
+                    asked.push(format!("{} {} tuples", dec.name(), sample_batch.num_rows()));
+                }
+            }
+        }
+        if let Some(note) = kv_note.as_mut() {
+            note.push_str(&if asked.is_empty() {
+                "; the other models' sample caches were never prefilled: no candidate reading them was profiled".into()
+            } else {
+                format!("; after screening, the sample's: {}", asked.join(", "))
+            });
+        }
+    }
+    let sample_prefill = t2.elapsed().as_secs_f64();
+    if let Some(s) = timings.get_mut("kv_caches") {
+        *s += sample_prefill;
+    }
     // The entries, and the operator seconds they cost (not those of every entry on every tuple).
     let (entries, profiled): (Vec<Vec<PhysicalEntry>>, f64) = if split_first {
         let _span = tracing::info_span!("profiling", tuples = sample.len(), phased = true).entered();
@@ -2050,7 +2184,7 @@ fn profile_candidates(
         }
         (entries, fresh_seconds)
     };
-    let profile = Profile {
+    let mut profile = Profile {
         format: PROFILE_FORMAT.into(),
         query: o.query.clone(),
         population: n as u64,
@@ -2058,6 +2192,16 @@ fn profile_candidates(
         logical: tasks.iter().map(|t| LogicalEntry { name: t.name.clone(), kind: t.kind }).collect(),
         physical: entries.into_iter().flatten().collect(),
     };
+    // Deferred caches: a tuple outside profiling pays its prefill where an operator reads it.
+    if !prefill_per_item.is_empty() {
+        let model_of = |entry: &str| {
+            tasks.iter().zip(&cands).find_map(|(t, ops)| {
+                let op = entry.strip_prefix(&format!("{}/", t.name))?;
+                ops.iter().find(|o| o.name() == op)?.kv_cache_model().map(str::to_string)
+            })
+        };
+        price_deferred_prefill(&mut profile, &prefill_per_item, model_of);
+    }
     let profile_path = match &o.run_dir {
         Some(dir) => {
             std::fs::create_dir_all(dir)
@@ -2068,7 +2212,7 @@ fn profile_candidates(
         }
         None => None,
     };
-    timings.insert("profiling".into(), t0.elapsed().as_secs_f64());
+    timings.insert("profiling".into(), t0.elapsed().as_secs_f64() - sample_prefill);
     timings.insert("prepare_total".into(), total.elapsed().as_secs_f64());
     // What this profiling paid for: every profiled operator on the sample, and (having passed screening) on the
     // screening tuples.
@@ -2644,6 +2788,23 @@ pub const DEMO_ROWS: usize = 200;
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn deferred_prefill_is_added_to_the_cost_of_the_entries_reading_that_models_caches() {
+        let text = r#"{"format":"stretto.profile/v1","population":10,"tuples":["0","1"],
+            "logical":[{"name":"a","kind":"filter"}],
+            "physical":[{"name":"a/llm:big","logical":"a","cost":0.25,"scores":[1,-1],"gold":true},
+                        {"name":"a/llm:small","logical":"a","cost":0.125,"scores":[1,1]},
+                        {"name":"a/embed","logical":"a","cost":0.01,"scores":[1,-1]}]}"#;
+        let mut profile = Profile::parse(text, "t").unwrap();
+        let per_item: BTreeMap<String, f64> = [("big".to_string(), 4.0), ("small".to_string(), 1.0)].into();
+        let model_of = |entry: &str| entry.strip_prefix("a/llm:").map(str::to_string);
+        price_deferred_prefill(&mut profile, &per_item, model_of);
+        let costs: Vec<f64> = profile.physical.iter().map(|e| e.cost).collect();
+        assert_eq!(costs, vec![4.25, 1.125, 0.01]);
+        assert_eq!(deferred_prefill(&per_item, Some("other")), 0.0);
+        assert_eq!(deferred_prefill(&BTreeMap::new(), Some("big")), 0.0);
+    }
 
     #[test]
     fn a_gold_fallback_keeps_the_filter_order_its_plan_on_the_sample_ran() {
