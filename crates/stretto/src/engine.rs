@@ -1335,22 +1335,18 @@ fn profile_candidates(
             .with_budget(budget.clone())
             .with_memory_budget(ctx.memory_budget.unwrap_or(stretto_kv::decoder::DEFAULT_MEMORY_BUDGET))
     };
-    // The caches left for after screening (deferred): per logical operator, the decoders and the sample rows.
+    // Deferred: per logical operator, the decoders whose sample caches wait until screening.
     let mut sample_later: Vec<(usize, Vec<Arc<stretto_kv::Decoder>>)> = Vec::new();
     // Where deferred, per model, the mean seconds a prefill of one item took (the sample is drawn at random, so its
     // items stand for the rest).
     let prefill_per_item: BTreeMap<String, f64>;
     {
         let _span = tracing::info_span!("kv_caches").entered();
-        // Per logical operator, the decoders whose item caches its candidates read (gold's first, where it reads
-        // one).
+        // Per logical operator, the decoders whose item caches its candidates read.
         let mut jobs: Vec<(usize, Vec<Arc<stretto_kv::Decoder>>)> = Vec::new();
         for (t, ops) in cands.iter().enumerate() {
-            let gold_model = ops.first().and_then(|op| op.kv_cache_model());
-            let mut models: Vec<String> = gold_model.into_iter().map(str::to_string).collect();
-            let others: BTreeSet<String> =
+            let models: BTreeSet<String> =
                 ops.iter().filter_map(|op| op.kv_cache_model().map(str::to_string)).collect();
-            models.extend(others.into_iter().filter(|m| Some(m.as_str()) != gold_model));
             if models.is_empty() {
                 continue;
             }
@@ -1375,9 +1371,9 @@ fn profile_candidates(
             Some(_) => rows_of(&mut order[want..want + screen_rows].iter().copied())?,
             None => input.clone(),
         };
-        // Where deferred, the rows gold's model prefills now (screening and sample) and those the others do
-        // (screening only).
-        let mut deferred: Option<(RecordBatch, RecordBatch)> = None;
+        // Where deferred, the screening tuples: all that models other than gold's prefill now (gold's prefills
+        // `batch`, the sample too).
+        let mut deferred: Option<RecordBatch> = None;
         if o.fetch.is_none() && !jobs.is_empty() {
             // What every item's records would add on disk, against what the budget leaves free.
             let mut missing = 0u64;
@@ -1394,7 +1390,7 @@ fn profile_candidates(
             if missing > free && rows.len() < n {
                 let mut screen: Vec<usize> = order[want..want + screen_rows].to_vec();
                 screen.sort_unstable();
-                deferred = Some((rows_of(&mut rows.iter().copied())?, rows_of(&mut screen.iter().copied())?));
+                deferred = Some(rows_of(&mut screen.into_iter())?);
                 batch = rows_of(&mut rows.into_iter())?;
                 let note = format!(
                     "the KV caches of all {n} tuples would take about {:.1} GB more on disk than the {:.1} GB the \
@@ -1413,11 +1409,11 @@ fn profile_candidates(
         let mut prefilled: Vec<String> = Vec::new();
         let mut timed: BTreeMap<String, (f64, usize)> = BTreeMap::new();
         for (t, decs) in &jobs {
-            for (k, dec) in decs.iter().enumerate() {
+            for dec in decs {
                 let (rows, later) = match &deferred {
                     // Gold's model reads the sample whatever screening decides (gold's plan answers it).
-                    Some((all, _)) if k == 0 && cands[*t][0].kv_cache_model() == Some(dec.name()) => (all, false),
-                    Some((_, screen)) => (screen, true),
+                    Some(_) if cands[*t][0].kv_cache_model() == Some(dec.name()) => (&batch, false),
+                    Some(screen) => (screen, true),
                     None => (&batch, false),
                 };
                 let texts = cached_items(&tasks[*t], rows)?;
