@@ -1410,19 +1410,46 @@ fn profile_candidates(
         let mut timed: BTreeMap<String, (f64, usize)> = BTreeMap::new();
         for (t, decs) in &jobs {
             for dec in decs {
-                let (rows, later) = match &deferred {
+                let gold_model = cands[*t][0].kv_cache_model() == Some(dec.name());
+                let (rows, mut later) = match &deferred {
                     // Gold's model reads the sample whatever screening decides (gold's plan answers it).
-                    Some(_) if cands[*t][0].kv_cache_model() == Some(dec.name()) => (&batch, false),
+                    Some(_) if gold_model => (&batch, false),
                     Some(screen) => (screen, true),
                     None => (&batch, false),
                 };
-                let texts = cached_items(&tasks[*t], rows)?;
+                let mut texts = cached_items(&tasks[*t], rows)?;
+                // Where deferred, the items whose figures price the prefills: all those looked at now, including
+                // any whose prefill an earlier run did (and recorded).
+                let all_texts = texts.clone();
+                let (op, task) =
+                    (format!("{PREFILL_FIGURES}{}", dec.name()), stretto_core::memo::Digest16::of(PREFILL_FIGURES));
+                let mut answered = 0;
+                let timed_before = deferred.is_some()
+                    && gold_model
+                    && all_texts.iter().all(|i| ctx.costs.figure(&op, task, i, true).is_some());
+                if let (Some(screen), true, false) = (&deferred, timed_before, tasks[*t].is_join()) {
+                    // A rerun after an interruption, where an earlier run prefilled (and timed) all these items,
+                    // does not prefill again the sample tuples whose gold answers are memoised: nothing reads their
+                    // caches unless profiling goes on, and then they follow the others' after screening. The
+                    // screening tuples are prefilled whatever (every rung reads them). Where the earlier run did not
+                    // time them all (a disk budget too small for them), the rerun prefills as it did, so that it
+                    // prices its prefills on the same figures.
+                    let known = cands[*t][0].memoised_rows(&tasks[*t], rows)?;
+                    let screening: BTreeSet<String> = cached_items(&tasks[*t], screen)?.into_iter().collect();
+                    let before = texts.len();
+                    texts = texts
+                        .into_iter()
+                        .zip(known)
+                        .filter(|(text, known)| !known || screening.contains(text))
+                        .map(|(text, _)| text)
+                        .collect();
+                    answered = before - texts.len();
+                    later = answered > 0;
+                }
                 let seconds = source(dec.name()).ensure_timed(dec, &texts)?;
                 if deferred.is_some() {
                     // Recorded beside the memo, so that a rerun after an interruption (whose caches are stored,
                     // or were evicted and prefilled again) prices its prefills as the interrupted run did.
-                    let op = format!("{PREFILL_FIGURES}{}", dec.name());
-                    let task = stretto_core::memo::Digest16::of(PREFILL_FIGURES);
                     // The first figure of an item stands: a rerun's prefills are not recorded over it.
                     let (items, secs): (Vec<String>, Vec<f64>) = texts
                         .iter()
@@ -1431,13 +1458,20 @@ fn profile_candidates(
                         .filter(|(i, _)| ctx.costs.figure(&op, task, i, true).is_none())
                         .unzip();
                     ctx.costs.record(&op, task, &items, &secs);
-                    for s in texts.iter().filter_map(|i| ctx.costs.figure(&op, task, i, true)) {
+                    for s in all_texts.iter().filter_map(|i| ctx.costs.figure(&op, task, i, true)) {
                         let (sum, count) = timed.entry(dec.name().to_string()).or_insert((0.0, 0));
                         *sum += s;
                         *count += 1;
                     }
                 }
-                prefilled.push(format!("{} {} tuples", dec.name(), rows.num_rows()));
+                prefilled.push(match answered {
+                    0 => format!("{} {} tuples", dec.name(), rows.num_rows()),
+                    _ => format!(
+                        "{} {} tuples, not the {answered} sample tuples whose gold answers are memoised",
+                        dec.name(),
+                        rows.num_rows() - answered
+                    ),
+                });
                 if later {
                     match sample_later.iter_mut().find(|(u, _)| u == t) {
                         Some((_, d)) => d.push(dec.clone()),
@@ -2093,7 +2127,10 @@ fn profile_candidates(
         if gold_only.is_none() {
             let _span = tracing::info_span!("kv_caches", tuples = sample.len()).entered();
             for (t, decs) in &sample_later {
-                for dec in decs.iter().filter(|d| cands[*t].iter().any(|op| op.kv_cache_model() == Some(d.name()))) {
+                // Gold's answers on the sample are in hand (a rerun's memoised ones, where gold's model waits too).
+                for dec in
+                    decs.iter().filter(|d| cands[*t].iter().skip(1).any(|op| op.kv_cache_model() == Some(d.name())))
+                {
                     source(dec.name()).ensure(dec, &cached_items(&tasks[*t], &sample_batch)?)?;
                     asked.push(format!("{} {} tuples", dec.name(), sample_batch.num_rows()));
                 }
