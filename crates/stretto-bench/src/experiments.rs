@@ -398,7 +398,8 @@ pub struct TruthFigures {
 }
 
 impl TruthFigures {
-    fn of(v: &serde_json::Value) -> Option<Self> {
+    /// The figures of a report's truth object (`{"precision": …, "recall": …, "f1": …}`); `None` where it is not one.
+    pub(crate) fn of(v: &serde_json::Value) -> Option<Self> {
         v.is_object().then(|| Self {
             precision: v["precision"].as_f64(),
             recall: v["recall"].as_f64(),

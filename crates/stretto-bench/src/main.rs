@@ -518,6 +518,9 @@ enum BenchAction {
         /// Peak resident memory the run must stay under, bytes.
         #[arg(long, default_value_t = 4_000_000_000)]
         rss_limit: u64,
+        /// The bundled label column the result is scored against (the query's --label-column; empty: none).
+        #[arg(long, default_value = "fraudulent")]
+        label_column: String,
         /// Output folder.
         #[arg(long, default_value = "bench/results/memory")]
         out: PathBuf,
@@ -1035,12 +1038,22 @@ fn run(cli: Cli) -> Result<(), BoxError> {
                     memory_budget,
                     disk_budget,
                     rss_limit,
+                    label_column,
                     out,
                     resume,
                 } => {
                     use stretto_bench::memory;
-                    let o =
-                        memory::MemoryOptions { dataset, query, rows, ladder, memory_budget, disk_budget, rss_limit };
+                    let label_column = (!label_column.is_empty()).then_some(label_column);
+                    let o = memory::MemoryOptions {
+                        dataset,
+                        query,
+                        rows,
+                        ladder,
+                        memory_budget,
+                        disk_budget,
+                        rss_limit,
+                        label_column,
+                    };
                     let r = memory::measure(&std::env::current_exe()?, &o, &out, resume)?;
                     write_table(&out, "memory", &r, &memory::markdown(&r))?;
                     if !r.respected() {

@@ -3,7 +3,9 @@
 //! (`--memory-budget`, working memory per model run) and a disk budget (`--disk-budget`, KV directory and memo).
 //!
 //! Peak memory is the child's `VmHWM` (Linux's high-water mark of its resident set), read from `/proc` while it
-//! runs; disk is every file under the child's KV directory and memo when it has finished.
+//! runs; disk is every file under the child's KV directory and memo when it has finished. The result is scored
+//! against the dataset's true labels (`--label-column`, the query's own option), so that a run within its budgets
+//! says how right it was too.
 //!
 //! A long measurement (all 1000 emails take hours on two cores) may be interrupted: `--resume` keeps what the
 //! earlier run left (caches, memoised answers, the query's log) and runs the same query again, which carries on from
@@ -35,6 +37,8 @@ pub struct MemoryOptions {
     pub disk_budget: u64,
     /// The peak resident memory the run must stay under, bytes.
     pub rss_limit: u64,
+    /// The bundled label column the query's result is scored against (`--label-column`), if any.
+    pub label_column: Option<String>,
 }
 
 /// One run of the query within a measurement (more than one when it was interrupted and resumed).
@@ -68,6 +72,24 @@ pub struct MemoryReport {
     pub memo_bytes: u64,
     /// Rows of the result.
     pub result_rows: Option<u64>,
+    /// Precision, recall and F1 of the result against the true labels (`label_column`).
+    pub truth: Option<crate::experiments::TruthFigures>,
+    /// Whether the plan that ran was gold's (its cost measured, not estimated).
+    pub gold_ran: Option<bool>,
+    /// What the query said about its KV caches (deferral, prefills and their prices), if anything.
+    pub kv_note: Option<String>,
+}
+
+/// What the query's `--json` report says that the measurement reports: result rows, truth figures, whether gold
+/// ran, the caches' note. All `None` where the report is missing or unreadable (a killed or failed run).
+fn read_result(json: &str) -> (Option<u64>, Option<crate::experiments::TruthFigures>, Option<bool>, Option<String>) {
+    let Ok(v) = serde_json::from_str::<serde_json::Value>(json) else { return (None, None, None, None) };
+    (
+        v["rows"].as_array().map(|r| r.len() as u64),
+        crate::experiments::TruthFigures::of(&v["truth"]["plan"]),
+        v["cost"]["gold_measured"].as_bool(),
+        v["kv_caches"].as_str().map(String::from),
+    )
 }
 
 impl MemoryReport {
@@ -102,27 +124,11 @@ fn write_segments(out: &Path, segments: &[Segment]) -> Result<(), Error> {
     Ok(())
 }
 
-/// Runs the query with the `stretto` binary `exe` in `out`. Without `resume` it empties `out` first (`kv/`,
-/// `memo/`, `run/`, the segments); with it, it keeps what an interrupted measurement left and adds a segment.
-pub fn measure(exe: &Path, o: &MemoryOptions, out: &Path, resume: bool) -> Result<MemoryReport, Error> {
-    let mut segments = if resume { read_segments(out)? } else { Vec::new() };
-    if !resume {
-        for d in ["kv", "memo", "run"] {
-            match std::fs::remove_dir_all(out.join(d)) {
-                Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e.into()),
-                _ => {}
-            }
-        }
-        match std::fs::remove_file(segments_path(out)) {
-            Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e.into()),
-            _ => {}
-        }
-    }
-    std::fs::create_dir_all(out)?;
-    let (kv, memo) = (out.join("kv"), out.join("memo"));
+/// The `stretto query` arguments of a measurement writing into `out`.
+fn query_args(o: &MemoryOptions, out: &Path) -> Vec<String> {
     let mut models = o.ladder.clone();
     models.push("minilm".into());
-    let args: Vec<String> = vec![
+    let mut args: Vec<String> = vec![
         "query".into(),
         "--dataset".into(),
         o.dataset.clone(),
@@ -146,6 +152,31 @@ pub fn measure(exe: &Path, o: &MemoryOptions, out: &Path, resume: bool) -> Resul
         out.join("run").display().to_string(),
         "--json".into(),
     ];
+    if let Some(c) = &o.label_column {
+        args.extend(["--label-column".into(), c.clone()]);
+    }
+    args
+}
+
+/// Runs the query with the `stretto` binary `exe` in `out`. Without `resume` it empties `out` first (`kv/`,
+/// `memo/`, `run/`, the segments); with it, it keeps what an interrupted measurement left and adds a segment.
+pub fn measure(exe: &Path, o: &MemoryOptions, out: &Path, resume: bool) -> Result<MemoryReport, Error> {
+    let mut segments = if resume { read_segments(out)? } else { Vec::new() };
+    if !resume {
+        for d in ["kv", "memo", "run"] {
+            match std::fs::remove_dir_all(out.join(d)) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e.into()),
+                _ => {}
+            }
+        }
+        match std::fs::remove_file(segments_path(out)) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e.into()),
+            _ => {}
+        }
+    }
+    std::fs::create_dir_all(out)?;
+    let (kv, memo) = (out.join("kv"), out.join("memo"));
+    let args = query_args(o, out);
     let start = Instant::now();
     let mut child = std::process::Command::new(exe)
         .args(&args)
@@ -185,10 +216,8 @@ pub fn measure(exe: &Path, o: &MemoryOptions, out: &Path, resume: bool) -> Resul
     current.seconds = start.elapsed().as_secs_f64();
     current.ended = true;
     write_segments(out, &segments)?;
-    let result_rows = std::fs::read_to_string(out.join("query.json"))
-        .ok()
-        .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
-        .and_then(|v| v["rows"].as_array().map(|r| r.len() as u64));
+    let (result_rows, truth, gold_ran, kv_note) =
+        read_result(&std::fs::read_to_string(out.join("query.json")).unwrap_or_default());
     Ok(MemoryReport {
         options: o.clone(),
         succeeded: status.success(),
@@ -198,6 +227,9 @@ pub fn measure(exe: &Path, o: &MemoryOptions, out: &Path, resume: bool) -> Resul
         kv_bytes: stretto::doctor::tree_bytes(&kv)?,
         memo_bytes: stretto::doctor::tree_bytes(&memo)?,
         result_rows,
+        truth,
+        gold_ran,
+        kv_note,
     })
 }
 
@@ -215,7 +247,7 @@ pub fn markdown(r: &MemoryReport) -> String {
     format!(
         "# Memory and disk of one cold `stretto query`\n\n\
          `{}` over the first {} rows of {}, ladder {}, empty KV directory and memo; {} build. Command: `stretto \
-         bench memory --dataset {} --rows {} --memory-budget {} --disk-budget {} --rss-limit {}`.\n\n\
+         bench memory --dataset {} --rows {} --memory-budget {} --disk-budget {} --rss-limit {}{}`.\n\n\
          | exit | seconds | peak resident | limit | KV directory | memo | disk budget | result rows | within both |\n\
          |---|---|---|---|---|---|---|---|---|\n\
          | {} | {:.1} | {:.2} GB | {:.2} GB | {:.2} GB | {:.4} GB | {:.2} GB | {} | {} |\n",
@@ -229,6 +261,7 @@ pub fn markdown(r: &MemoryReport) -> String {
         o.memory_budget,
         o.disk_budget,
         o.rss_limit,
+        o.label_column.as_ref().map_or(String::new(), |c| format!(" --label-column {c}")),
         if r.succeeded { "ok" } else { "failed (see query.log)" },
         r.seconds,
         gb(r.peak_rss),
@@ -238,7 +271,31 @@ pub fn markdown(r: &MemoryReport) -> String {
         gb(o.disk_budget),
         r.result_rows.map_or("-".into(), |n| n.to_string()),
         if r.respected() { "yes" } else { "no" },
-    ) + &segments_markdown(&r.segments)
+    ) + &result_markdown(r)
+        + &segments_markdown(&r.segments)
+}
+
+/// How right the result is against the true labels, which plan ran, and what the query said about its caches.
+fn result_markdown(r: &MemoryReport) -> String {
+    let mut t = String::new();
+    if let (Some(c), Some(f)) = (&r.options.label_column, r.truth) {
+        let fig = |x: Option<f64>| x.map_or("n/a".into(), |x| format!("{x:.3}"));
+        t += &format!(
+            "\nAgainst the true labels (`{c}`): precision {}, recall {}, F1 {}.\n",
+            fig(f.precision),
+            fig(f.recall),
+            fig(f.f1)
+        );
+    }
+    match r.gold_ran {
+        Some(true) => t += "\nThe plan that ran is gold's, on every tuple.\n",
+        Some(false) => t += "\nA plan cheaper than gold ran (optimized on the profiling sample).\n",
+        None => {}
+    }
+    if let Some(note) = &r.kv_note {
+        t += &format!("\nKV caches, as the query reported them: {note}.\n");
+    }
+    t
 }
 
 /// The segments of an interrupted and resumed measurement (nothing when it ran once).
@@ -277,6 +334,55 @@ mod tests {
     }
 
     #[test]
+    fn the_result_is_scored_against_the_labels_and_its_figures_reported() {
+        let mut o = MemoryOptions {
+            dataset: "email".into(),
+            query: "{emails.text} is spam".into(),
+            rows: 3,
+            ladder: vec!["smollm2-135m".into()],
+            memory_budget: 1 << 30,
+            disk_budget: 1 << 30,
+            rss_limit: 1 << 30,
+            label_column: Some("fraudulent".into()),
+        };
+        let args = query_args(&o, Path::new("/m"));
+        let at = args.iter().position(|a| a == "--label-column").expect("the label column is passed on");
+        assert_eq!(args[at + 1], "fraudulent");
+        assert_eq!(args[args.iter().position(|a| a == "--run-dir").unwrap() + 1], "/m/run");
+        o.label_column = None;
+        assert!(!query_args(&o, Path::new("/m")).contains(&"--label-column".to_string()));
+        o.label_column = Some("fraudulent".into());
+
+        let json = r#"{"rows": [{"a": 1}, {"a": 2}], "truth": {"plan": {"precision": 0.5, "recall": 1.0, "f1": 0.6667}},
+            "cost": {"gold_measured": true}, "kv_caches": "deferred"}"#;
+        let (rows, truth, gold_ran, note) = read_result(json);
+        assert_eq!((rows, gold_ran, note.as_deref()), (Some(2), Some(true), Some("deferred")));
+        assert_eq!(truth.unwrap().recall, Some(1.0));
+        assert_eq!(read_result(""), (None, None, None, None), "a killed run's empty report reads as nothing");
+
+        let r = MemoryReport {
+            options: o,
+            succeeded: true,
+            seconds: 1.0,
+            peak_rss: 1,
+            segments: vec![],
+            kv_bytes: 0,
+            memo_bytes: 0,
+            result_rows: rows,
+            truth,
+            gold_ran,
+            kv_note: note,
+        };
+        let md = markdown(&r);
+        assert!(
+            md.contains("Against the true labels (`fraudulent`): precision 0.500, recall 1.000, F1 0.667."),
+            "{md}"
+        );
+        assert!(md.contains("--label-column fraudulent`") && md.contains("gold's, on every tuple"), "{md}");
+        assert!(md.contains("as the query reported them: deferred."), "{md}");
+    }
+
+    #[test]
     fn a_resumed_measurement_keeps_the_earlier_segments_and_a_fresh_one_drops_them() {
         let out = tempfile::tempdir().unwrap();
         let killed = Segment { seconds: 12.5, peak_rss: 3_000_000_000, ended: false };
@@ -300,6 +406,7 @@ mod tests {
             memory_budget: 1 << 30,
             disk_budget: 1 << 30,
             rss_limit: 1 << 30,
+            label_column: None,
         };
         let exe = Path::new("/bin/true");
         let resumed = measure(exe, &o, out.path(), true).unwrap();
