@@ -304,8 +304,8 @@ fn segments_markdown(segments: &[Segment]) -> String {
         return String::new();
     }
     let mut t = format!(
-        "\nThe measurement ran in {} segments: each but the last was interrupted (killed with the bench), and the \
-         next, `--resume`, ran the same query again over what the earlier ones left (caches, memoised answers). \
+        "\nThe measurement ran in {} segments: after each, `--resume` ran the same query again over what the \
+         earlier ones left (caches, memoised answers), whether the earlier was killed with the bench or exited. \
          Peak resident memory above is the highest of the segments; seconds are their sum.\n\n\
          | segment | seconds | peak resident | ended |\n|---|---|---|---|\n",
         segments.len()
