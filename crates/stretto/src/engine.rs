@@ -1417,16 +1417,17 @@ fn profile_candidates(
                     Some(screen) => (screen, true),
                     None => (&batch, false),
                 };
-                let mut texts = cached_items(&tasks[*t], rows)?;
-                // Where deferred, the items whose figures price the prefills: all those looked at now, including
-                // any whose prefill an earlier run did (and recorded).
-                let all_texts = texts.clone();
+                // Where deferred, `texts` are also the items whose figures price the prefills: all those looked
+                // at now, including any whose prefill an earlier run did (and recorded).
+                let texts = cached_items(&tasks[*t], rows)?;
+                // The items prefilled now, where fewer than `texts`.
+                let mut fewer: Option<Vec<String>> = None;
                 let (op, task) =
                     (format!("{PREFILL_FIGURES}{}", dec.name()), stretto_core::memo::Digest16::of(PREFILL_FIGURES));
                 let mut answered = 0;
                 let timed_before = deferred.is_some()
                     && gold_model
-                    && all_texts.iter().all(|i| ctx.costs.figure(&op, task, i, true).is_some());
+                    && texts.iter().all(|i| ctx.costs.figure(&op, task, i, true).is_some());
                 if let (Some(screen), true, false) = (&deferred, timed_before, tasks[*t].is_join()) {
                     // A rerun after an interruption, where an earlier run prefilled (and timed) all these items,
                     // does not prefill again the sample tuples whose gold answers are memoised: nothing reads their
@@ -1436,29 +1437,30 @@ fn profile_candidates(
                     // prices its prefills on the same figures.
                     let known = cands[*t][0].memoised_rows(&tasks[*t], rows)?;
                     let screening: BTreeSet<String> = cached_items(&tasks[*t], screen)?.into_iter().collect();
-                    let before = texts.len();
-                    texts = texts
-                        .into_iter()
+                    let kept: Vec<String> = texts
+                        .iter()
                         .zip(known)
-                        .filter(|(text, known)| !known || screening.contains(text))
-                        .map(|(text, _)| text)
+                        .filter(|(text, known)| !known || screening.contains(*text))
+                        .map(|(text, _)| text.clone())
                         .collect();
-                    answered = before - texts.len();
+                    answered = texts.len() - kept.len();
                     later = answered > 0;
+                    fewer = Some(kept);
                 }
-                let seconds = source(dec.name()).ensure_timed(dec, &texts)?;
+                let asked = fewer.as_deref().unwrap_or(&texts);
+                let seconds = source(dec.name()).ensure_timed(dec, asked)?;
                 if deferred.is_some() {
                     // Recorded beside the memo, so that a rerun after an interruption (whose caches are stored,
                     // or were evicted and prefilled again) prices its prefills as the interrupted run did.
                     // The first figure of an item stands: a rerun's prefills are not recorded over it.
-                    let (items, secs): (Vec<String>, Vec<f64>) = texts
+                    let (items, secs): (Vec<String>, Vec<f64>) = asked
                         .iter()
                         .zip(&seconds)
                         .filter_map(|(i, s)| s.map(|s| (i.clone(), s)))
                         .filter(|(i, _)| ctx.costs.figure(&op, task, i, true).is_none())
                         .unzip();
                     ctx.costs.record(&op, task, &items, &secs);
-                    for s in all_texts.iter().filter_map(|i| ctx.costs.figure(&op, task, i, true)) {
+                    for s in texts.iter().filter_map(|i| ctx.costs.figure(&op, task, i, true)) {
                         let (sum, count) = timed.entry(dec.name().to_string()).or_insert((0.0, 0));
                         *sum += s;
                         *count += 1;
