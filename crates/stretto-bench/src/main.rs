@@ -492,35 +492,8 @@ enum BenchAction {
     /// Peak resident memory and disk use of one cold `stretto query` (its own empty KV directory and memo) under a
     /// memory and a disk budget. Writes memory.md and memory.json into --out (with the query's JSON and log).
     Memory {
-        /// Bundled dataset.
-        #[arg(long, default_value = "email")]
-        dataset: String,
-        /// The semantic query.
-        #[arg(
-            long,
-            default_value = "{emails.text} refers to a fraudulent scheme (i.e., 'Raptor', 'Deathstar', 'Chewco', and/or 'Fat Boy')"
-        )]
-        query: String,
-        /// Rows read (1000: all the bundled emails).
-        #[arg(long, default_value_t = 1000)]
-        rows: usize,
-        /// Decoders of the LLM ladder, smallest first (the last is gold).
-        #[arg(long, value_delimiter = ',', default_value = "smollm2-135m,qwen2.5-coder-0.5b")]
-        ladder: Vec<String>,
-        /// The query's --memory-budget (working memory per model run), bytes. Half the query's default: both
-        /// models' f32 weights stay loaded (some 2.5 GB with the default ladder), and a run over the longest emails
-        /// took the query's own peak to 3.73 GB at 1 GiB while the 0.5B alone was loaded.
-        #[arg(long, default_value_t = 1 << 29)]
-        memory_budget: u64,
-        /// The query's --disk-budget (KV directory and memo), bytes.
-        #[arg(long, default_value_t = 10_000_000_000)]
-        disk_budget: u64,
-        /// Peak resident memory the run must stay under, bytes.
-        #[arg(long, default_value_t = 4_000_000_000)]
-        rss_limit: u64,
-        /// The bundled label column the result is scored against (the query's --label-column; empty: none).
-        #[arg(long, default_value = "fraudulent")]
-        label_column: String,
+        #[command(flatten)]
+        options: stretto_bench::memory::MemoryOptions,
         /// Output folder.
         #[arg(long, default_value = "bench/results/memory")]
         out: PathBuf,
@@ -1030,31 +1003,9 @@ fn run(cli: Cli) -> Result<(), BoxError> {
                     let rows = photos::measure(&registry, &o)?;
                     write_table(&out, "photos", &rows, &photos::markdown(&rows, &o))?;
                 }
-                BenchAction::Memory {
-                    dataset,
-                    query,
-                    rows,
-                    ladder,
-                    memory_budget,
-                    disk_budget,
-                    rss_limit,
-                    label_column,
-                    out,
-                    resume,
-                } => {
+                BenchAction::Memory { options, out, resume } => {
                     use stretto_bench::memory;
-                    let label_column = (!label_column.is_empty()).then_some(label_column);
-                    let o = memory::MemoryOptions {
-                        dataset,
-                        query,
-                        rows,
-                        ladder,
-                        memory_budget,
-                        disk_budget,
-                        rss_limit,
-                        label_column,
-                    };
-                    let r = memory::measure(&std::env::current_exe()?, &o, &out, resume)?;
+                    let r = memory::measure(&std::env::current_exe()?, &options, &out, resume)?;
                     write_table(&out, "memory", &r, &memory::markdown(&r))?;
                     if !r.respected() {
                         return Err("the query failed or went over a limit (see memory.md)".into());

@@ -20,25 +20,44 @@ use serde::Serialize;
 
 use crate::experiments::Error;
 
-/// What to run.
-#[derive(Debug, Clone, Serialize)]
+/// What to run (also the arguments of `stretto bench memory`, whose defaults are these fields' `default_value`s).
+#[derive(Debug, Clone, Serialize, clap::Args)]
 pub struct MemoryOptions {
     /// Bundled dataset.
+    #[arg(long, default_value = "email")]
     pub dataset: String,
     /// The semantic query (operators joined by ` -- `).
+    #[arg(
+        long,
+        default_value = "{emails.text} refers to a fraudulent scheme (i.e., 'Raptor', 'Deathstar', 'Chewco', and/or 'Fat Boy')"
+    )]
     pub query: String,
-    /// Rows of the dataset's tables read.
+    /// Rows of the dataset's tables read (1000: all the bundled emails).
+    #[arg(long, default_value_t = 1000)]
     pub rows: usize,
-    /// Decoders of the LLM ladder (the last is gold).
+    /// Decoders of the LLM ladder, smallest first (the last is gold).
+    #[arg(long, value_delimiter = ',', default_value = "smollm2-135m,qwen2.5-coder-0.5b")]
     pub ladder: Vec<String>,
-    /// `--memory-budget` of the query, bytes.
+    /// The query's --memory-budget (working memory per model run), bytes. Half the query's default: both
+    /// models' f32 weights stay loaded (some 2.5 GB with the default ladder), and a run over the longest emails
+    /// took the query's own peak to 3.73 GB at 1 GiB while the 0.5B alone was loaded.
+    #[arg(long, default_value_t = 1 << 29)]
     pub memory_budget: u64,
-    /// `--disk-budget` of the query, bytes.
+    /// The query's --disk-budget (KV directory and memo), bytes.
+    #[arg(long, default_value_t = 10_000_000_000)]
     pub disk_budget: u64,
-    /// The peak resident memory the run must stay under, bytes.
+    /// Peak resident memory the run must stay under, bytes.
+    #[arg(long, default_value_t = 4_000_000_000)]
     pub rss_limit: u64,
-    /// The bundled label column the query's result is scored against (`--label-column`), if any.
-    pub label_column: Option<String>,
+    /// The bundled label column the result is scored against (the query's --label-column; empty: none).
+    // The full path keeps clap from reading the field as an optional flag: it always has a value, `None` for "".
+    #[arg(long, default_value = "fraudulent", value_parser = label_column)]
+    pub label_column: ::std::option::Option<String>,
+}
+
+/// `--label-column`'s parser: empty names no column.
+fn label_column(s: &str) -> std::result::Result<Option<String>, std::convert::Infallible> {
+    Ok((!s.is_empty()).then(|| s.to_string()))
 }
 
 /// One run of the query within a measurement (more than one when it was interrupted and resumed).
@@ -331,6 +350,24 @@ mod tests {
         let status = "Name:\tstretto\nVmPeak:\t 9000 kB\nVmHWM:\t    2048 kB\nVmRSS:\t 1024 kB\n";
         assert_eq!(vm_hwm(status), Some(2048 * 1024));
         assert_eq!(vm_hwm("Name:\tx\n"), None);
+    }
+
+    #[test]
+    fn the_arguments_default_to_the_1000_email_run_and_an_empty_label_column_names_none() {
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            o: MemoryOptions,
+        }
+        use clap::Parser;
+        let o = Cli::try_parse_from(["bench"]).unwrap().o;
+        assert_eq!((o.dataset.as_str(), o.rows, o.memory_budget, o.rss_limit), ("email", 1000, 1 << 29, 4_000_000_000));
+        assert_eq!(o.ladder, ["smollm2-135m", "qwen2.5-coder-0.5b"]);
+        assert_eq!(o.label_column.as_deref(), Some("fraudulent"));
+        let o = Cli::try_parse_from(["bench", "--label-column", "", "--ladder", "a,b,c"]).unwrap().o;
+        assert_eq!((o.label_column, o.ladder.len()), (None, 3));
+        let o = Cli::try_parse_from(["bench", "--label-column", "mentions_entity"]).unwrap().o;
+        assert_eq!(o.label_column.as_deref(), Some("mentions_entity"));
     }
 
     #[test]
