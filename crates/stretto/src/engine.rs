@@ -917,6 +917,34 @@ fn gold_through(tried: &[Vec<Tried>], looked: usize) -> usize {
     through.iter().filter(|&&t| t).count()
 }
 
+/// The largest share of the tuples reaching a map that a plan could let the candidates `others` decide instead of
+/// `gold`, by what they answered beside gold: a plan leaves a tuple to a cheaper stage only where that stage's value
+/// is kept, and a kept value that is not gold's puts the tuple in the result with a false positive and a false
+/// negative at once, so beyond the tuples where some candidate gave gold's value (their share at the upper end of its
+/// credible interval, over every tuple all of them answered) a plan can keep at most the errors the targets allow
+/// (`1 − max(precision, recall)` of them). 1 where that cannot be read: gold is no map, a candidate's values are not
+/// known (its figures came from the cost record) or cover fewer tuples than gold's, or there is no tuple.
+fn map_takeover_share(gold: &Tried, others: &[Tried], precision: f64, recall: f64, credible: f64) -> f64 {
+    let OpOutput::Values { values: gold, .. } = &gold.output else { return 1.0 };
+    let n = gold.len();
+    if n == 0 {
+        return 1.0;
+    }
+    let mut matched = vec![false; n];
+    for c in others {
+        let OpOutput::Values { values, .. } = &c.output else { return 1.0 };
+        if values.len() < n {
+            return 1.0;
+        }
+        for (m, (v, g)) in matched.iter_mut().zip(values.iter().zip(gold)) {
+            *m |= v == g;
+        }
+    }
+    let k = matched.iter().filter(|m| **m).count() as f64;
+    let upper = 1.0 - stretto_optim::bounds::beta_lower_bound(n as f64 - k, k, credible);
+    (upper + 1.0 - precision.max(recall)).clamp(0.0, 1.0)
+}
+
 /// The logical operators whose gold is a filter that answered, in the order the ordering DP gives gold's plan
 /// ([`best_order`](stretto_optim::order::best_order), on their costs and pass shares on the first `looked` screening
 /// tuples), each with which of those tuples it lets through.
@@ -1737,9 +1765,17 @@ fn profile_candidates(
                 cost += models.values().sum::<f64>() * fresh.sample_rows;
                 free += others.iter().map(|c| fresh.known(c.idx, screening_left)).sum::<f64>();
                 let gold_total = gold.cost() + prefill[gold.idx];
-                let floor = if unasked.get(t_idx).copied().unwrap_or(false) { 0.0 } else { gold_total };
+                let unasked = unasked.get(t_idx).copied().unwrap_or(false);
+                let floor = if unasked { 0.0 } else { gold_total };
                 let cheapest = others.iter().map(|c| c.cost() + prefill[c.idx]).fold(floor, f64::min);
-                saving += seen_by(task, tried, rest, looked) * (gold_total - cheapest).max(0.0);
+                // A map's candidates take over from gold at most where their values can stand for gold's (all of
+                // its tuples where some candidate is neither asked nor recorded).
+                let share = if task.kind == LogicalKind::Map && !unasked && gold.idx == 0 {
+                    map_takeover_share(gold, others, o.precision, o.recall, o.credible)
+                } else {
+                    1.0
+                };
+                saving += seen_by(task, tried, rest, looked) * (share * gold_total - cheapest).max(0.0);
             }
             (cost, saving, free)
         };
@@ -1896,8 +1932,9 @@ fn profile_candidates(
                              tuples would already cost {cost:.1} s{} (with gold's answers its own plan would not need), \
                              while no plan can save more than {saving:.1} s on the other {rest} tuples{note} (every \
                              tuple reaching an operator decided by its cheapest candidate, at no cost where some were \
-                             neither asked nor recorded; maps reached by the tuples the filters let through), so gold \
-                             ran directly without asking the other {}",
+                             neither asked nor recorded; maps reached by the tuples the filters let through, and left to a \
+                             candidate at most where one gave gold's value, plus the errors the targets allow), so \
+                             gold ran directly without asking the other {}",
                             kept(&est),
                             memo_note(free),
                             askable - asked
@@ -1966,7 +2003,19 @@ fn profile_candidates(
                 // Seconds per tuple outside profiling: the answer's, and where deferred, the prefill's.
                 let Some(gold) = t.first().filter(|g| g.idx == 0).map(|g| g.cost() + prefill[0]) else { continue };
                 let costs: Vec<(usize, f64)> = t.iter().map(|c| (c.idx, c.cost() + prefill[c.idx])).collect();
+                // A map candidate decides in another's place at most where its values can stand for gold's.
+                let shares: Vec<f64> = t
+                    .iter()
+                    .map(|c| match (task.kind, t.first()) {
+                        (LogicalKind::Map, Some(g)) if c.idx != 0 => {
+                            map_takeover_share(g, std::slice::from_ref(c), o.precision, o.recall, o.credible)
+                        }
+                        _ => 1.0,
+                    })
+                    .collect();
+                let mut share = shares.into_iter();
                 t.retain(|c| {
+                    let share = share.next().unwrap_or(1.0);
                     let cost = c.cost() * fresh.ahead_profiled(c.idx, screening_left, task.kind, reach);
                     // A compressed rung can only be less faithful than its uncompressed parent: where the parent
                     // is a candidate too, what the rung adds is deciding in the parent's place, not gold's.
@@ -1975,17 +2024,27 @@ fn profile_candidates(
                         Some((j, p)) => (p, format!("its uncompressed parent {}'s", ops[j].name())),
                         None => (gold, "gold's".to_string()),
                     };
-                    let saving = seen * (versus - c.cost() - prefill[c.idx]).max(0.0);
+                    let saving = seen * (share * versus - c.cost() - prefill[c.idx]).max(0.0);
                     if c.idx == 0 || cost < saving {
                         return true;
                     }
                     dropped.push(Dropped {
                         logical: task.name.clone(),
                         operator: ops[c.idx].name().to_string(),
-                        reason: format!(
-                            "profiling it would cost {cost:.1} s, and deciding in {instead} place every one of the \
-                             other {rest} tuples that reach its operator would save at most {saving:.1} s"
-                        ),
+                        reason: if share < 1.0 {
+                            format!(
+                                "profiling it would cost {cost:.1} s, and deciding in {instead} place the other {rest} \
+                                 tuples that reach its operator would save at most {saving:.1} s (it can keep at most \
+                                 {:.0}% of them: where its values matched gold's on the screening tuples, at the upper \
+                                 end of the credible interval, and the errors the targets allow)",
+                                100.0 * share
+                            )
+                        } else {
+                            format!(
+                                "profiling it would cost {cost:.1} s, and deciding in {instead} place every one of the \
+                                 other {rest} tuples that reach its operator would save at most {saving:.1} s"
+                            )
+                        },
                     });
                     false
                 });
@@ -2005,7 +2064,8 @@ fn profile_candidates(
                  profiling them on {want} tuples would cost {cost:.1} s{} (with gold's answers its own plan would \
                  not need), and no plan can save more than \
                  {saving:.1} s on the other {rest} tuples{note} (every tuple reaching an operator decided by its \
-                 cheapest candidate; maps reached by the tuples the filters let through), so gold ran directly",
+                 cheapest candidate; maps reached by the tuples the filters let through, and left to a candidate at \
+                 most where one gave gold's value, plus the errors the targets allow), so gold ran directly",
                 kept(&tried),
                 memo_note(free)
             ))
@@ -2080,7 +2140,8 @@ fn profile_candidates(
                      (with gold's answers its own plan would not need), and no plan can save more than {saving:.1} s \
                      on the other {rest} tuples{note} (every tuple \
                      reaching an operator decided by its cheapest candidate; maps reached by the tuples the filters \
-                     let through), so gold ran directly",
+                     let through, and left to a candidate at most where one gave gold's value, plus the errors the \
+                     targets allow), so gold ran directly",
                     kept(&tried),
                     memo_note(free)
                 ));
@@ -2944,5 +3005,42 @@ mod tests {
         };
         let m = screened(&v(&[Some("a"), Some("b"), None]), &v(&[Some("a"), Some("c"), Some("d")]), &[0.1]);
         assert_eq!(m.quality, Some(0.5));
+    }
+
+    #[test]
+    fn a_map_candidate_takes_over_from_gold_at_most_where_its_values_match_plus_the_allowed_errors() {
+        let map = |idx: usize, values: &[Option<&str>]| Tried {
+            idx,
+            output: OpOutput::Values {
+                values: values.iter().map(|v| v.map(str::to_string)).collect(),
+                confidences: vec![0.5; values.len()],
+            },
+            secs: vec![0.1; values.len()],
+        };
+        let gold = map(0, &[Some("Puma"), None, Some("Nike"), Some("Adidas")].repeat(5));
+        // Never gold's value on 20 tuples: at 95%, at most 1 − 0.05^(1/21) = 13.3% of matches, plus the 30% of errors
+        // targets of 0.7 allow.
+        let wrong = map(1, &[Some("x"); 20]);
+        let share = map_takeover_share(&gold, std::slice::from_ref(&wrong), 0.7, 0.7, 0.95);
+        let expected = 1.0 - 0.05f64.powf(1.0 / 21.0) + 0.3;
+        assert!((share - expected).abs() < 1e-6, "{share} vs {expected}");
+        // The larger target decides the errors allowed.
+        let strict = map_takeover_share(&gold, std::slice::from_ref(&wrong), 0.5, 0.9, 0.95);
+        assert!((strict - (expected - 0.2)).abs() < 1e-6, "{strict}");
+        // Gold's values everywhere (a null included): nothing stops it from taking every tuple.
+        assert_eq!(map_takeover_share(&gold, std::slice::from_ref(&gold), 0.9, 0.9, 0.95), 1.0);
+        // Two candidates matching on different tuples: a cascade of both could keep either's, so the union counts.
+        let first = map(1, &[Some("Puma"), None, Some("x"), Some("x")].repeat(5));
+        let second = map(2, &[Some("x"), Some("x"), Some("Nike"), Some("Adidas")].repeat(5));
+        let alone = map_takeover_share(&gold, std::slice::from_ref(&first), 0.9, 0.9, 0.95);
+        assert!(alone < 0.9, "half the values matched: {alone}");
+        assert_eq!(map_takeover_share(&gold, &[first, second], 0.9, 0.9, 0.95), 1.0);
+        // Values not known (a figure from the cost record), or covering fewer tuples: no bound.
+        let recorded = Tried { idx: 1, output: OpOutput::Scores(Vec::new()), secs: vec![0.1; 20] };
+        assert_eq!(map_takeover_share(&gold, &[wrong.clone(), recorded], 0.9, 0.9, 0.95), 1.0);
+        assert_eq!(map_takeover_share(&gold, &[map(1, &[Some("x"); 3])], 0.9, 0.9, 0.95), 1.0);
+        // Gold is no map: no bound.
+        let filter = Tried { idx: 0, output: OpOutput::Scores(vec![1.0; 20]), secs: vec![0.1; 20] };
+        assert_eq!(map_takeover_share(&filter, &[wrong], 0.9, 0.9, 0.95), 1.0);
     }
 }
