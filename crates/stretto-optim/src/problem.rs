@@ -1,6 +1,8 @@
 //! A profile compiled for optimization: per logical operator, its cascade ladder (non-gold implementations by
 //! increasing cost, then gold), gold labels, and hard (exact) evaluation of plans on any subset of the tuples.
 
+use std::collections::{BTreeMap, BTreeSet};
+
 use stretto_core::exec::{filter_decision, map_decision, Decision};
 use stretto_core::format::{PlanFile, PlanStage};
 use stretto_core::op::LogicalKind;
@@ -27,6 +29,11 @@ pub struct Implementation {
     levels: Vec<(f64, f64)>,
     /// Map only: whether the value equals gold's.
     pub correct: Option<Vec<bool>>,
+    /// A part of `cost` paid once per tuple however many stages share it (a model's per-item prefill, where
+    /// execution builds an item's cache as it reaches it): the index of the group of implementations sharing it
+    /// ([`Problem::share_costs`]) and its seconds per tuple. A hard plan pays it on a tuple where the first stage
+    /// of the group sees the tuple; the relaxation counts it in each stage's `cost`.
+    pub shared: Option<(usize, f64)>,
 }
 
 impl Implementation {
@@ -306,6 +313,7 @@ impl Problem {
                         ranks,
                         levels,
                         correct: None,
+                        shared: None,
                     },
                 ));
             }
@@ -370,6 +378,21 @@ impl Problem {
         }
     }
 
+    /// Marks the part of some implementations' cost that execution pays once per tuple for all of them: `shared`
+    /// names, per physical implementation, its group (e.g. the model whose per-item prefill it pays) and the
+    /// seconds per tuple of that part, which its `cost` already includes. [`evaluate`](Self::evaluate) then
+    /// charges the part once per tuple that reaches any stage of the group; implementations not named (and
+    /// seconds not finite and positive) are left alone.
+    pub fn share_costs(&mut self, shared: &BTreeMap<String, (String, f64)>) {
+        let groups: Vec<&String> = shared.values().map(|(g, _)| g).collect::<BTreeSet<_>>().into_iter().collect();
+        for imp in self.ops.iter_mut().flat_map(|o| o.impls.iter_mut()) {
+            imp.shared = shared.get(&imp.physical).and_then(|(g, secs)| {
+                let secs = secs.min(imp.cost);
+                (secs.is_finite() && secs > 0.0).then(|| (groups.iter().position(|x| *x == g).unwrap_or(0), secs))
+            });
+        }
+    }
+
     /// Whether tuple `r` is in the gold result.
     pub fn gold_positive(&self, r: usize) -> bool {
         self.ops.iter().all(|o| o.label[r])
@@ -386,7 +409,9 @@ impl Problem {
         struct Resolved<'a> {
             op: usize,
             kind: LogicalKind,
+            /// The cost less its shared part.
             cost: f64,
+            shared: Option<(usize, f64)>,
             scores: Option<&'a [f64]>,
             correct: Option<&'a [bool]>,
             lower: Option<f64>,
@@ -402,7 +427,8 @@ impl Problem {
                 Resolved {
                     op: s.op,
                     kind: op.kind,
-                    cost: imp.cost,
+                    cost: imp.cost - imp.shared.map_or(0.0, |(_, s)| s),
+                    shared: imp.shared,
                     scores: imp.scores.as_deref(),
                     correct: imp.correct.as_deref(),
                     lower: s.lower,
@@ -414,15 +440,23 @@ impl Problem {
         let mut c = Counts { n: rows.len(), ..Default::default() };
         let mut decided = vec![false; n_ops];
         let mut correct = vec![true; n_ops];
+        let mut paid = vec![false; stages.iter().filter_map(|s| s.shared).map(|(g, _)| g + 1).max().unwrap_or(0)];
         for &r in rows {
             decided.fill(false);
             correct.fill(true);
+            paid.fill(false);
             let mut alive = true;
             for (s, t) in stages.iter().zip(tally.iter_mut()) {
                 if decided[s.op] {
                     continue;
                 }
                 c.cost += s.cost;
+                if let Some((g, secs)) = s.shared {
+                    if !paid[g] {
+                        paid[g] = true;
+                        c.cost += secs;
+                    }
+                }
                 t.seen += 1;
                 let score = s.scores.map(|v| v[r]);
                 let decision = match s.kind {
@@ -568,6 +602,7 @@ mod tests {
             ranks: Some(ranks.clone()),
             levels,
             correct: None,
+            shared: None,
         };
         for q in [0.0, 0.1, 0.3, 0.5, 0.58, 0.7, 0.99, 1.0] {
             let up = imp.upper_from_rank(q);
@@ -702,5 +737,44 @@ mod tests {
         let widened = p.rescale(&alone, &rows, 0.5);
         assert!(widened.stages.iter().any(|s| s.imp == gold));
         assert_eq!(p.evaluate(&widened, &rows).n, rows.len());
+    }
+
+    #[test]
+    fn a_shared_cost_is_paid_once_per_tuple_that_reaches_any_stage_of_its_group() {
+        // Two filters whose gold reads the big model's caches (1 s per answer + a 4 s prefill per item, priced into
+        // both), a cheap one for `a` reading the small model's (0.5 + 1).
+        let text = r#"{"format":"stretto.profile/v1","population":10,"tuples":["0","1","2","3"],
+            "logical":[{"name":"a","kind":"filter"},{"name":"b","kind":"filter"}],
+            "physical":[{"name":"a/big","logical":"a","cost":5,"scores":[1,1,1,-1],"gold":true},
+                        {"name":"a/small","logical":"a","cost":1.5,"scores":[2,2,-2,-2]},
+                        {"name":"b/big","logical":"b","cost":5,"scores":[1,1,1,1],"gold":true}]}"#;
+        let mut p = Problem::from_profile(&Profile::parse(text, "t").unwrap()).unwrap();
+        let rows = p.all_rows();
+        let gold = p.gold_plan();
+        // Priced per stage: gold asks a on 4 tuples and b on the 3 a lets through.
+        assert!((p.evaluate(&gold, &rows).cost - 35.0).abs() < 1e-9);
+        let shared: BTreeMap<String, (String, f64)> = [
+            ("a/big".to_string(), ("big".to_string(), 4.0)),
+            ("b/big".to_string(), ("big".to_string(), 4.0)),
+            ("a/small".to_string(), ("small".to_string(), 1.0)),
+        ]
+        .into();
+        p.share_costs(&shared);
+        // Once per tuple: 4 prefills, 7 answers.
+        assert!((p.evaluate(&gold, &rows).cost - 23.0).abs() < 1e-9);
+        // The small model decides `a` on every tuple (accepts 0, 1, rejects 2, 3); b's gold then still reads the
+        // big model's caches of the two tuples let through: each tuple pays the small prefill, those two the big one.
+        let (ia, ib) = (p.ops[0].impls.iter().position(|i| i.physical == "a/small").unwrap(), p.ops[1].gold());
+        let plan = HardPlan {
+            stages: vec![
+                Stage { op: 0, imp: ia, lower: Some(0.0), upper: Some(0.0) },
+                Stage { op: 1, imp: ib, lower: Some(0.0), upper: Some(0.0) },
+            ],
+        };
+        let c = p.evaluate(&plan, &rows);
+        assert!((c.cost - (4.0 * 1.5 + 2.0 * 5.0)).abs() < 1e-9, "{}", c.cost);
+        // Unnamed implementations, and parts that are not positive, are left alone.
+        p.share_costs(&[("a/big".to_string(), ("big".to_string(), f64::NAN))].into());
+        assert!((p.evaluate(&gold, &rows).cost - 35.0).abs() < 1e-9);
     }
 }

@@ -536,6 +536,10 @@ pub struct Profiled {
     /// Where the whole input's KV caches would not fit the disk budget: that only the tuples profiling reads were
     /// prefilled before it, and why.
     pub kv_note: Option<String>,
+    /// Where those caches are deferred: per profiled entry whose operator reads one, the model and the seconds of
+    /// its per-item prefill priced into the entry's cost, which execution pays once per tuple and model
+    /// ([`Problem::share_costs`]). Empty otherwise, and for a saved profile.
+    pub shared_costs: BTreeMap<String, (String, f64)>,
 }
 
 /// The first stage of adaptive profiling ([`QueryOptions::screen`]).
@@ -819,17 +823,25 @@ fn deferred_prefill(per_item: &BTreeMap<String, f64>, model: Option<&str>) -> f6
 }
 
 /// Adds to each physical entry of `profile` the seconds per tuple a deferred prefill costs it in execution
-/// (`per_item`, per model; `model_of` names the model whose caches an entry's operator reads), so that the
-/// optimizer prices a plan as its execution will pay it. Two rungs of one model in one cascade share a prefill
-/// in execution, where this counts it for each: such plans are priced somewhat high.
+/// (`per_item`, per model; `model_of` names the model whose caches an entry's operator reads), and returns, per
+/// entry so priced, the model and those seconds. Execution prefills an item's cache once per model, however many
+/// stages read it: [`Problem::share_costs`] with what this returns makes the optimizer's hard evaluation charge it
+/// so (its relaxation counts it in each stage).
 fn price_deferred_prefill(
     profile: &mut Profile,
     per_item: &BTreeMap<String, f64>,
     model_of: impl Fn(&str) -> Option<String>,
-) {
+) -> BTreeMap<String, (String, f64)> {
+    let mut shared = BTreeMap::new();
     for e in &mut profile.physical {
-        e.cost += deferred_prefill(per_item, model_of(&e.name).as_deref());
+        let model = model_of(&e.name);
+        let secs = deferred_prefill(per_item, model.as_deref());
+        e.cost += secs;
+        if let Some(model) = model.filter(|_| secs > 0.0) {
+            shared.insert(e.name.clone(), (model, secs));
+        }
     }
+    shared
 }
 
 /// Removes from `tried` the compressed rungs whose uncompressed parent is among `ops` but not in `tried`: the pay
@@ -2289,6 +2301,7 @@ fn profile_candidates(
         physical: entries.into_iter().flatten().collect(),
     };
     // Deferred caches: a tuple outside profiling pays its prefill where an operator reads it.
+    let mut shared_costs = BTreeMap::new();
     if !prefill_per_item.is_empty() {
         let model_of = |entry: &str| {
             tasks.iter().zip(&cands).find_map(|(t, ops)| {
@@ -2296,7 +2309,7 @@ fn profile_candidates(
                 ops.iter().find(|o| o.name() == op)?.kv_cache_model().map(str::to_string)
             })
         };
-        price_deferred_prefill(&mut profile, &prefill_per_item, model_of);
+        shared_costs = price_deferred_prefill(&mut profile, &prefill_per_item, model_of);
     }
     let profile_path = match &o.run_dir {
         Some(dir) => {
@@ -2343,6 +2356,7 @@ fn profile_candidates(
         paid: Arc::new(paid),
         spent_seconds,
         kv_note,
+        shared_costs,
     })
 }
 
@@ -2395,6 +2409,7 @@ pub fn reuse_profile(
         paid: Arc::default(),
         spent_seconds: 0.0,
         kv_note: None,
+        shared_costs: BTreeMap::new(),
     })
 }
 
@@ -2439,7 +2454,8 @@ pub struct Planned {
 pub fn optimize(p: &Profiled, o: &QueryOptions, strat: &dyn Strategy) -> Result<Planned> {
     let t0 = Instant::now();
     let targets = Targets::new(o.precision, o.recall, o.credible)?;
-    let problem = Problem::from_profile(&p.profile)?;
+    let mut problem = Problem::from_profile(&p.profile)?;
+    problem.share_costs(&p.shared_costs);
     let optimized = {
         let _span = tracing::info_span!("optimize", method = strat.name()).entered();
         match &p.gold_only {
@@ -2895,9 +2911,16 @@ mod tests {
         let mut profile = Profile::parse(text, "t").unwrap();
         let per_item: BTreeMap<String, f64> = [("big".to_string(), 4.0), ("small".to_string(), 1.0)].into();
         let model_of = |entry: &str| entry.strip_prefix("a/llm:").map(str::to_string);
-        price_deferred_prefill(&mut profile, &per_item, model_of);
+        let shared = price_deferred_prefill(&mut profile, &per_item, model_of);
         let costs: Vec<f64> = profile.physical.iter().map(|e| e.cost).collect();
         assert_eq!(costs, vec![4.25, 1.125, 0.01]);
+        // What execution pays once per tuple and model, for the optimizer's hard evaluation.
+        let expected: BTreeMap<String, (String, f64)> = [
+            ("a/llm:big".to_string(), ("big".to_string(), 4.0)),
+            ("a/llm:small".to_string(), ("small".to_string(), 1.0)),
+        ]
+        .into();
+        assert_eq!(shared, expected);
         assert_eq!(deferred_prefill(&per_item, Some("other")), 0.0);
         assert_eq!(deferred_prefill(&BTreeMap::new(), Some("big")), 0.0);
     }
