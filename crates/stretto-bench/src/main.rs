@@ -375,6 +375,10 @@ struct ScaleArgs {
     /// also has its truth columns).
     #[arg(long)]
     labelled: bool,
+    /// Per text dataset, how many of its labelled predicates also run alone after the drawn queries, scored against
+    /// the human labels, instead of the scale's (small and paper: 1, tiny: 0).
+    #[arg(long)]
+    truth_queries: Option<usize>,
     /// Decoder models of the LLM ladder, smallest first, instead of the scale's (default: STRETTO_LADDER, else the
     /// scale's: smollm2-135m,qwen2.5-coder-0.5b,qwen2.5-coder-1.5b for small and paper); the last is gold.
     #[arg(long, value_delimiter = ',')]
@@ -388,6 +392,9 @@ impl ScaleArgs {
             scale = scale.with_ladder(ladder)?;
         }
         scale.labelled = self.labelled;
+        if let Some(n) = self.truth_queries {
+            scale.truth_queries = n;
+        }
         Ok(scale)
     }
 }
