@@ -822,6 +822,37 @@ fn deferred_prefill(per_item: &BTreeMap<String, f64>, model: Option<&str>) -> f6
     model.and_then(|m| per_item.get(m)).copied().unwrap_or(0.0)
 }
 
+/// How many tuples of `batch` need a prefill of some item of theirs where `readers` (the logical operators reading
+/// one model's caches) read it, by `missing` (whether an item's cache is not stored). A join's pairs are not
+/// resolved per tuple: a batch a join reads counts every tuple.
+fn tuples_to_prefill(
+    readers: &[&SemanticTask],
+    batch: &RecordBatch,
+    mut missing: impl FnMut(&String) -> Result<bool>,
+) -> Result<usize> {
+    let mut pays = vec![false; batch.num_rows()];
+    let mut known: BTreeMap<String, bool> = BTreeMap::new();
+    for task in readers {
+        if task.is_join() {
+            return Ok(batch.num_rows());
+        }
+        for (pay, item) in pays.iter_mut().zip(task.item_texts(batch)?) {
+            if *pay {
+                continue;
+            }
+            *pay = match known.get(&item) {
+                Some(&m) => m,
+                None => {
+                    let m = missing(&item)?;
+                    known.insert(item, m);
+                    m
+                }
+            };
+        }
+    }
+    Ok(pays.iter().filter(|&&p| p).count())
+}
+
 /// Adds to each physical entry of `profile` the seconds per tuple a deferred prefill costs it in execution
 /// (`per_item`, per model; `model_of` names the model whose caches an entry's operator reads), and returns, per
 /// entry so priced, the model and those seconds. Execution prefills an item's cache once per model, however many
@@ -2309,7 +2340,40 @@ fn profile_candidates(
                 ops.iter().find(|o| o.name() == op)?.kv_cache_model().map(str::to_string)
             })
         };
-        shared_costs = price_deferred_prefill(&mut profile, &prefill_per_item, model_of);
+        // Execution pays a prefill only on the tuples profiling did not read (there every answer a plan asks is
+        // memoised) whose item has no stored cache now (one kept from an earlier query is read as it is).
+        let profiled: BTreeSet<usize> = sample.iter().chain(&order[want..want + screen_rows]).copied().collect();
+        let outside = (0..n).filter(|r| !profiled.contains(r)).map(|r| r as u32);
+        let outside = take_record_batch(&input, &UInt32Array::from_iter_values(outside))?;
+        let mut per_tuple = BTreeMap::new();
+        let mut counted = Vec::new();
+        for (m, secs) in &prefill_per_item {
+            let dec = stretto_kv::pool::decoder(
+                &ctx.model_home,
+                stretto_kv::runtime::RuntimeOptions::new(ctx.threads, ctx.cuda()),
+                m,
+            )?;
+            let readers: Vec<&SemanticTask> = tasks
+                .iter()
+                .zip(&cands)
+                .filter(|(_, ops)| ops.iter().any(|op| op.kv_cache_model() == Some(m.as_str())))
+                .map(|(t, _)| t)
+                .collect();
+            let stored = source(m);
+            let pays = tuples_to_prefill(&readers, &outside, |item| {
+                Ok(stored.missing_bytes(&dec, std::slice::from_ref(item))?.0 > 0)
+            })?;
+            per_tuple.insert(m.clone(), secs * pays as f64 / n.max(1) as f64);
+            counted.push(format!("{m} {pays} of {n}"));
+        }
+        if let Some(note) = kv_note.as_mut() {
+            note.push_str(&format!(
+                "; execution prefills, of the tuples, {} (those profiling read have their answers memoised; those \
+                 whose caches are stored read them), and the plans' costs price only those",
+                counted.join(", ")
+            ));
+        }
+        shared_costs = price_deferred_prefill(&mut profile, &per_tuple, model_of);
     }
     let profile_path = match &o.run_dir {
         Some(dir) => {
@@ -2900,6 +2964,32 @@ pub const DEMO_ROWS: usize = 200;
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_tuple_pays_a_prefill_where_an_item_some_reader_reads_has_no_stored_cache() {
+        use arrow::array::StringArray;
+        let col = |v: [&str; 4]| Arc::new(StringArray::from(v.to_vec())) as arrow::array::ArrayRef;
+        let batch = RecordBatch::try_from_iter([
+            ("reviews.text", col(["kept", "gone", "kept", "kept"])),
+            ("reviews.title", col(["t1", "t1", "t2", "gone"])),
+        ])
+        .unwrap();
+        let tasks = parse_query("{reviews.text} is positive -- [title] the title of {reviews.title}").unwrap();
+        let asked = std::cell::RefCell::new(Vec::new());
+        let mut missing = |item: &String| {
+            asked.borrow_mut().push(item.clone());
+            Ok(item.contains("gone") || item.contains("t2"))
+        };
+        // The filter alone: the one tuple whose text is gone; each distinct item looked up once.
+        assert_eq!(tuples_to_prefill(&[&tasks[0]], &batch, &mut missing).unwrap(), 1);
+        assert_eq!(asked.borrow().len(), 2, "{asked:?}");
+        // Both readers: a tuple pays where either of its items is missing (rows 1, 2 and 3), once.
+        assert_eq!(tuples_to_prefill(&[&tasks[0], &tasks[1]], &batch, &mut missing).unwrap(), 3);
+        assert_eq!(tuples_to_prefill(&[], &batch, &mut missing).unwrap(), 0);
+        // A lookup that fails is an error, not a guess.
+        let failing = |_: &String| Err(Error::Query("index unreadable".into()));
+        assert!(tuples_to_prefill(&[&tasks[0]], &batch, failing).is_err());
+    }
 
     #[test]
     fn deferred_prefill_is_added_to_the_cost_of_the_entries_reading_that_models_caches() {
