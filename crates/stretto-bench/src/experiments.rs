@@ -603,8 +603,9 @@ pub fn run_methods(methods: &[&str], scale: &Scale, runs: &Path) -> Result<(Vec<
         }
         if scale.labelled && done == 0 {
             tracing::warn!(dataset = %dataset, "--labelled: no generated query has every filter labelled");
+            let which = if ran.is_empty() { "no query" } else { "no generated query" };
             skipped.push(format!(
-                "{dataset}: no generated query ran (`--labelled` draws only generated queries whose every filter is a labelled \
+                "{dataset}: {which} ran (`--labelled` draws only generated queries whose every filter is a labelled \
                  predicate, and none of this dataset's is one)"
             ));
         }
