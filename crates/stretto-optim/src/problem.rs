@@ -438,22 +438,23 @@ impl Problem {
             .collect();
         let mut tally = vec![StageTally::default(); plan.stages.len()];
         let mut c = Counts { n: rows.len(), ..Default::default() };
-        let mut decided = vec![false; n_ops];
-        let mut correct = vec![true; n_ops];
-        let mut paid = vec![false; stages.iter().filter_map(|s| s.shared).map(|(g, _)| g + 1).max().unwrap_or(0)];
-        for &r in rows {
-            decided.fill(false);
-            correct.fill(true);
-            paid.fill(false);
+        // Which operators the row being walked has decided, and which shared costs it has paid: marked with the
+        // row's position, so nothing is cleared between rows.
+        let mut decided_at = vec![usize::MAX; n_ops];
+        let mut paid_at =
+            vec![usize::MAX; stages.iter().filter_map(|s| s.shared).map(|(g, _)| g + 1).max().unwrap_or(0)];
+        for (i, &r) in rows.iter().enumerate() {
             let mut alive = true;
+            let mut n_decided = 0;
+            let mut all_correct = true;
             for (s, t) in stages.iter().zip(tally.iter_mut()) {
-                if decided[s.op] {
+                if decided_at[s.op] == i {
                     continue;
                 }
                 c.cost += s.cost;
                 if let Some((g, secs)) = s.shared {
-                    if !paid[g] {
-                        paid[g] = true;
+                    if paid_at[g] != i {
+                        paid_at[g] = i;
                         c.cost += secs;
                     }
                 }
@@ -468,9 +469,10 @@ impl Problem {
                 };
                 match decision {
                     Decision::Accept => {
-                        decided[s.op] = true;
+                        decided_at[s.op] = i;
+                        n_decided += 1;
                         if let Some(ok) = s.correct {
-                            correct[s.op] = ok[r];
+                            all_correct &= ok[r];
                         }
                     }
                     Decision::Reject => {
@@ -482,9 +484,9 @@ impl Problem {
                     Decision::Unsure => t.unsure += 1,
                 }
             }
-            let in_result = alive && decided.iter().all(|&d| d);
+            let in_result = alive && n_decided == n_ops;
             let positive = self.gold_positive(r);
-            let tp = in_result && positive && correct.iter().all(|&x| x);
+            let tp = in_result && positive && all_correct;
             if tp {
                 c.tp += 1.0;
             } else {

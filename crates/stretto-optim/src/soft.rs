@@ -13,7 +13,8 @@
 //!
 //! The loss is the optimizer's innermost loop (hundreds of evaluations per solve). Both passes walk an operator's
 //! chain a stage at a time over all rows, each row seeing exactly the arithmetic, in the order, of walking its own
-//! chain; the bounds' slopes (four more quantiles each) are computed only while their penalty is active.
+//! chain; the bounds' slopes (four more quantiles each) are computed only while their penalty is active. A solve
+//! keeps its working memory between steps ([`LossScratch`]).
 
 use stretto_core::op::LogicalKind;
 
@@ -169,20 +170,23 @@ impl SoftProblem {
                     .iter()
                     .enumerate()
                     .filter(|(_, i)| !i.gold)
-                    .map(|(k, imp)| SoftStage {
-                        param: layout.iter().position(|&(a, b)| a == o && b == k).unwrap_or(0) * PARAMS_PER_IMPL,
-                        cost: imp.cost,
-                        tunable: imp.ranks.is_some(),
-                        v: imp
+                    .map(|(k, imp)| {
+                        let v: Vec<f64> = imp
                             .ranks
                             .as_ref()
                             .map(|r| rows.iter().map(|&i| r[i]).collect())
-                            .unwrap_or_else(|| vec![0.0; rows.len()]),
-                        correct: imp
-                            .correct
-                            .as_ref()
-                            .map(|c| rows.iter().map(|&i| f64::from(u8::from(c[i]))).collect())
-                            .unwrap_or_default(),
+                            .unwrap_or_else(|| vec![0.0; rows.len()]);
+                        SoftStage {
+                            param: layout.iter().position(|&(a, b)| a == o && b == k).unwrap_or(0) * PARAMS_PER_IMPL,
+                            cost: imp.cost,
+                            tunable: imp.ranks.is_some(),
+                            v,
+                            correct: imp
+                                .correct
+                                .as_ref()
+                                .map(|c| rows.iter().map(|&i| f64::from(u8::from(c[i]))).collect())
+                                .unwrap_or_default(),
+                        }
                     })
                     .collect();
                 let gold = &op.impls[op.gold()];
@@ -202,8 +206,9 @@ impl SoftProblem {
         self.n_params
     }
 
-    fn stage_params(&self, x: &[f64], cfg: &LossConfig) -> Vec<StageParams> {
-        let mut out = vec![StageParams::default(); self.n_params / PARAMS_PER_IMPL];
+    fn stage_params(&self, x: &[f64], cfg: &LossConfig, out: &mut Vec<StageParams>) {
+        out.clear();
+        out.resize(self.n_params / PARAMS_PER_IMPL, StageParams::default());
         for (k, sp) in out.iter_mut().enumerate() {
             let base = k * PARAMS_PER_IMPL;
             let (p, dp_ds) = match &cfg.frozen {
@@ -223,32 +228,51 @@ impl SoftProblem {
             let hi = sigmoid(x[base + 2]);
             *sp = StageParams { p, dp_ds, lo, hi, dlo_dx: lo * (1.0 - lo), dhi_dx: hi * (1.0 - hi) };
         }
-        out
     }
 
     /// The loss, and its gradient into `grad` when given.
     pub fn loss(&self, x: &[f64], cfg: &LossConfig, grad: Option<&mut [f64]>) -> LossParts {
-        let sp = self.stage_params(x, cfg);
+        self.loss_in(x, cfg, grad, &mut LossScratch::default())
+    }
+
+    /// [`loss`](Self::loss) with its working memory in `scratch`, which a caller evaluating the loss many times
+    /// (a solve's steps) keeps between calls: the same result, without allocating and clearing it each time.
+    pub fn loss_in(
+        &self,
+        x: &[f64],
+        cfg: &LossConfig,
+        grad: Option<&mut [f64]>,
+        scratch: &mut LossScratch,
+    ) -> LossParts {
         let n_ops = self.ops.len();
         let n = self.rows;
         let t = cfg.t_par;
         let want_grad = grad.is_some();
+        let LossScratch { sp, outcome, u, row_cost, traces, up, rc, sgrad, d_out, v } = scratch;
+        self.stage_params(x, cfg, sp);
+        let sp = &sp[..];
         // Forward: per operator, every row's chain outcome (filter: accept mass A; map: correct mass) and cost,
         // stage by stage over all rows; with a gradient wanted, each operator's trace for the reverse pass.
-        let mut outcome = vec![0.0; n_ops * n];
+        outcome.resize(n_ops * n, 0.0);
+        u.resize(n, 0.0);
+        row_cost.resize(n, 0.0);
+        if want_grad {
+            traces.resize_with(n_ops, Trace::default);
+            for (trace, op) in traces.iter_mut().zip(&self.ops) {
+                trace.fit(op.stages.len(), n);
+            }
+        }
         let mut cost_sum = 0.0;
-        let mut traces: Vec<Trace> = Vec::with_capacity(if want_grad { n_ops } else { 0 });
-        let (mut u, mut row_cost) = (vec![0.0; n], vec![0.0; n]);
         for (o, op) in self.ops.iter().enumerate() {
-            let mut trace = want_grad.then(|| Trace::new(op.stages.len(), n));
+            let trace = if want_grad { Some(&mut traces[o]) } else { None };
             let out = &mut outcome[o * n..(o + 1) * n];
-            chain_forward(op, &sp, t, cfg.sides, out, &mut u, &mut row_cost, trace.as_mut());
+            chain_forward(op, sp, t, cfg.sides, out, u, row_cost, trace);
             // Row by row, in the order the per-row sum always took.
-            for c in &row_cost {
+            for c in row_cost.iter() {
                 cost_sum += c;
             }
-            traces.extend(trace);
         }
+        let outcome = &outcome[..];
         // Per row, per operator soft counts.
         let counts =
             |o: usize, r: usize| -> RowCounts { row_counts(self.ops[o].kind, outcome[o * n + r], &self.ops[o], r) };
@@ -256,8 +280,10 @@ impl SoftProblem {
         let cost = cost_sum * norm;
 
         let mut parts = LossParts { cost, ..Default::default() };
-        // Upstream gradients: per (op,row) of tp, fp, fn, pp.
-        let mut up = if want_grad { vec![RowCounts::default(); n_ops * n] } else { vec![] };
+        // Upstream gradients: per (op,row) of tp, fp, fn, pp (every entry is written below when wanted).
+        if want_grad {
+            up.resize(n_ops * n, RowCounts::default());
+        }
         let mut penalty = 0.0;
         match cfg.constraint {
             Constraint::Global => {
@@ -299,11 +325,10 @@ impl SoftProblem {
                     g_fn -= cfg.beta * dr_fn;
                 }
                 if want_grad {
-                    let mut rc: Vec<RowCounts> = Vec::with_capacity(n_ops);
                     for r in 0..n {
                         rc.clear();
                         rc.extend((0..n_ops).map(|o| counts(o, r)));
-                        global_row_backward(&rc, g_tp, g_fp, g_fn, |o, d| up[o * n + r] = d);
+                        global_row_backward(rc, g_tp, g_fp, g_fn, |o, d| up[o * n + r] = d);
                     }
                 }
             }
@@ -395,9 +420,10 @@ impl SoftProblem {
 
         if let Some(grad) = grad {
             grad.iter_mut().for_each(|g| *g = 0.0);
-            let mut sgrad = vec![[0.0f64; 3]; sp.len()];
-            let mut d_out = vec![0.0; n];
-            for (o, (op, trace)) in self.ops.iter().zip(&traces).enumerate() {
+            sgrad.clear();
+            sgrad.resize(sp.len(), [0.0f64; 3]);
+            d_out.resize(n, 0.0);
+            for (o, (op, trace)) in self.ops.iter().zip(traces.iter()).enumerate() {
                 for (r, d) in d_out.iter_mut().enumerate() {
                     let u = up[o * n + r];
                     *d = match op.kind {
@@ -408,7 +434,7 @@ impl SoftProblem {
                         LogicalKind::Map => u.tp - u.fp - u.fn_,
                     };
                 }
-                chain_backward(op, &sp, t, trace, &d_out, norm, &mut sgrad);
+                chain_backward(op, sp, t, trace, d_out, norm, sgrad, v);
             }
             for (k, g) in sgrad.iter().enumerate() {
                 let base = k * PARAMS_PER_IMPL;
@@ -460,21 +486,31 @@ fn global_row(n_ops: usize, counts: impl Fn(usize) -> RowCounts) -> (f64, f64, f
     (tp, (1.0 - not_fp) * pp, (1.0 - not_fn) * lp)
 }
 
+/// The product of `f` over every operator's row counts but `o`'s, multiplied in operator order from 1 (exactly
+/// what `product()` over the others gives), with the part before `o` taken from `prefix`.
+#[inline]
+fn prod_except(rc: &[RowCounts], o: usize, prefix: f64, f: impl Fn(&RowCounts) -> f64) -> f64 {
+    rc[o + 1..].iter().fold(prefix, |acc, c| acc * f(c))
+}
+
 /// Back-propagates d loss / d (TP, FP, FN) of a row into each operator's row counts.
 fn global_row_backward(rc: &[RowCounts], g_tp: f64, g_fp: f64, g_fn: f64, mut emit: impl FnMut(usize, RowCounts)) {
-    let prod_except = |o: usize, f: &dyn Fn(&RowCounts) -> f64| -> f64 {
-        rc.iter().enumerate().filter(|(j, _)| *j != o).map(|(_, c)| f(c)).product()
-    };
     let all_not_fp: f64 = rc.iter().map(|c| 1.0 - c.fp).product();
     let all_pp: f64 = rc.iter().map(|c| c.pp).product();
     let all_lp: f64 = rc.iter().map(label_mass).product();
-    for o in 0..rc.len() {
-        let d_tp = g_tp * prod_except(o, &|c| c.tp);
-        let d_fp = g_fp * prod_except(o, &|c| 1.0 - c.fp) * all_pp;
-        let d_pp = g_fp * (1.0 - all_not_fp) * prod_except(o, &|c| c.pp);
+    // Products over the operators before `o`, in order (shared by every `o`'s product over the others).
+    let (mut pre_tp, mut pre_not_fp, mut pre_pp, mut pre_not_fn) = (1.0, 1.0, 1.0, 1.0);
+    for (o, c) in rc.iter().enumerate() {
+        let d_tp = g_tp * prod_except(rc, o, pre_tp, |c| c.tp);
+        let d_fp = g_fp * prod_except(rc, o, pre_not_fp, |c| 1.0 - c.fp) * all_pp;
+        let d_pp = g_fp * (1.0 - all_not_fp) * prod_except(rc, o, pre_pp, |c| c.pp);
         // lp is a constant of the data (labels), so FN only flows through fn.
-        let d_fn = g_fn * prod_except(o, &|c| 1.0 - c.fn_) * all_lp;
+        let d_fn = g_fn * prod_except(rc, o, pre_not_fn, |c| 1.0 - c.fn_) * all_lp;
         emit(o, RowCounts { tp: d_tp, fp: d_fp, fn_: d_fn, pp: d_pp });
+        pre_tp *= c.tp;
+        pre_not_fp *= 1.0 - c.fp;
+        pre_pp *= c.pp;
+        pre_not_fn *= 1.0 - c.fn_;
     }
 }
 
@@ -504,6 +540,7 @@ fn soft_decision(v: f64, lo: f64, hi: f64, t: f64, sides: Sides) -> (f64, f64) {
 /// What the forward pass of one operator's chain leaves for the reverse pass, per stage and row (stage-major): the
 /// mass `U` entering the stage and its decisions (filters: accept and reject masses; maps: the decide sigmoid and 0),
 /// so the reverse pass recomputes no exponential. Stages switched off (`p = 0`) leave theirs unwritten.
+#[derive(Debug, Default)]
 struct Trace {
     u: Vec<f64>,
     a: Vec<f64>,
@@ -511,9 +548,28 @@ struct Trace {
 }
 
 impl Trace {
-    fn new(stages: usize, rows: usize) -> Self {
-        Self { u: vec![0.0; stages * rows], a: vec![0.0; stages * rows], b: vec![0.0; stages * rows] }
+    /// Room for `stages × rows` entries; what an earlier evaluation left there is overwritten before it is read.
+    fn fit(&mut self, stages: usize, rows: usize) {
+        for buf in [&mut self.u, &mut self.a, &mut self.b] {
+            buf.resize(stages * rows, 0.0);
+        }
     }
+}
+
+/// The working memory of [`SoftProblem::loss_in`], kept between evaluations. What one evaluation leaves in it never
+/// reaches the next one's result: every entry read is first written by the evaluation reading it.
+#[derive(Debug, Default)]
+pub struct LossScratch {
+    sp: Vec<StageParams>,
+    outcome: Vec<f64>,
+    u: Vec<f64>,
+    row_cost: Vec<f64>,
+    traces: Vec<Trace>,
+    up: Vec<RowCounts>,
+    rc: Vec<RowCounts>,
+    sgrad: Vec<[f64; 3]>,
+    d_out: Vec<f64>,
+    v: Vec<f64>,
 }
 
 /// What a row gains when gold closes its chain: a filter's gold decision, or a map's correct value.
@@ -544,7 +600,8 @@ fn chain_forward(
     out.fill(0.0);
     cost.fill(0.0);
     for (i, st) in op.stages.iter().enumerate() {
-        let k = &sp[st.param / PARAMS_PER_IMPL];
+        let idx = st.param / PARAMS_PER_IMPL;
+        let k = &sp[idx];
         if k.p == 0.0 {
             continue;
         }
@@ -588,6 +645,8 @@ fn chain_forward(
 /// Reverse pass of one operator's chain on every row, a stage at a time from the last: accumulates d loss /
 /// d (p, θ_lo, θ_hi) per stage into `sgrad`, given d loss / d outcome per row (`d_out`) and per unit of cost
 /// (`d_cost`). Each stage's sums take the rows in order, as walking the rows one by one did.
+/// (`v` is scratch.)
+#[allow(clippy::too_many_arguments)]
 fn chain_backward(
     op: &SoftOp,
     sp: &[StageParams],
@@ -596,10 +655,12 @@ fn chain_backward(
     d_out: &[f64],
     d_cost: f64,
     sgrad: &mut [[f64; 3]],
+    v: &mut Vec<f64>,
 ) {
     let n = d_out.len();
     // v = d loss / d U entering the next stage, per row.
-    let mut v: Vec<f64> = (0..n).map(|r| d_out[r] * gold_gain(op, r) + d_cost * op.gold_cost).collect();
+    v.clear();
+    v.extend((0..n).map(|r| d_out[r] * gold_gain(op, r) + d_cost * op.gold_cost));
     for (i, st) in op.stages.iter().enumerate().rev() {
         let idx = st.param / PARAMS_PER_IMPL;
         let k = &sp[idx];
@@ -644,5 +705,41 @@ fn chain_backward(
             }
         }
         sgrad[idx] = g;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::workload::{generate, WorkloadConfig};
+
+    #[test]
+    fn a_kept_scratch_gives_the_loss_of_a_fresh_evaluation() {
+        // A scratch reused across evaluations at changing temperatures and parameters gives what a fresh one does.
+        let w = generate(5, &WorkloadConfig { population: Some(600), operators: Some(3), ..Default::default() });
+        let problem = Problem::from_profile(&w.sample).unwrap();
+        let rows = problem.all_rows();
+        let soft = SoftProblem::new(&problem, &rows);
+        let np = soft.n_params();
+        let mut scratch = LossScratch::default();
+        for step in 0..6 {
+            let x: Vec<f64> = (0..np).map(|i| ((i + step) as f64 * 0.7).sin() * 2.0).collect();
+            let cfg = LossConfig {
+                precision: 0.9,
+                recall: 0.9,
+                credible: 0.95,
+                beta: 3.0,
+                constraint: Constraint::Global,
+                t_pick: 0.3,
+                t_par: [0.04, 0.04, 0.03, 1e-4, 0.04, 0.02][step],
+                frozen: (step % 2 == 1).then(|| (0..np / PARAMS_PER_IMPL).map(|k| k % 3 != 0).collect()),
+                sides: Sides::Both,
+            };
+            let (mut g_kept, mut g_fresh) = (vec![0.0; np], vec![0.0; np]);
+            let kept = soft.loss_in(&x, &cfg, Some(&mut g_kept), &mut scratch);
+            let fresh = soft.loss(&x, &cfg, Some(&mut g_fresh));
+            assert_eq!(kept, fresh, "step {step}");
+            assert_eq!(g_kept, g_fresh, "step {step}");
+        }
     }
 }

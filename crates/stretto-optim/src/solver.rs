@@ -6,6 +6,8 @@
 //! gradients keep flowing while temperatures anneal. The objective changes with the iteration (the schedule), so the
 //! solver talks to an [`AnnealedObjective`] that takes the iteration number.
 
+use std::cell::RefCell;
+
 use argmin::core::{CostFunction, Error, Executor, IterState, Problem as ArgminProblem, Solver, State, KV};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -14,7 +16,9 @@ use stretto_core::op::LogicalKind;
 
 use crate::bounds::beta_lower_bound;
 use crate::problem::{HardPlan, Problem, Stage};
-use crate::soft::{parameter_layout, Constraint, LossConfig, LossParts, Sides, SoftProblem, PARAMS_PER_IMPL};
+use crate::soft::{
+    parameter_layout, Constraint, LossConfig, LossParts, LossScratch, Sides, SoftProblem, PARAMS_PER_IMPL,
+};
 
 /// An objective whose shape depends on the iteration (annealed temperatures).
 pub trait AnnealedObjective {
@@ -161,6 +165,14 @@ struct Scheduled<'a> {
     cfg: LossConfig,
     settings: &'a SolverSettings,
     phase: Phase,
+    /// The loss's working memory, kept across the phase's steps (one restart's, on one thread).
+    scratch: RefCell<LossScratch>,
+}
+
+impl<'a> Scheduled<'a> {
+    fn new(soft: &'a SoftProblem, cfg: LossConfig, settings: &'a SolverSettings, phase: Phase) -> Self {
+        Self { soft, cfg, settings, phase, scratch: RefCell::default() }
+    }
 }
 
 impl AnnealedObjective for Scheduled<'_> {
@@ -175,7 +187,7 @@ impl AnnealedObjective for Scheduled<'_> {
             Phase::Threshold => cfg.t_par = s.t_par0 * (-s.t_par_rate * iter as f64).exp(),
         }
         let mut g = vec![0.0; x.len()];
-        let parts = self.soft.loss(x, &cfg, Some(&mut g));
+        let parts = self.soft.loss_in(x, &cfg, Some(&mut g), &mut self.scratch.borrow_mut());
         (parts, g)
     }
     fn clip(&self) -> f64 {
@@ -349,10 +361,10 @@ pub fn solve(
             let (b0, b1) = settings.beta_range;
             let frac = if settings.restarts > 1 { restart as f64 / (settings.restarts - 1) as f64 } else { 0.5 };
             let cfg = &LossConfig { beta: b0 * (b1 / b0).powf(frac), ..cfg.clone() };
-            let s1 = Scheduled { soft: &soft, cfg: cfg.clone(), settings, phase: Phase::Pick };
+            let s1 = Scheduled::new(&soft, cfg.clone(), settings, Phase::Pick);
             let x1 = run_adam(&s1, x0, settings.pick_steps, settings)?;
             let picks: Vec<bool> = (0..np / PARAMS_PER_IMPL).map(|k| x1[k * PARAMS_PER_IMPL] > 0.0).collect();
-            let s2 = Scheduled { soft: &soft, cfg: LossConfig { frozen: Some(picks), ..cfg.clone() }, settings, phase: Phase::Threshold };
+            let s2 = Scheduled::new(&soft, LossConfig { frozen: Some(picks), ..cfg.clone() }, settings, Phase::Threshold);
             let x2 = run_adam(&s2, x1, settings.threshold_steps, settings)?;
             let parts = s2.loss_grad(&x2, settings.threshold_steps).0;
             let plan = extract(problem, &x2, rows, cfg.sides);
