@@ -14,7 +14,8 @@
 //! The loss is the optimizer's innermost loop (hundreds of evaluations per solve). Both passes walk an operator's
 //! chain a stage at a time over all rows, each row seeing exactly the arithmetic, in the order, of walking its own
 //! chain; the bounds' slopes (four more quantiles each) are computed only while their penalty is active. A solve
-//! keeps its working memory between steps ([`LossScratch`]).
+//! keeps its working memory between steps ([`LossScratch`]), with each stage's rows' `exp(v / t)`, so a row's soft
+//! decisions need no exponential of their own while the threshold temperature stays put (see `StageExp`).
 
 use stretto_core::op::LogicalKind;
 
@@ -104,6 +105,8 @@ struct SoftStage {
     tunable: bool,
     /// Rank-space score (filter) or confidence (map) per subset tuple.
     v: Vec<f64>,
+    /// The largest `|v|`, which decides whether [`StageExp`] may be used.
+    v_max: f64,
     /// Map: 1 if the value is correct.
     correct: Vec<f64>,
 }
@@ -180,6 +183,7 @@ impl SoftProblem {
                             param: layout.iter().position(|&(a, b)| a == o && b == k).unwrap_or(0) * PARAMS_PER_IMPL,
                             cost: imp.cost,
                             tunable: imp.ranks.is_some(),
+                            v_max: v.iter().fold(0.0, |m: f64, x| m.max(x.abs())),
                             v,
                             correct: imp
                                 .correct
@@ -248,9 +252,10 @@ impl SoftProblem {
         let n = self.rows;
         let t = cfg.t_par;
         let want_grad = grad.is_some();
-        let LossScratch { sp, outcome, u, row_cost, traces, up, rc, sgrad, d_out, v } = scratch;
+        let LossScratch { sp, exps, outcome, u, row_cost, traces, up, rc, sgrad, d_out, v } = scratch;
         self.stage_params(x, cfg, sp);
         let sp = &sp[..];
+        exps.resize_with(sp.len(), StageExp::default);
         // Forward: per operator, every row's chain outcome (filter: accept mass A; map: correct mass) and cost,
         // stage by stage over all rows; with a gradient wanted, each operator's trace for the reverse pass.
         outcome.resize(n_ops * n, 0.0);
@@ -266,7 +271,7 @@ impl SoftProblem {
         for (o, op) in self.ops.iter().enumerate() {
             let trace = if want_grad { Some(&mut traces[o]) } else { None };
             let out = &mut outcome[o * n..(o + 1) * n];
-            chain_forward(op, sp, t, cfg.sides, out, u, row_cost, trace);
+            chain_forward(op, sp, t, cfg.sides, out, u, row_cost, trace, exps);
             // Row by row, in the order the per-row sum always took.
             for c in row_cost.iter() {
                 cost_sum += c;
@@ -537,6 +542,63 @@ fn soft_decision(v: f64, lo: f64, hi: f64, t: f64, sides: Sides) -> (f64, f64) {
     (e0 / s, e1 / s)
 }
 
+/// A stage's rows' `w = exp(v / t)` and `1 / w` at the threshold temperature `t` they were computed for. A
+/// stage's decisions are softmaxes of `(v − θ_hi) / t` and `(θ_lo − v) / t`, whose exponentials are `w·e^{−θ_hi/t}`
+/// and `e^{θ_lo/t} / w`: with `w` kept, a row's decisions need no exponential, only the stage's two. The first
+/// stage of a solve keeps `t` fixed for all its steps, so there `w` is computed once per solve; later steps compute
+/// one exponential per row instead of two. Used only while every exponent stays within ±[`FAST_EXPONENT`], where
+/// the unshifted exponentials cannot overflow; beyond it the shifted form ([`soft_decision`]) is used.
+#[derive(Debug, Default)]
+struct StageExp {
+    t: Option<f64>,
+    w: Vec<f64>,
+    w_inv: Vec<f64>,
+}
+
+/// See [`StageExp`]: `e^{600}` and sums of three such terms are far inside `f64`'s range (`e^{709}`).
+const FAST_EXPONENT: f64 = 600.0;
+
+impl StageExp {
+    /// Whether the stage's exponents at `t` stay within ±[`FAST_EXPONENT`] (`|v| / t` and `|θ| / t` with θ in
+    /// (0, 1)).
+    fn usable(stage: &SoftStage, t: f64) -> bool {
+        t > 0.0 && (stage.v_max + 1.0) / t <= FAST_EXPONENT
+    }
+
+    /// `w` and `1 / w` of `v` at `t`, computed unless they already are.
+    fn at(&mut self, v: &[f64], t: f64) -> (&[f64], &[f64]) {
+        if self.t != Some(t) || self.w.len() != v.len() {
+            self.w.clear();
+            self.w.extend(v.iter().map(|x| (x / t).exp()));
+            self.w_inv.clear();
+            self.w_inv.extend(self.w.iter().map(|w| 1.0 / w));
+            self.t = Some(t);
+        }
+        (&self.w, &self.w_inv)
+    }
+}
+
+/// [`soft_decision`] from a row's `w` and `1 / w` ([`StageExp`]) and the stage's `e^{−θ_hi/t}` (`a`) and
+/// `e^{θ_lo/t}` (`b`).
+#[inline]
+fn soft_decision_from(w: f64, w_inv: f64, a: f64, b: f64, sides: Sides) -> (f64, f64) {
+    match sides {
+        Sides::RejectOnly => {
+            let e1 = b * w_inv;
+            (0.0, e1 / (1.0 + e1))
+        }
+        Sides::AcceptOnly => {
+            let e0 = w * a;
+            (e0 / (1.0 + e0), 0.0)
+        }
+        Sides::Both => {
+            let (e0, e1) = (w * a, b * w_inv);
+            let inv = 1.0 / (1.0 + e0 + e1);
+            (e0 * inv, e1 * inv)
+        }
+    }
+}
+
 /// What the forward pass of one operator's chain leaves for the reverse pass, per stage and row (stage-major): the
 /// mass `U` entering the stage and its decisions (filters: accept and reject masses; maps: the decide sigmoid and 0),
 /// so the reverse pass recomputes no exponential. Stages switched off (`p = 0`) leave theirs unwritten.
@@ -561,6 +623,8 @@ impl Trace {
 #[derive(Debug, Default)]
 pub struct LossScratch {
     sp: Vec<StageParams>,
+    /// Per non-gold stage (parameter order), its rows' `exp(v / t)`.
+    exps: Vec<StageExp>,
     outcome: Vec<f64>,
     u: Vec<f64>,
     row_cost: Vec<f64>,
@@ -594,6 +658,7 @@ fn chain_forward(
     u: &mut [f64],
     cost: &mut [f64],
     mut trace: Option<&mut Trace>,
+    exps: &mut [StageExp],
 ) {
     let n = out.len();
     u.fill(1.0);
@@ -609,11 +674,16 @@ fn chain_forward(
             tr.u[i * n..(i + 1) * n].copy_from_slice(u);
             (&mut tr.a[i * n..(i + 1) * n], &mut tr.b[i * n..(i + 1) * n])
         });
+        let fast = StageExp::usable(st, t).then(|| exps[idx].at(&st.v, t));
         match op.kind {
             LogicalKind::Filter => {
+                let (a_hi, b_lo) = ((-k.hi / t).exp(), (k.lo / t).exp());
                 for r in 0..n {
                     cost[r] += u[r] * k.p * st.cost;
-                    let (qa, qr) = soft_decision(st.v[r], k.lo, k.hi, t, sides);
+                    let (qa, qr) = match fast {
+                        Some((w, w_inv)) => soft_decision_from(w[r], w_inv[r], a_hi, b_lo, sides),
+                        None => soft_decision(st.v[r], k.lo, k.hi, t, sides),
+                    };
                     if let Some((a, b)) = rec.as_mut() {
                         a[r] = qa;
                         b[r] = qr;
@@ -623,9 +693,17 @@ fn chain_forward(
                 }
             }
             LogicalKind::Map => {
+                let a_hi = (-k.hi / t).exp();
                 for r in 0..n {
                     cost[r] += u[r] * k.p * st.cost;
-                    let s = if st.tunable { sigmoid((st.v[r] - k.hi) / t) } else { 1.0 };
+                    let s = match (st.tunable, fast) {
+                        (false, _) => 1.0,
+                        (true, Some((w, _))) => {
+                            let e0 = w[r] * a_hi;
+                            e0 / (1.0 + e0)
+                        }
+                        (true, None) => sigmoid((st.v[r] - k.hi) / t),
+                    };
                     if let Some((a, _)) = rec.as_mut() {
                         a[r] = s;
                     }
@@ -714,7 +792,56 @@ mod tests {
     use crate::workload::{generate, WorkloadConfig};
 
     #[test]
-    fn a_kept_scratch_gives_the_loss_of_a_fresh_evaluation() {
+    fn decisions_from_kept_exponentials_match_the_shifted_softmax() {
+        let mut worst: f64 = 0.0;
+        for sides in [Sides::Both, Sides::RejectOnly, Sides::AcceptOnly] {
+            for t in [1.0, 0.11, 0.04, 0.01, 0.002] {
+                for i in 0..=20 {
+                    let v = f64::from(i) / 20.0;
+                    for (lo, hi) in [(0.2, 0.8), (0.5, 0.5), (0.9, 0.1), (0.0025, 0.9975)] {
+                        let w = (v / t).exp();
+                        let (a, b) = ((-hi / t).exp(), (lo / t).exp());
+                        let fast = soft_decision_from(w, 1.0 / w, a, b, sides);
+                        let exact = soft_decision(v, lo, hi, t, sides);
+                        for (f, e) in [(fast.0, exact.0), (fast.1, exact.1)] {
+                            assert!(f.is_finite(), "{sides:?} t {t} v {v}: {f}");
+                            worst = worst.max((f - e).abs());
+                        }
+                    }
+                }
+            }
+        }
+        assert!(worst < 1e-12, "largest difference {worst:e}");
+    }
+
+    #[test]
+    fn a_temperature_too_low_for_kept_exponentials_falls_back_to_the_shifted_form() {
+        let w = generate(3, &WorkloadConfig { population: Some(600), operators: Some(2), ..Default::default() });
+        let problem = Problem::from_profile(&w.sample).unwrap();
+        let rows = problem.all_rows();
+        let soft = SoftProblem::new(&problem, &rows);
+        let x: Vec<f64> = (0..soft.n_params()).map(|i| (i as f64 * 1.3).sin()).collect();
+        for t_par in [0.2, 1e-3, 1e-5] {
+            let cfg = LossConfig {
+                precision: 0.9,
+                recall: 0.9,
+                credible: 0.95,
+                beta: 3.0,
+                constraint: Constraint::Global,
+                t_pick: 0.5,
+                t_par,
+                frozen: None,
+                sides: Sides::Both,
+            };
+            let mut grad = vec![0.0; soft.n_params()];
+            let parts = soft.loss(&x, &cfg, Some(&mut grad));
+            assert!(parts.loss.is_finite(), "t {t_par}: loss {}", parts.loss);
+            assert!(grad.iter().all(|g| g.is_finite()), "t {t_par}: gradient {grad:?}");
+        }
+    }
+
+    #[test]
+    fn kept_exponentials_give_the_loss_of_a_fresh_evaluation() {
         // A scratch reused across evaluations at changing temperatures and parameters gives what a fresh one does.
         let w = generate(5, &WorkloadConfig { population: Some(600), operators: Some(3), ..Default::default() });
         let problem = Problem::from_profile(&w.sample).unwrap();
