@@ -1123,48 +1123,7 @@ pub fn run_exp2(scale: &Scale, out: &Path) -> Result<Exp2, Error> {
     std::fs::write(out.join("profiles.csv"), &points).map_err(|e| format!("cannot write: {e}"))?;
     std::fs::write(out.join("speedup.csv"), &speed).map_err(|e| format!("cannot write: {e}"))?;
     std::fs::write(out.join("as_run.csv"), &as_run_csv).map_err(|e| format!("cannot write: {e}"))?;
-    let mut md = String::new();
-    let _ = writeln!(md, "# Experiment 2: KV-compressed profiles\n");
-    let _ = writeln!(
-        md,
-        "{}; {n} single-filter queries in all. `profiles.csv` / `profiles.svg`: every physical operator's cost per \
-         tuple and its agreement with / AUC against the gold decisions on the profiled tuples. Below: the global plan \
-         with and without the compressed rungs (0.5, 0.8) of every model, costs as operator-reported seconds summed \
-         over the queries; total = execution + profiling (every implementation on every sampled tuple; the total \
-         without the compressed rungs does not count profiling them).\n",
-        scale.describe()
-    );
-    if n == 0 {
-        let _ = writeln!(
-            md,
-            "No single-filter query of these datasets has compressed rungs to compare (`{PHOTOS}` has none: \
-             captions are short and the label bridge has no KV cache).\n"
-        );
-    }
-    let _ = writeln!(md, "| target | execution with | execution without | speedup (execution) | total with | total without | speedup (total) |");
-    let _ = writeln!(md, "|---|---|---|---|---|---|---|");
-    let mut speedups = Vec::new();
-    for (ti, &t) in TARGETS.iter().enumerate().filter(|_| n > 0) {
-        let [ew, eo, pw, po] = sums[ti];
-        let (se, st) = (eo / ew.max(1e-9), (eo + po) / (ew + pw).max(1e-9));
-        let [rw, ro] = as_run[ti];
-        speedups.push((t, se, st, ro / rw.max(1e-9)));
-        let _ =
-            writeln!(md, "| {t} | {ew:.2} s | {eo:.2} s | {se:.2}× | {:.2} s | {:.2} s | {st:.2}× |", ew + pw, eo + po);
-    }
-    if n > 0 {
-        let _ = writeln!(
-            md,
-            "\nAs `stretto query` runs `global` (the probe, screening and pay checks decide what is profiled, so a rung \
-             that cannot pay costs at most its probe), with every rung and with the compressed rungs not offered, each \
-             cold; total = profiling + optimizer + execution − the profiled answers execution reused.\n\n\
-             | target | total with | total without | speedup (total, as run) |\n|---|---|---|---|"
-        );
-        for (ti, &(t, _, _, sr)) in speedups.iter().enumerate() {
-            let [rw, ro] = as_run[ti];
-            let _ = writeln!(md, "| {t} | {rw:.2} s | {ro:.2} s | {sr:.2}× |");
-        }
-    }
+    let (md, speedups) = exp2_summary(&scale.describe(), n, &sums, &as_run);
     std::fs::write(out.join("summary.md"), &md).map_err(|e| format!("cannot write: {e}"))?;
     let mut families: Vec<String> = scatter.iter().map(|p| p.0.clone()).collect();
     families.sort();
@@ -1190,6 +1149,56 @@ pub fn run_exp2(scale: &Scale, out: &Path) -> Result<Exp2, Error> {
         Some(1.0),
     )?;
     Ok(Exp2 { summary: md, speedups })
+}
+
+/// Experiment 2's `summary.md` over `n` single-filter queries, from the per-target sums of execution and profiling
+/// with and without the compressed rungs (`sums`: execution with, without; profiling with, without) and of the
+/// as-run totals (`as_run`: with, without); also the speedups per target (execution, execution + profiling, as
+/// run). With no query there is nothing to tabulate: the summary says so and has no table.
+fn exp2_summary(
+    describe: &str,
+    n: usize,
+    sums: &[[f64; 4]],
+    as_run: &[[f64; 2]],
+) -> (String, Vec<(f64, f64, f64, f64)>) {
+    let mut md = String::new();
+    let _ = writeln!(md, "# Experiment 2: KV-compressed profiles\n");
+    let _ = writeln!(
+        md,
+        "{describe}; {n} single-filter queries in all. `profiles.csv` / `profiles.svg`: every physical operator's cost per \
+         tuple and its agreement with / AUC against the gold decisions on the profiled tuples. Below: the global plan \
+         with and without the compressed rungs (0.5, 0.8) of every model, costs as operator-reported seconds summed \
+         over the queries; total = execution + profiling (every implementation on every sampled tuple; the total \
+         without the compressed rungs does not count profiling them).\n"
+    );
+    let mut speedups = Vec::new();
+    if n == 0 {
+        let _ = writeln!(
+            md,
+            "No single-filter query of these datasets has compressed rungs to compare (`{PHOTOS}` has none: \
+             captions are short and the label bridge has no KV cache).\n"
+        );
+        return (md, speedups);
+    }
+    let _ = writeln!(md, "| target | execution with | execution without | speedup (execution) | total with | total without | speedup (total) |");
+    let _ = writeln!(md, "|---|---|---|---|---|---|---|");
+    for ((&t, &[ew, eo, pw, po]), &[rw, ro]) in TARGETS.iter().zip(sums).zip(as_run) {
+        let (se, st) = (eo / ew.max(1e-9), (eo + po) / (ew + pw).max(1e-9));
+        speedups.push((t, se, st, ro / rw.max(1e-9)));
+        let _ =
+            writeln!(md, "| {t} | {ew:.2} s | {eo:.2} s | {se:.2}× | {:.2} s | {:.2} s | {st:.2}× |", ew + pw, eo + po);
+    }
+    let _ = writeln!(
+        md,
+        "\nAs `stretto query` runs `global` (the probe, screening and pay checks decide what is profiled, so a rung \
+         that cannot pay costs at most its probe), with every rung and with the compressed rungs not offered, each \
+         cold; total = profiling + optimizer + execution − the profiled answers execution reused.\n\n\
+         | target | total with | total without | speedup (total, as run) |\n|---|---|---|---|"
+    );
+    for (&(t, _, _, sr), &[rw, ro]) in speedups.iter().zip(as_run) {
+        let _ = writeln!(md, "| {t} | {rw:.2} s | {ro:.2} s | {sr:.2}× |");
+    }
+    (md, speedups)
 }
 
 /// The rows of `global` as `stretto query` runs it: profiled with the pay checks, so that a query whose profiling
@@ -1473,6 +1482,29 @@ mod tests {
         assert!(query_truth("movie", mixed, 60).unwrap().is_none());
         assert!(query_truth("movie", "[title] the movie title of {reviews.reviewtext}", 60).unwrap().is_none());
         assert!(query_truth("email", "{reviews.reviewtext} is clearly positive", 60).unwrap().is_none());
+    }
+
+    #[test]
+    fn exp2s_summary_has_no_table_without_a_query_and_one_row_per_target_with_one() {
+        let sums = [[0.0; 4]; TARGETS.len()];
+        let as_run = [[0.0; 2]; TARGETS.len()];
+        let (md, speedups) = exp2_summary("small scale", 0, &sums, &as_run);
+        assert!(md.contains("No single-filter query"), "{md}");
+        assert!(!md.contains("| target |"), "an empty table under the no-query line:\n{md}");
+        assert!(speedups.is_empty());
+        // With a query: execution 10 s with the compressed rungs and 12 s without, profiling 8 s and 5 s; as run
+        // 20 s and 30 s.
+        let sums = [[10.0, 12.0, 8.0, 5.0]; TARGETS.len()];
+        let as_run = [[20.0, 30.0]; TARGETS.len()];
+        let (md, speedups) = exp2_summary("small scale", 1, &sums, &as_run);
+        assert!(!md.contains("No single-filter query"), "{md}");
+        assert_eq!(md.matches("| 0.7 |").count(), 2, "one row per table at each target:\n{md}");
+        assert!(md.contains("| 0.5 | 10.00 s | 12.00 s | 1.20× | 18.00 s | 17.00 s | 0.94× |"), "{md}");
+        assert!(md.contains("| 0.9 | 20.00 s | 30.00 s | 1.50× |"), "{md}");
+        assert_eq!(speedups.len(), TARGETS.len());
+        let (t, execution, total, as_run) = speedups[0];
+        assert_eq!(t, 0.5);
+        assert!((execution - 1.2).abs() < 1e-12 && (total - 17.0 / 18.0).abs() < 1e-12 && (as_run - 1.5).abs() < 1e-12);
     }
 
     #[test]
