@@ -791,6 +791,29 @@ mod tests {
     use super::*;
     use crate::workload::{generate, WorkloadConfig};
 
+    /// Global targets 0.9 / 0.9 at 0.95, both sides, pick temperature 0.3.
+    fn global(t_par: f64, frozen: Option<Vec<bool>>) -> LossConfig {
+        LossConfig {
+            precision: 0.9,
+            recall: 0.9,
+            credible: 0.95,
+            beta: 3.0,
+            constraint: Constraint::Global,
+            t_pick: 0.3,
+            t_par,
+            frozen,
+            sides: Sides::Both,
+        }
+    }
+
+    /// The relaxation, over all its sampled tuples, of a generated workload of `operators` operators.
+    fn relaxed(seed: u64, operators: usize) -> SoftProblem {
+        let w =
+            generate(seed, &WorkloadConfig { population: Some(600), operators: Some(operators), ..Default::default() });
+        let problem = Problem::from_profile(&w.sample).unwrap();
+        SoftProblem::new(&problem, &problem.all_rows())
+    }
+
     #[test]
     fn decisions_from_kept_exponentials_match_the_shifted_softmax() {
         let mut worst: f64 = 0.0;
@@ -816,23 +839,10 @@ mod tests {
 
     #[test]
     fn a_temperature_too_low_for_kept_exponentials_falls_back_to_the_shifted_form() {
-        let w = generate(3, &WorkloadConfig { population: Some(600), operators: Some(2), ..Default::default() });
-        let problem = Problem::from_profile(&w.sample).unwrap();
-        let rows = problem.all_rows();
-        let soft = SoftProblem::new(&problem, &rows);
+        let soft = relaxed(3, 2);
         let x: Vec<f64> = (0..soft.n_params()).map(|i| (i as f64 * 1.3).sin()).collect();
         for t_par in [0.2, 1e-3, 1e-5] {
-            let cfg = LossConfig {
-                precision: 0.9,
-                recall: 0.9,
-                credible: 0.95,
-                beta: 3.0,
-                constraint: Constraint::Global,
-                t_pick: 0.5,
-                t_par,
-                frozen: None,
-                sides: Sides::Both,
-            };
+            let cfg = LossConfig { t_pick: 0.5, ..global(t_par, None) };
             let mut grad = vec![0.0; soft.n_params()];
             let parts = soft.loss(&x, &cfg, Some(&mut grad));
             assert!(parts.loss.is_finite(), "t {t_par}: loss {}", parts.loss);
@@ -843,25 +853,13 @@ mod tests {
     #[test]
     fn kept_exponentials_give_the_loss_of_a_fresh_evaluation() {
         // A scratch reused across evaluations at changing temperatures and parameters gives what a fresh one does.
-        let w = generate(5, &WorkloadConfig { population: Some(600), operators: Some(3), ..Default::default() });
-        let problem = Problem::from_profile(&w.sample).unwrap();
-        let rows = problem.all_rows();
-        let soft = SoftProblem::new(&problem, &rows);
+        let soft = relaxed(5, 3);
         let np = soft.n_params();
         let mut scratch = LossScratch::default();
         for step in 0..6 {
             let x: Vec<f64> = (0..np).map(|i| ((i + step) as f64 * 0.7).sin() * 2.0).collect();
-            let cfg = LossConfig {
-                precision: 0.9,
-                recall: 0.9,
-                credible: 0.95,
-                beta: 3.0,
-                constraint: Constraint::Global,
-                t_pick: 0.3,
-                t_par: [0.04, 0.04, 0.03, 1e-4, 0.04, 0.02][step],
-                frozen: (step % 2 == 1).then(|| (0..np / PARAMS_PER_IMPL).map(|k| k % 3 != 0).collect()),
-                sides: Sides::Both,
-            };
+            let frozen = (step % 2 == 1).then(|| (0..np / PARAMS_PER_IMPL).map(|k| k % 3 != 0).collect());
+            let cfg = global([0.04, 0.04, 0.03, 1e-4, 0.04, 0.02][step], frozen);
             let (mut g_kept, mut g_fresh) = (vec![0.0; np], vec![0.0; np]);
             let kept = soft.loss_in(&x, &cfg, Some(&mut g_kept), &mut scratch);
             let fresh = soft.loss(&x, &cfg, Some(&mut g_fresh));
