@@ -180,6 +180,14 @@ impl PastSource {
         Ok((missing, bytes))
     }
 
+    /// Whether `item`'s past has a usable record (one [`PastSource::ensure`] would not prefill), without tokenizing
+    /// it: what [`PastSource::missing_bytes`] checks first, for a caller that needs no size.
+    pub fn is_stored(&self, dec: &Decoder, item: &str) -> Result<bool> {
+        let mut guard = self.index.lock().map_err(|_| KvError::Runtime("cache index poisoned".into()))?;
+        let index = guard.get_or_insert_with(|| self.build_index(dec.config()));
+        Ok(self.usable(index, dec.config(), &sha256_text(&dec.item_prefix(item))).is_some())
+    }
+
     /// Computes and stores the pasts of those `items` not cached yet, without loading the cached ones; returns how
     /// many were computed. It stops at the first record the disk budget cannot hold: the rest would be prefilled
     /// only to be dropped (an operator prefills a missing past where it uses it).

@@ -217,7 +217,8 @@ fn an_item_longer_than_the_models_context_is_cut_to_its_head_in_its_caches() {
 }
 
 /// What a past source would add on disk is estimated without prefilling anything: the records `ensure` then writes
-/// (every ladder ratio) take those bytes plus their headers, and once they are stored nothing is missing.
+/// (every ladder ratio) take those bytes plus their headers, and once they are stored nothing is missing; an item is
+/// stored exactly once its record is written.
 #[test]
 fn a_past_source_estimates_the_records_it_would_write() {
     use stretto_kv::cache::PastSource;
@@ -228,7 +229,10 @@ fn a_past_source_estimates_the_records_it_would_write() {
     let items: Vec<String> = REVIEWS.iter().map(|r| r.to_string()).collect();
     let (missing, bytes) = source.missing_bytes(dec, &items).unwrap();
     assert_eq!(missing, 3);
-    assert_eq!(source.ensure(dec, &items).unwrap(), 3);
+    assert!(!source.is_stored(dec, &items[0]).unwrap());
+    assert_eq!(source.ensure(dec, &items[..1]).unwrap(), 1);
+    assert!(source.is_stored(dec, &items[0]).unwrap() && !source.is_stored(dec, &items[1]).unwrap());
+    assert_eq!(source.ensure(dec, &items).unwrap(), 2);
     let written: u64 = walk(dir.path())
         .iter()
         .filter(|p| p.extension().is_some_and(|e| e == "safetensors"))

@@ -2360,9 +2360,7 @@ fn profile_candidates(
                 .map(|(t, _)| t)
                 .collect();
             let stored = source(m);
-            let pays = tuples_to_prefill(&readers, &outside, |item| {
-                Ok(stored.missing_bytes(&dec, std::slice::from_ref(item))?.0 > 0)
-            })?;
+            let pays = tuples_to_prefill(&readers, &outside, |item| Ok(!stored.is_stored(&dec, item)?))?;
             per_tuple.insert(m.clone(), secs * pays as f64 / n.max(1) as f64);
             counted.push(format!("{m} {pays} of {n}"));
         }
