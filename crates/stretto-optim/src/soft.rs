@@ -674,14 +674,18 @@ fn chain_forward(
             tr.u[i * n..(i + 1) * n].copy_from_slice(u);
             (&mut tr.a[i * n..(i + 1) * n], &mut tr.b[i * n..(i + 1) * n])
         });
-        let fast = StageExp::usable(st, t).then(|| exps[idx].at(&st.v, t));
+        // A map stage without confidences decides every row: it reads no exponential.
+        let reads_v = op.kind == LogicalKind::Filter || st.tunable;
+        let fast = (reads_v && StageExp::usable(st, t)).then(|| {
+            let (w, w_inv) = exps[idx].at(&st.v, t);
+            (w, w_inv, (-k.hi / t).exp(), (k.lo / t).exp())
+        });
         match op.kind {
             LogicalKind::Filter => {
-                let (a_hi, b_lo) = ((-k.hi / t).exp(), (k.lo / t).exp());
                 for r in 0..n {
                     cost[r] += u[r] * k.p * st.cost;
                     let (qa, qr) = match fast {
-                        Some((w, w_inv)) => soft_decision_from(w[r], w_inv[r], a_hi, b_lo, sides),
+                        Some((w, w_inv, a_hi, b_lo)) => soft_decision_from(w[r], w_inv[r], a_hi, b_lo, sides),
                         None => soft_decision(st.v[r], k.lo, k.hi, t, sides),
                     };
                     if let Some((a, b)) = rec.as_mut() {
@@ -693,12 +697,11 @@ fn chain_forward(
                 }
             }
             LogicalKind::Map => {
-                let a_hi = (-k.hi / t).exp();
                 for r in 0..n {
                     cost[r] += u[r] * k.p * st.cost;
                     let s = match (st.tunable, fast) {
                         (false, _) => 1.0,
-                        (true, Some((w, _))) => {
+                        (true, Some((w, _, a_hi, _))) => {
                             let e0 = w[r] * a_hi;
                             e0 / (1.0 + e0)
                         }
