@@ -436,8 +436,9 @@ enum BenchAction {
         out: PathBuf,
     },
     /// Every filter answer protocol of every model against the human labels: chosen on a development slice (the
-    /// last rows of each table), reported on an evaluation slice (the first rows). Writes protocols.csv and
-    /// protocols.md into --out.
+    /// last rows of each table), reported on an evaluation slice (the first rows); a slice where no label has both
+    /// classes is skipped (email's positives are all among its first rows). Writes protocols.csv and protocols.md
+    /// into --out.
     Protocols {
         /// Decoder models (default: the ladder).
         #[arg(long, value_delimiter = ',')]

@@ -145,6 +145,14 @@ pub struct ProtocolRow {
     pub balanced: f64,
 }
 
+impl ProtocolRow {
+    /// Whether the row's slice held both classes of its label: only then do its AUC and balanced accuracy mean
+    /// anything, and only such rows choose a protocol or enter a mean.
+    pub fn ranks(&self) -> bool {
+        self.positives > 0 && self.positives < self.n
+    }
+}
+
 /// A model's chosen protocol and the development figures that chose it.
 #[derive(Debug, Clone)]
 pub struct Choice {
@@ -205,6 +213,11 @@ fn score(
     Ok(Scored { raw, base })
 }
 
+/// Whether `labels` hold both classes (without both, AUC is undefined and balanced accuracy says nothing).
+fn two_classes(labels: &[bool]) -> bool {
+    labels.iter().any(|&y| y) && labels.iter().any(|&y| !y)
+}
+
 fn rule_figures(scores: &[f64], labels: &[bool]) -> (f64, f64, f64) {
     let (accuracy, balanced, accepted) = crate::photos::rule(scores, labels, 0.0);
     (accepted, accuracy, balanced)
@@ -232,10 +245,23 @@ pub fn measure(home: &Path, threads: usize, o: &ProbeOptions) -> Result<Vec<Prot
             }
             for slice in [Slice::Dev, Slice::Eval] {
                 let range = data.rows(slice, o.dev, o.eval);
+                let truths: Vec<Vec<bool>> =
+                    tasks.iter().map(|t| data.truth(t, range.clone())).collect::<Result<_, _>>()?;
+                // A slice where every predicate's labels are one class ranks nothing (the bundled emails' positives
+                // are all among the first rows, so their development slice holds none): not worth the model's time.
+                if !truths.iter().any(|y| two_classes(y)) {
+                    tracing::warn!(
+                        model = %model,
+                        dataset = %dataset,
+                        slice = slice.name(),
+                        rows = range.len(),
+                        "no labelled predicate has both classes in this slice: not scored"
+                    );
+                    continue;
+                }
                 let items = data.texts(range.clone(), o.max_chars);
                 let scored = score(&dec, &items, &prompts)?;
-                for (ti, t) in tasks.iter().enumerate() {
-                    let truth = data.truth(t, range.clone())?;
+                for ((ti, t), truth) in tasks.iter().enumerate().zip(truths) {
                     for (wi, words) in answer_words.iter().enumerate() {
                         let question = prompts[ti * answer_words.len() + wi].text.replace('\n', " ");
                         let raw = &scored.raw[ti * answer_words.len() + wi];
@@ -335,15 +361,20 @@ pub(crate) fn mean(v: impl Iterator<Item = f64>) -> f64 {
 }
 
 /// The protocol each model's development figures choose: answer words by mean AUC, then calibration by mean
-/// balanced accuracy.
+/// balanced accuracy, over the development rows whose slice held both classes. A model with no such row (say, only
+/// email was measured) gets no choice.
 pub fn choose(rows: &[ProtocolRow]) -> Vec<Choice> {
     let mut models: Vec<&str> = rows.iter().map(|r| r.model.as_str()).collect();
     models.dedup();
+    fn dev_rows<'a>(rows: &'a [ProtocolRow], m: &'a str) -> impl Iterator<Item = &'a ProtocolRow> + 'a {
+        rows.iter().filter(move |r| r.model == m && r.slice == Slice::Dev && r.ranks())
+    }
     let dev = |m: &str, p: FilterProtocol, f: &dyn Fn(&ProtocolRow) -> f64| {
-        mean(rows.iter().filter(|r| r.model == m && r.slice == Slice::Dev && r.protocol == p).map(f))
+        mean(dev_rows(rows, m).filter(|r| r.protocol == p).map(f))
     };
     models
         .into_iter()
+        .filter(|m| dev_rows(rows, m).next().is_some())
         .map(|m| {
             let best = |candidates: Vec<FilterProtocol>, f: &dyn Fn(&ProtocolRow) -> f64| {
                 candidates
@@ -356,7 +387,7 @@ pub fn choose(rows: &[ProtocolRow]) -> Vec<Choice> {
                 [AnswerWords::Digits, AnswerWords::YesNo, AnswerWords::Contrast]
                     .into_iter()
                     .map(|answers| FilterProtocol { answers, calibrated: true })
-                    .filter(|&p| rows.iter().any(|r| r.model == m && r.protocol == p))
+                    .filter(|&p| dev_rows(rows, m).any(|r| r.protocol == p))
                     .collect(),
                 &|r| r.auc,
             );
@@ -387,7 +418,7 @@ pub fn csv(rows: &[ProtocolRow]) -> String {
             r.auc,
             r.accepted,
             r.accuracy,
-            r.balanced
+            if r.ranks() { format!("{:.3}", r.balanced) } else { "n/a".into() }
         );
     }
     s
@@ -414,7 +445,9 @@ pub fn markdown(rows: &[ProtocolRow], choices: &[Choice], o: &ProbeOptions) -> S
     for c in choices {
         let eval = |f: &dyn Fn(&ProtocolRow) -> f64| {
             mean(
-                rows.iter().filter(|r| r.model == c.model && r.slice == Slice::Eval && r.protocol == c.protocol).map(f),
+                rows.iter()
+                    .filter(|r| r.model == c.model && r.slice == Slice::Eval && r.protocol == c.protocol && r.ranks())
+                    .map(f),
             )
         };
         let _ = writeln!(
@@ -428,6 +461,36 @@ pub fn markdown(rows: &[ProtocolRow], choices: &[Choice], o: &ProbeOptions) -> S
             eval(&|r| r.balanced)
         );
     }
+    let mut models: Vec<&str> = rows.iter().map(|r| r.model.as_str()).collect();
+    models.dedup();
+    for m in models.iter().filter(|m| !choices.iter().any(|c| c.model == **m)) {
+        let _ = writeln!(s, "| {m} | – (no development slice held both classes of a label) | – | – | – | – |");
+    }
+    s.push_str(
+        "\n## Evaluation slice, per model and protocol\n\nMeans over the predicates whose evaluation slice holds both \
+         classes of their label.\n\n| model | protocol | predicates | eval mean AUC | eval mean accuracy | eval mean \
+         balanced accuracy |\n|---|---|---|---|---|---|\n",
+    );
+    let mut seen = std::collections::HashSet::new();
+    for r in rows.iter().filter(|r| r.slice == Slice::Eval && r.ranks()) {
+        if !seen.insert((r.model.as_str(), r.protocol)) {
+            continue;
+        }
+        let of = || {
+            rows.iter()
+                .filter(|x| x.model == r.model && x.protocol == r.protocol && x.slice == Slice::Eval && x.ranks())
+        };
+        let _ = writeln!(
+            s,
+            "| {} | `{}` | {} | {:.3} | {:.3} | {:.3} |",
+            r.model,
+            r.protocol,
+            of().count(),
+            mean(of().map(|x| x.auc)),
+            mean(of().map(|x| x.accuracy)),
+            mean(of().map(|x| x.balanced))
+        );
+    }
     s.push_str("\n## Contrast questions\n\nThe question each model derived for each predicate (a predicate without a usable opposite is asked with Yes/No).\n\n| model | predicate | question |\n|---|---|---|\n");
     let mut seen = std::collections::HashSet::new();
     for r in rows.iter().filter(|r| r.protocol.answers == AnswerWords::Contrast) {
@@ -439,7 +502,7 @@ pub fn markdown(rows: &[ProtocolRow], choices: &[Choice], o: &ProbeOptions) -> S
     for r in rows {
         let _ = writeln!(
             s,
-            "| {} | `{}` | {} | {} | {} | {} ({}) | {:.3} | {:.3} | {:.3} | {:.3} |",
+            "| {} | `{}` | {} | {} | {} | {} ({}) | {} | {:.3} | {:.3} | {} |",
             r.model,
             r.protocol,
             r.task.predicate,
@@ -447,10 +510,10 @@ pub fn markdown(rows: &[ProtocolRow], choices: &[Choice], o: &ProbeOptions) -> S
             r.slice.name(),
             r.n,
             r.positives,
-            r.auc,
+            if r.ranks() { format!("{:.3}", r.auc) } else { "n/a".into() },
             r.accepted,
             r.accuracy,
-            r.balanced
+            if r.ranks() { format!("{:.3}", r.balanced) } else { "n/a".into() }
         );
     }
     s
@@ -515,5 +578,33 @@ mod tests {
         with_contrast.push(row("m", p("contrast"), Slice::Dev, 0.85, 0.7));
         with_contrast.push(row("m", p("contrast-raw"), Slice::Dev, 0.85, 0.6));
         assert_eq!(choose(&with_contrast)[0].protocol, p("contrast"));
+    }
+
+    #[test]
+    fn slices_with_one_class_neither_choose_nor_count() {
+        let p = |name: &str| FilterProtocol::parse(name).unwrap();
+        let one_class = |protocol| ProtocolRow { positives: 0, ..row("m", protocol, Slice::Dev, f64::NAN, 1.0) };
+        let rows = vec![
+            row("m", p("digits"), Slice::Dev, 0.7, 0.6),
+            row("m", p("digits-raw"), Slice::Dev, 0.7, 0.5),
+            row("m", p("yes-no"), Slice::Dev, 0.8, 0.55),
+            row("m", p("yes-no-raw"), Slice::Dev, 0.8, 0.65),
+            // An email slice without positives: its AUC is NaN, which `total_cmp` ranks above every number, and its
+            // balanced accuracy of 1.0 is the empty true-positive rate's.
+            one_class(p("digits")),
+            one_class(p("digits-raw")),
+        ];
+        let c = choose(&rows);
+        assert_eq!(c[0].protocol, p("yes-no-raw"));
+        assert!((c[0].dev_auc - 0.8).abs() < 1e-12);
+        // A model measured only on such slices gets no choice, and its rows print n/a.
+        let only = vec![ProtocolRow { model: "e".into(), ..one_class(p("yes-no")) }];
+        assert!(choose(&only).is_empty());
+        let o =
+            ProbeOptions { models: vec!["e".into()], datasets: vec!["email".into()], dev: 10, eval: 0, max_chars: 0 };
+        let md = markdown(&only, &[], &o);
+        assert!(md.contains("| e | – (no development slice held both classes of a label)"), "{md}");
+        assert!(md.contains("| 10 (0) | n/a | 0.500 | 1.000 | n/a |"), "{md}");
+        assert!(!md.contains("NaN"), "{md}");
     }
 }
