@@ -1138,9 +1138,26 @@ pub fn run_exp2(scale: &Scale, out: &Path) -> Result<Exp2, Error> {
         &pts,
         true,
     )?;
+    speedup_plot(out, &speedups)?;
+    Ok(Exp2 { summary: md, speedups })
+}
+
+/// Experiment 2's `speedup.svg`, from the speedups per target (execution, execution + profiling, as run); with none
+/// (no single-filter query) there is no figure, and one an earlier run left in `out` is removed rather than shown
+/// beside a summary that has no table.
+fn speedup_plot(out: &std::path::Path, speedups: &[(f64, f64, f64, f64)]) -> Result<(), Error> {
+    let path = out.join("speedup.svg");
+    if speedups.is_empty() {
+        return match std::fs::remove_file(&path) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                Err(format!("cannot remove the stale {}: {e}", path.display()).into())
+            }
+            _ => Ok(()),
+        };
+    }
     let values: Vec<Vec<f64>> = speedups.iter().map(|&(_, e, t, r)| vec![e, t, r]).collect();
     crate::plots::grouped_bars(
-        &out.join("speedup.svg"),
+        &path,
         "Speedup of global from compressed KV profiles",
         "without / with",
         &target_labels(),
@@ -1148,7 +1165,7 @@ pub fn run_exp2(scale: &Scale, out: &Path) -> Result<Exp2, Error> {
         &values,
         Some(1.0),
     )?;
-    Ok(Exp2 { summary: md, speedups })
+    Ok(())
 }
 
 /// Experiment 2's `summary.md` over `n` single-filter queries, from the per-target sums of execution and profiling
@@ -1505,6 +1522,18 @@ mod tests {
         let (t, execution, total, as_run) = speedups[0];
         assert_eq!(t, 0.5);
         assert!((execution - 1.2).abs() < 1e-12 && (total - 17.0 / 18.0).abs() < 1e-12 && (as_run - 1.5).abs() < 1e-12);
+    }
+
+    #[test]
+    fn exp2_draws_no_speedup_figure_without_a_query_and_removes_a_stale_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let svg = dir.path().join("speedup.svg");
+        let speedups: Vec<(f64, f64, f64, f64)> = TARGETS.iter().map(|&t| (t, 1.2, 0.9, 1.0)).collect();
+        speedup_plot(dir.path(), &speedups).unwrap();
+        assert!(std::fs::read_to_string(&svg).unwrap().contains("<svg"));
+        speedup_plot(dir.path(), &[]).unwrap();
+        assert!(!svg.exists(), "an earlier run's figure stays beside a summary with no table");
+        speedup_plot(dir.path(), &[]).unwrap();
     }
 
     #[test]
