@@ -989,13 +989,20 @@ fn run(cli: Cli) -> Result<(), BoxError> {
                     let ctx = context();
                     let models = if models.is_empty() { ctx.ladder.clone() } else { models };
                     let o = protocols::ProbeOptions { models, datasets, dev, eval, max_chars };
-                    let rows = protocols::measure(&ctx.model_home, ctx.threads, &o)?;
-                    let choices = protocols::choose(&rows);
                     std::fs::create_dir_all(&out)?;
-                    let md = protocols::markdown(&rows, &choices, &o);
-                    stretto::core::format::write_atomic(&out.join("protocols.csv"), protocols::csv(&rows).as_bytes())?;
-                    stretto::core::format::write_atomic(&out.join("protocols.md"), md.as_bytes())?;
-                    print!("{md}");
+                    // The files are rewritten (atomically) after each model: a failure or a stop later keeps the
+                    // models measured so far.
+                    let write = |rows: &[protocols::ProtocolRow]| -> Result<String, BoxError> {
+                        let md = protocols::markdown(rows, &protocols::choose(rows), &o);
+                        stretto::core::format::write_atomic(
+                            &out.join("protocols.csv"),
+                            protocols::csv(rows).as_bytes(),
+                        )?;
+                        stretto::core::format::write_atomic(&out.join("protocols.md"), md.as_bytes())?;
+                        Ok(md)
+                    };
+                    let rows = protocols::measure(&ctx.model_home, ctx.threads, &o, |rows| write(rows).map(|_| ()))?;
+                    print!("{}", write(&rows)?);
                 }
                 BenchAction::Encoders { encoders, datasets, dev, eval, batch, out } => {
                     use stretto_bench::encoders;

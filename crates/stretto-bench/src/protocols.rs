@@ -223,8 +223,15 @@ fn rule_figures(scores: &[f64], labels: &[bool]) -> (f64, f64, f64) {
     (accepted, accuracy, balanced)
 }
 
-/// Measures every protocol of every model on the development and evaluation slices.
-pub fn measure(home: &Path, threads: usize, o: &ProbeOptions) -> Result<Vec<ProtocolRow>, crate::experiments::Error> {
+/// Measures every protocol of every model on the development and evaluation slices. `measured` is handed the rows
+/// so far after each model, so that a long run (the 1.5B over the emails takes hours on 2 cores) keeps what it
+/// measured when a later model fails or the run is stopped.
+pub fn measure(
+    home: &Path,
+    threads: usize,
+    o: &ProbeOptions,
+    mut measured: impl FnMut(&[ProtocolRow]) -> Result<(), crate::experiments::Error>,
+) -> Result<Vec<ProtocolRow>, crate::experiments::Error> {
     let mut rows = Vec::new();
     for model in &o.models {
         let _span = tracing::info_span!("protocol_probe", model = %model).entered();
@@ -287,6 +294,7 @@ pub fn measure(home: &Path, threads: usize, o: &ProbeOptions) -> Result<Vec<Prot
                 }
             }
         }
+        measured(&rows)?;
     }
     Ok(rows)
 }
@@ -398,15 +406,16 @@ pub fn choose(rows: &[ProtocolRow]) -> Vec<Choice> {
         .collect()
 }
 
-/// The CSV of `rows`.
+/// The CSV of `rows`; AUC and balanced accuracy are empty where the row's slice held one class of its label.
 pub fn csv(rows: &[ProtocolRow]) -> String {
+    let defined = |r: &ProtocolRow, v: f64| if r.ranks() { format!("{v:.4}") } else { String::new() };
     let mut s = String::from(
         "model,protocol,dataset,predicate,label,slice,n,positives,auc,accepted,accuracy,balanced_accuracy\n",
     );
     for r in rows {
         let _ = writeln!(
             s,
-            "{},{},{},\"{}\",{},{},{},{},{:.4},{:.4},{:.4},{:.4}",
+            "{},{},{},\"{}\",{},{},{},{},{},{:.4},{:.4},{}",
             r.model,
             r.protocol,
             r.task.dataset,
@@ -415,10 +424,10 @@ pub fn csv(rows: &[ProtocolRow]) -> String {
             r.slice.name(),
             r.n,
             r.positives,
-            r.auc,
+            defined(r, r.auc),
             r.accepted,
             r.accuracy,
-            if r.ranks() { format!("{:.3}", r.balanced) } else { "n/a".into() }
+            defined(r, r.balanced)
         );
     }
     s
@@ -583,16 +592,16 @@ mod tests {
     #[test]
     fn slices_with_one_class_neither_choose_nor_count() {
         let p = |name: &str| FilterProtocol::parse(name).unwrap();
-        let one_class = |protocol| ProtocolRow { positives: 0, ..row("m", protocol, Slice::Dev, f64::NAN, 1.0) };
+        let one_class = |protocol| ProtocolRow { positives: 0, ..row("m", protocol, Slice::Dev, 0.5, 1.0) };
         let rows = vec![
             row("m", p("digits"), Slice::Dev, 0.7, 0.6),
             row("m", p("digits-raw"), Slice::Dev, 0.7, 0.5),
             row("m", p("yes-no"), Slice::Dev, 0.8, 0.55),
             row("m", p("yes-no-raw"), Slice::Dev, 0.8, 0.65),
-            // An email slice without positives: its AUC is NaN, which `total_cmp` ranks above every number, and its
-            // balanced accuracy of 1.0 is the empty true-positive rate's.
-            one_class(p("digits")),
-            one_class(p("digits-raw")),
+            // An email slice without positives: its AUC of 0.5 is made up (`auc` of one class), and its balanced
+            // accuracy of 1.0 is the empty true-positive rate's; both would have entered the means.
+            one_class(p("yes-no")),
+            one_class(p("yes-no")),
         ];
         let c = choose(&rows);
         assert_eq!(c[0].protocol, p("yes-no-raw"));
@@ -606,5 +615,6 @@ mod tests {
         assert!(md.contains("| e | – (no development slice held both classes of a label)"), "{md}");
         assert!(md.contains("| 10 (0) | n/a | 0.500 | 1.000 | n/a |"), "{md}");
         assert!(!md.contains("NaN"), "{md}");
+        assert!(csv(&only).ends_with(",dev,10,0,,0.5000,1.0000,\n"), "{}", csv(&only));
     }
 }

@@ -325,3 +325,35 @@ fn the_encoders_bench_scores_embedding_rungs_against_the_labels() {
     assert!(md.contains("| minilm | email | n/a |"), "the last emails hold no positive: {md}");
     assert_eq!(md, stdout);
 }
+
+/// The protocols bench end to end on a few rows (#17): every protocol on movie's two slices and on the emails'
+/// evaluation slice only (their last rows hold no positive, so that slice is not scored), a label with one class
+/// in a slice printed n/a, the per-protocol evaluation table, and the files written after each model, so that a
+/// later model's failure keeps what was measured.
+#[test]
+fn the_protocols_bench_scores_every_protocol_and_keeps_the_models_measured_before_a_failure() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("protocols");
+    let args = ["bench", "protocols", "--models", "smollm2-135m,no-such-model", "--datasets", "movie,email"];
+    let (ok, _, err) = stretto(
+        &[&args[..], &["--dev", "6", "--eval", "6", "--max-chars", "300", "--out", out.to_str().unwrap()]].concat(),
+        dir.path(),
+    );
+    assert!(!ok && err.contains("no-such-model"), "{err}");
+    let csv = std::fs::read_to_string(out.join("protocols.csv")).unwrap();
+    // (dataset, slice) per row: the slice is the seventh field from the end (the predicate before it is quoted).
+    let rows: Vec<(&str, &str)> =
+        csv.lines().skip(1).map(|l| (l.split(',').nth(2).unwrap(), l.rsplit(',').nth(6).unwrap())).collect();
+    // Six protocols: movie's two predicates on both slices, the emails' two on the evaluation slice.
+    assert_eq!(rows.len(), 6 * (2 * 2 + 2), "{csv}");
+    assert_eq!(rows.iter().filter(|r| **r == ("email", "eval")).count(), 12, "{csv}");
+    assert!(!rows.contains(&("email", "dev")), "{csv}");
+    assert!(csv.lines().skip(1).all(|l| l.starts_with("smollm2-135m,")), "{csv}");
+    let md = std::fs::read_to_string(out.join("protocols.md")).unwrap();
+    assert!(md.contains("| smollm2-135m | `"), "a choice from movie's development slice: {md}");
+    assert!(md.contains("## Evaluation slice, per model and protocol"), "{md}");
+    // The first 6 emails all mention the schemes (no AUC for that label there); 3 of them are about fraud.
+    assert!(md.contains("| mentions_entity | eval | 6 (6) | n/a |"), "{md}");
+    assert!(md.contains("| fraudulent | eval | 6 (3) | 0."), "{md}");
+    assert!(!md.contains("NaN"), "{md}");
+}
