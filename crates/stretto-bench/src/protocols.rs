@@ -149,7 +149,7 @@ impl ProtocolRow {
     /// Whether the row's slice held both classes of its label: only then do its AUC and balanced accuracy mean
     /// anything, and only such rows choose a protocol or enter a mean.
     pub fn ranks(&self) -> bool {
-        self.positives > 0 && self.positives < self.n
+        both_classes(self.positives, self.n)
     }
 }
 
@@ -214,8 +214,9 @@ fn score(
 }
 
 /// Whether `labels` hold both classes (without both, AUC is undefined and balanced accuracy says nothing).
-fn two_classes(labels: &[bool]) -> bool {
-    labels.iter().any(|&y| y) && labels.iter().any(|&y| !y)
+/// Whether `positives` of `n` labels hold both classes.
+fn both_classes(positives: usize, n: usize) -> bool {
+    positives > 0 && positives < n
 }
 
 fn rule_figures(scores: &[f64], labels: &[bool]) -> (f64, f64, f64) {
@@ -256,7 +257,7 @@ pub fn measure(
                     tasks.iter().map(|t| data.truth(t, range.clone())).collect::<Result<_, _>>()?;
                 // A slice where every predicate's labels are one class ranks nothing (the bundled emails' positives
                 // are all among the first rows, so their development slice holds none): not worth the model's time.
-                if !truths.iter().any(|y| two_classes(y)) {
+                if !truths.iter().any(|y| both_classes(y.iter().filter(|&&y| y).count(), y.len())) {
                     tracing::warn!(
                         model = %model,
                         dataset = %dataset,
