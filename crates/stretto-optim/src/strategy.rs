@@ -85,7 +85,11 @@
 //! fit part, over those candidates, and tests on the hold-out. Which candidates it gets is a function of the fit
 //! part and of gold's answers, never of a candidate's answer on a held-out tuple, so conditioned on it the hold-out
 //! is as unseen as before and the fixed-sequence test keeps its level; a candidate left out can only make the plan
-//! dearer. Where the planned sequence is empty, no candidate answers the hold-out and gold runs.
+//! dearer. Where the planned sequence is empty, no candidate answers the hold-out and gold runs; so it does where
+//! what testing the sequence is expected to save ([`TestPlan::expected_saving`]: each plan's chance of passing,
+//! predicted from its fit-part counts, times what it saves) on the tuples execution runs outside profiling is no
+//! more than what the hold-out's answers would cost. That reads the fit part, gold's answers and costs, and ends
+//! in gold, which needs no certificate.
 //! Maps are profiled only on the gold result tuples (which gold's filters fix): a map's value counts nowhere else,
 //! since a plan letting any other tuple through has a false positive there whatever the value. A map stage decides
 //! an unasked tuple, so every plan's held-out true positives and false negatives are exactly those of a complete
@@ -387,6 +391,10 @@ pub struct TestPlan {
     pub candidates: usize,
     /// The plans the hold-out would test, in order (on the fit problem's operators and implementations).
     pub sequence: Vec<HardPlan>,
+    /// What testing the sequence is expected to save per tuple over gold, in the fit problem's cost units: each
+    /// plan's predicted chance of passing the hold-out test times the saving it adds over the plan before it (gold
+    /// for the first), the first failure ending the test ([`pass_probability`]). 0 where the sequence is empty.
+    pub expected_saving: f64,
 }
 
 /// How a certified search forms and checks its constraint.
@@ -813,7 +821,8 @@ struct Step {
     confidence: f64,
 }
 
-/// The test sequence of the global search, planned on the fit part for the largest expected saving.
+/// The test sequence of the global search, planned on the fit part for the largest expected saving, with that
+/// saving per tuple (0 for an empty sequence).
 ///
 /// Every candidate contributes its path ([`Problem::rescale`] at each of `shares`, and 1). Each step gets a
 /// predicted chance of passing the hold-out ([`pass_probability`], from its fit-part counts). The sequence is the
@@ -838,7 +847,7 @@ fn planned_sequence(
     min_gain: f64,
     targets: &Targets,
     level: f64,
-) -> Vec<(f64, HardPlan)> {
+) -> (Vec<(f64, HardPlan)>, f64) {
     let shares = path_points(shares);
     let gold_fit = problem.evaluate(&problem.gold_plan(), fit);
     let scale = Scale {
@@ -906,12 +915,15 @@ fn planned_sequence(
     }
     tracing::debug!(steps = n, sequence = order.len(), expected_saving = best, gold_cost, "test sequence planned");
     let mut slots: Vec<Option<Step>> = steps.into_iter().map(Some).collect();
-    order.into_iter().filter_map(|i| slots[i].take()).map(|s| (s.confidence, s.plan)).collect()
+    (order.into_iter().filter_map(|i| slots[i].take()).map(|s| (s.confidence, s.plan)).collect(), best)
 }
+
+/// Candidate plans in test order, each with the fit part's confidence in it.
+type Sequence = Vec<(f64, HardPlan)>;
 
 /// Steps 1 and 2 of a certified search: candidates fitted on the `fit` tuples, and the test sequence planned on them
 /// for a hold-out of `hold`'s size. Nothing here reads a hold-out tuple. Also returned: how many candidates there
-/// were before the sequence was planned.
+/// were before the sequence was planned, and (global mode) what testing it is expected to save per tuple.
 #[allow(clippy::too_many_arguments)]
 fn plan_tests(
     problem: &Problem,
@@ -922,7 +934,7 @@ fn plan_tests(
     level: f64,
     fit: &[usize],
     hold: HoldOut,
-) -> Result<(usize, Vec<(f64, HardPlan)>)> {
+) -> Result<(usize, Sequence, Option<f64>)> {
     let cert_level = 1.0 - (1.0 - level) / 2.0;
     // Candidates are solved at the stricter per-bound level; together with the raised targets this leaves room
     // for the fit part's noise.
@@ -966,13 +978,15 @@ fn plan_tests(
         }
     }
     let candidates = sequence.len();
-    let sequence = match mode {
+    let (sequence, expected) = match mode {
         Mode::Global => {
-            planned_sequence(problem, sequence, fit, hold, &cert.path_shares, cert.min_step_gain, targets, level)
+            let (sequence, expected) =
+                planned_sequence(problem, sequence, fit, hold, &cert.path_shares, cert.min_step_gain, targets, level);
+            (sequence, Some(expected))
         }
-        Mode::Product => with_paths(problem, sequence, fit, &cert.path_shares, cert.min_step_gain),
+        Mode::Product => (with_paths(problem, sequence, fit, &cert.path_shares, cert.min_step_gain), None),
     };
-    Ok((candidates, sequence))
+    Ok((candidates, sequence, expected))
 }
 
 /// Why a certified search has nothing to test, its planned sequence being empty: no candidate (of `candidates`)
@@ -1009,7 +1023,7 @@ fn certified_search(
         return Ok(gold_result(problem, Some(format!("{why}; using gold"))));
     }
     let held = HoldOut { tuples: hold.len(), positives: problem.evaluate(&problem.gold_plan(), &hold).tp };
-    let (candidates, sequence) = plan_tests(problem, targets, seed, cert, mode, level, &fit, held)?;
+    let (candidates, sequence, _) = plan_tests(problem, targets, seed, cert, mode, level, &fit, held)?;
     let planned = sequence.len();
     let cert_level = 1.0 - (1.0 - level) / 2.0;
     // Fixed-sequence test on the hold-out: each candidate at the full level, the first failure ends it.
@@ -1082,9 +1096,13 @@ impl Global {
         let _span = tracing::info_span!("plan_tests", tuples = fit.n, held_out = hold.tuples).entered();
         let rows = fit.all_rows();
         let level = targets.credible;
-        let (candidates, sequence) =
+        let (candidates, sequence, expected) =
             plan_tests(fit, targets, seed, &self.certification, Mode::Global, level, &rows, hold)?;
-        Ok(TestPlan { candidates, sequence: sequence.into_iter().map(|(_, p)| p).collect() })
+        Ok(TestPlan {
+            candidates,
+            sequence: sequence.into_iter().map(|(_, p)| p).collect(),
+            expected_saving: expected.unwrap_or(0.0),
+        })
     }
 }
 
@@ -1504,15 +1522,21 @@ mod tests {
         let shares: Vec<f64> = (1..10).map(|i| f64::from(i) * 0.1).collect();
         let targets = Targets::new(0.7, 0.7, 0.95).unwrap();
         let held = |rows: &[usize]| HoldOut { tuples: rows.len(), positives: p.evaluate(&p.gold_plan(), rows).tp };
-        let sequence = planned_sequence(&p, candidates.clone(), &rows, held(&rows), &shares, 0.0, &targets, 0.95);
+        let (sequence, expected) =
+            planned_sequence(&p, candidates.clone(), &rows, held(&rows), &shares, 0.0, &targets, 0.95);
         assert!(!sequence.is_empty(), "a hold-out as large as the fit part can certify something at 0.7");
+        // The expected saving is a chance times what the first plan saves at most, with the cheaper ones after it.
+        let last = cost(&sequence[sequence.len() - 1].1);
+        assert!(expected > 0.0 && expected <= gold - last + 1e-12, "{expected} vs {}", gold - last);
         assert!(cost(&sequence[0].1) < gold);
         for pair in sequence.windows(2) {
             assert!(cost(&pair[1].1) < cost(&pair[0].1), "a step is not cheaper than the one before it");
         }
         // A hold-out of 10 tuples holds too few gold result rows for any plan that can err.
-        let hopeless = planned_sequence(&p, candidates, &rows, held(&rows[..10]), &shares, 0.0, &targets, 0.95);
+        let (hopeless, nothing) =
+            planned_sequence(&p, candidates, &rows, held(&rows[..10]), &shares, 0.0, &targets, 0.95);
         assert!(hopeless.is_empty(), "{hopeless:?}");
+        assert_eq!(nothing, 0.0, "nothing to test saves nothing");
     }
 
     #[test]

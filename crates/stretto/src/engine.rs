@@ -1165,9 +1165,12 @@ struct Phased {
 /// alone); the candidates answer the fit part (a map, here and below, only the gold result rows: [`profiled_rows`]);
 /// the test sequence is planned there ([`Global::plan_tests`]); and
 /// only the candidates some plan of that sequence uses answer the hold-out. Where the sequence is empty, none
-/// does and gold runs. The search that then optimizes the profile plans again on the same fit part, over the
-/// candidates kept, and tests on the hold-out as always: which candidates were kept depends on the fit part and on
-/// gold's answers only, so the test keeps its level (the argument is in the `stretto_optim::strategy` docs).
+/// does and gold runs; so it does where what testing the sequence is expected to save on the `rest` tuples
+/// execution will run outside profiling ([`TestPlan::expected_saving`](stretto_optim::strategy::TestPlan), each
+/// plan's chance of passing times what it saves) is no more than what the hold-out's answers would cost. The search
+/// that then optimizes the profile plans again on the same fit part, over the candidates kept, and tests on the
+/// hold-out as always: which candidates were kept depends on the fit part and on gold's answers only, so the test
+/// keeps its level (the argument is in the `stretto_optim::strategy` docs).
 #[allow(clippy::too_many_arguments)]
 fn profile_in_two_phases(
     tasks: &[SemanticTask],
@@ -1176,6 +1179,7 @@ fn profile_in_two_phases(
     batch: &RecordBatch,
     sample: &[usize],
     population: u64,
+    rest: f64,
     o: &QueryOptions,
     global: &Global,
 ) -> Result<Phased> {
@@ -1269,8 +1273,44 @@ fn profile_in_two_phases(
             spent,
         ));
     }
-    // The candidates a planned plan uses, on the hold-out (maps on its gold result rows).
     let name = |task: &SemanticTask, op: &RegisteredOp| format!("{}/{}", task.name, op.name());
+    // What the hold-out's answers would cost: each candidate a planned plan uses, on the held-out tuples it would be
+    // asked about (maps on their gold result rows) whose answers the memo lacks (all of them, pricing memo hits), at
+    // its seconds per tuple on the fit part.
+    let mut hold_cost = 0.0;
+    for ((task, ops), answers) in tasks.iter().zip(cands).zip(&on_fit) {
+        let rows = profiled_rows(task.kind, &hold, positive.as_deref());
+        let rows_batch = take_record_batch(batch, &UInt32Array::from_iter_values(rows.iter().map(|&r| r as u32)))?;
+        for (i, asked) in answers.iter().filter(|(i, _)| needed.contains(&name(task, &ops[*i]))) {
+            let lacking = if o.price_memo_hits {
+                rows.len()
+            } else {
+                ops[*i].memoised_rows(task, &rows_batch).map_or(rows.len(), |k| k.iter().filter(|k| !**k).count())
+            };
+            hold_cost += asked.seconds() / asked.rows.len().max(1) as f64 * lacking as f64;
+        }
+    }
+    let expected = planned.expected_saving * rest;
+    tracing::debug!(expected_per_tuple = planned.expected_saving, expected, rest, hold_cost, "hold-out pay check");
+    if expected <= hold_cost {
+        return Ok(gold_only(
+            format!(
+                "planned on the profiling sample's fit part ({} tuples), the test sequence ({} {}) is expected to save \
+                 {expected:.1} s on the other {rest} tuples (each plan's chance of passing the test on the {} held-out \
+                 tuples times what it saves over the plan before it, {:.4} s per tuple), no more than the \
+                 {hold_cost:.1} s the held-out tuples' answers of the {} candidates it uses would cost, so none \
+                 answered them and gold ran directly",
+                fit.len(),
+                planned.sequence.len(),
+                if planned.sequence.len() == 1 { "plan" } else { "plans" },
+                hold.len(),
+                planned.expected_saving,
+                needed.len()
+            ),
+            spent,
+        ));
+    }
+    // The candidates a planned plan uses, on the hold-out (maps on its gold result rows).
     let on_hold: Vec<Vec<(usize, Asked)>> = per_task(tasks, cands, parallel, |t, task, ops| {
         let rows = profiled_rows(task.kind, &hold, positive.as_deref());
         let mut out = Vec::new();
@@ -1589,6 +1629,8 @@ fn profile_candidates(
     // Whether the sample is profiled in two phases ([`profile_in_two_phases`]): set where screening passed every
     // check and the certified global search will plan.
     let mut split_first = false;
+    // The tuples execution will run outside profiling, as the pay check after screening counted them.
+    let mut rest_outside = 0.0;
     let mut screening = if screen_rows >= 8 {
         let t1 = Instant::now();
         let mut rows: Vec<usize> = order[want..want + screen_rows].to_vec();
@@ -2174,6 +2216,7 @@ fn profile_candidates(
                     // Gold's plan answered the sample (3a-i'), whose exact count of gold result rows passed: the
                     // candidates are profiled on it in two phases.
                     split_first = o.method == "global";
+                    rest_outside = rest;
                 } else if let Some(why) = cannot_certify(&tried, rows.len()) {
                     gold_only = Some(format!("after screening, {why}"));
                 }
@@ -2258,7 +2301,17 @@ fn profile_candidates(
     let (entries, profiled): (Vec<Vec<PhysicalEntry>>, f64) = if split_first {
         let _span = tracing::info_span!("profiling", tuples = sample.len(), phased = true).entered();
         let global = Global { certification: certification(o).unwrap_or_default() };
-        let phased = profile_in_two_phases(&tasks, &cands, parallel, &sample_batch, &sample, n as u64, o, &global)?;
+        let phased = profile_in_two_phases(
+            &tasks,
+            &cands,
+            parallel,
+            &sample_batch,
+            &sample,
+            n as u64,
+            rest_outside,
+            o,
+            &global,
+        )?;
         if let Some(why) = phased.stop {
             tracing::info!(%why, "profiling cannot pay");
             gold_only = Some(why);

@@ -935,6 +935,26 @@ fn a_gold_fallback_orders_its_filters_on_what_its_plan_on_the_sample_showed() {
     assert_eq!(r.report().result.num_rows(), 1);
 }
 
+/// A test sequence whose expected saving (each plan's chance of passing the hold-out test times what it saves) is no
+/// more than what its candidates' answers on the hold-out would cost is not tested (#21): gold runs, and no candidate
+/// answers a held-out tuple. Here the only candidate is wrong on one tuple in five at 30% of gold's cost: at 0.7, a
+/// plan with it passes rarely, and its 100 held-out answers would cost 30 s.
+#[test]
+fn a_test_sequence_not_expected_to_pay_for_its_hold_out_is_not_tested() {
+    use std::sync::atomic::Ordering;
+    let targets = Targets::new(0.7, 0.7, 0.95).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let ops = [Fixed::new("gold", 1.0, true), Fixed::noisy("noisy", 0.3, 5)];
+    let s = session(dir.path(), 400, 0.5, &ops);
+    let frame = s.table("t").unwrap().sem_filter("{t.text} is a multiple of three").unwrap();
+    let r = frame.collect(targets).unwrap();
+    assert!(r.fell_back_to_gold());
+    let warnings = r.plan().warnings.join(" ");
+    assert!(warnings.contains("is expected to save") && warnings.contains("held-out tuples' answers"), "{warnings}");
+    let noisy = ops[1].asked.load(Ordering::SeqCst);
+    assert!((20 + 99..=20 + 101).contains(&noisy), "noisy answered {noisy} tuples: the screening and the fit part");
+}
+
 /// The sample is profiled in two phases (#21): gold answers all of it, which fixes the certified search's split;
 /// the candidates answer its fit part; and only those that a plan of the test sequence planned there uses answer
 /// its hold-out. Here a candidate wrong on one tuple in five cannot be part of any plan that could pass at 0.9: it
