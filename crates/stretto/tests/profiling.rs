@@ -935,6 +935,14 @@ fn a_gold_fallback_orders_its_filters_on_what_its_plan_on_the_sample_showed() {
     assert_eq!(r.report().result.num_rows(), 1);
 }
 
+/// `{t.text} is a multiple of three` over 400 rows with `ops`, half of them sampled, at `targets`.
+fn collect_half_sampled(ops: &[Arc<Fixed>], targets: Targets) -> stretto::QueryResult {
+    let dir = tempfile::tempdir().unwrap();
+    let s = session(dir.path(), 400, 0.5, ops);
+    let frame = s.table("t").unwrap().sem_filter("{t.text} is a multiple of three").unwrap();
+    frame.collect(targets).unwrap()
+}
+
 /// A test sequence whose expected saving (each plan's chance of passing the hold-out test times what it saves) is no
 /// more than what its candidates' answers on the hold-out would cost is not tested (#21): gold runs, and no candidate
 /// answers a held-out tuple. Here the only candidate is wrong on one tuple in five at 30% of gold's cost: at 0.7, a
@@ -943,11 +951,8 @@ fn a_gold_fallback_orders_its_filters_on_what_its_plan_on_the_sample_showed() {
 fn a_test_sequence_not_expected_to_pay_for_its_hold_out_is_not_tested() {
     use std::sync::atomic::Ordering;
     let targets = Targets::new(0.7, 0.7, 0.95).unwrap();
-    let dir = tempfile::tempdir().unwrap();
     let ops = [Fixed::new("gold", 1.0, true), Fixed::noisy("noisy", 0.3, 5)];
-    let s = session(dir.path(), 400, 0.5, &ops);
-    let frame = s.table("t").unwrap().sem_filter("{t.text} is a multiple of three").unwrap();
-    let r = frame.collect(targets).unwrap();
+    let r = collect_half_sampled(&ops, targets);
     assert!(r.fell_back_to_gold());
     let warnings = r.plan().warnings.join(" ");
     assert!(warnings.contains("is expected to save") && warnings.contains("held-out tuples' answers"), "{warnings}");
@@ -964,11 +969,8 @@ fn a_test_sequence_not_expected_to_pay_for_its_hold_out_is_not_tested() {
 fn candidates_in_no_planned_plan_do_not_answer_the_hold_out() {
     use std::sync::atomic::Ordering;
     let targets = Targets::new(0.9, 0.9, 0.95).unwrap();
-    let dir = tempfile::tempdir().unwrap();
     let ops = [Fixed::new("gold", 1.0, true), Fixed::noisy("noisy", 0.005, 5), Fixed::new("cheap", 0.01, false)];
-    let s = session(dir.path(), 400, 0.5, &ops);
-    let frame = s.table("t").unwrap().sem_filter("{t.text} is a multiple of three").unwrap();
-    let r = frame.collect(targets).unwrap();
+    let r = collect_half_sampled(&ops, targets);
     assert!(!r.fell_back_to_gold(), "{:?}", r.plan().warnings);
     // 20 screening tuples and the fit part, about half of the 200 sampled.
     let noisy = ops[1].asked.load(Ordering::SeqCst);
@@ -979,11 +981,8 @@ fn candidates_in_no_planned_plan_do_not_answer_the_hold_out() {
     assert!(d.reason.contains("held-out tuples"), "{}", d.reason);
     assert_eq!(r.report().candidates.values().next().unwrap(), &vec!["gold".to_string(), "cheap".to_string()]);
 
-    let dir = tempfile::tempdir().unwrap();
     let ops = [Fixed::new("gold", 1.0, true), Fixed::noisy("noisy", 0.005, 5)];
-    let s = session(dir.path(), 400, 0.5, &ops);
-    let frame = s.table("t").unwrap().sem_filter("{t.text} is a multiple of three").unwrap();
-    let r = frame.collect(targets).unwrap();
+    let r = collect_half_sampled(&ops, targets);
     assert!(r.fell_back_to_gold());
     let warnings = r.plan().warnings.join(" ");
     assert!(warnings.contains("no other candidate answered the held-out tuples"), "{warnings}");
