@@ -213,8 +213,8 @@ fn score(
     Ok(Scored { raw, base })
 }
 
-/// Whether `labels` hold both classes (without both, AUC is undefined and balanced accuracy says nothing).
-/// Whether `positives` of `n` labels hold both classes.
+/// Whether `positives` of `n` labels hold both classes (without both, AUC is undefined and balanced accuracy says
+/// nothing).
 fn both_classes(positives: usize, n: usize) -> bool {
     positives > 0 && positives < n
 }

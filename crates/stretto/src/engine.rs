@@ -1148,6 +1148,15 @@ fn asked_rows(e: &PhysicalEntry) -> Vec<usize> {
     }
 }
 
+/// How many rows of `batch` `op` would compute an answer to `task` for: those whose answer the memo lacks, or every
+/// row where `look_up` is off (no memo lookup, or memo hits priced as a cold run would).
+fn unanswered(op: &RegisteredOp, task: &SemanticTask, batch: &RecordBatch, look_up: bool) -> usize {
+    if !look_up {
+        return batch.num_rows();
+    }
+    op.memoised_rows(task, batch).map_or(batch.num_rows(), |known| known.iter().filter(|k| !**k).count())
+}
+
 /// What [`profile_in_two_phases`] profiled.
 struct Phased {
     /// Per logical operator: gold, and the candidates profiled on the whole sample.
@@ -1282,11 +1291,7 @@ fn profile_in_two_phases(
         let rows = profiled_rows(task.kind, &hold, positive.as_deref());
         let rows_batch = take_record_batch(batch, &UInt32Array::from_iter_values(rows.iter().map(|&r| r as u32)))?;
         for (i, asked) in answers.iter().filter(|(i, _)| needed.contains(&name(task, &ops[*i]))) {
-            let lacking = if o.price_memo_hits {
-                rows.len()
-            } else {
-                ops[*i].memoised_rows(task, &rows_batch).map_or(rows.len(), |k| k.iter().filter(|k| !**k).count())
-            };
+            let lacking = unanswered(&ops[*i], task, &rows_batch, !o.price_memo_hits);
             hold_cost += asked.seconds() / asked.rows.len().max(1) as f64 * lacking as f64;
         }
     }
@@ -1626,11 +1631,10 @@ fn profile_candidates(
     let mut gold_sample: (f64, Vec<(String, Vec<usize>)>) = (0.0, Vec::new());
     // The logical filters in the order gold's execution runs them where gold then runs ([`Profiled::gold_order`]).
     let mut gold_order: Vec<String> = Vec::new();
-    // Whether the sample is profiled in two phases ([`profile_in_two_phases`]): set where screening passed every
-    // check and the certified global search will plan.
-    let mut split_first = false;
-    // The tuples execution will run outside profiling, as the pay check after screening counted them.
-    let mut rest_outside = 0.0;
+    // Whether the sample is profiled in two phases ([`profile_in_two_phases`]), with the tuples execution will run
+    // outside profiling as the pay check after screening counted them: set where screening passed every check and
+    // the certified global search will plan.
+    let mut split_first: Option<f64> = None;
     let mut screening = if screen_rows >= 8 {
         let t1 = Instant::now();
         let mut rows: Vec<usize> = order[want..want + screen_rows].to_vec();
@@ -1791,12 +1795,7 @@ fn profile_candidates(
             input.slice(0, sample.len())
         };
         let tail = batch.slice(probe, rows.len() - probe);
-        let unknown = |op: &RegisteredOp, task: &SemanticTask, b: &RecordBatch| -> f64 {
-            if !look_up {
-                return b.num_rows() as f64;
-            }
-            op.memoised_rows(task, b).map_or(b.num_rows(), |known| known.iter().filter(|k| !**k).count()) as f64
-        };
+        let unknown = |op: &RegisteredOp, task: &SemanticTask, b: &RecordBatch| unanswered(op, task, b, look_up) as f64;
         let fresh: Vec<Fresh> = tasks
             .iter()
             .zip(&cands)
@@ -2215,8 +2214,7 @@ fn profile_candidates(
                 if certify_on_sample {
                     // Gold's plan answered the sample (3a-i'), whose exact count of gold result rows passed: the
                     // candidates are profiled on it in two phases.
-                    split_first = o.method == "global";
-                    rest_outside = rest;
+                    split_first = (o.method == "global").then_some(rest);
                 } else if let Some(why) = cannot_certify(&tried, rows.len()) {
                     gold_only = Some(format!("after screening, {why}"));
                 }
@@ -2298,20 +2296,11 @@ fn profile_candidates(
         *s += sample_prefill;
     }
     // The entries, and the operator seconds they cost (not those of every entry on every tuple).
-    let (entries, profiled): (Vec<Vec<PhysicalEntry>>, f64) = if split_first {
+    let (entries, profiled): (Vec<Vec<PhysicalEntry>>, f64) = if let Some(rest) = split_first {
         let _span = tracing::info_span!("profiling", tuples = sample.len(), phased = true).entered();
         let global = Global { certification: certification(o).unwrap_or_default() };
-        let phased = profile_in_two_phases(
-            &tasks,
-            &cands,
-            parallel,
-            &sample_batch,
-            &sample,
-            n as u64,
-            rest_outside,
-            o,
-            &global,
-        )?;
+        let phased =
+            profile_in_two_phases(&tasks, &cands, parallel, &sample_batch, &sample, n as u64, rest, o, &global)?;
         if let Some(why) = phased.stop {
             tracing::info!(%why, "profiling cannot pay");
             gold_only = Some(why);
