@@ -1635,6 +1635,8 @@ fn profile_candidates(
     // outside profiling as the pay check after screening counted them: set where screening passed every check and
     // the certified global search will plan.
     let mut split_first: Option<f64> = None;
+    // Whether gold's maps answered the probe: not where gold's filters alone stopped profiling there.
+    let mut maps_probed = true;
     let mut screening = if screen_rows >= 8 {
         let t1 = Instant::now();
         let mut rows: Vec<usize> = order[want..want + screen_rows].to_vec();
@@ -1651,8 +1653,9 @@ fn profile_candidates(
 
         // 3a-i. Every candidate on the first `probe` screening tuples: what each costs per tuple beside gold. Those
         //       as dear as gold go no further, and the pay check runs before the rest of the screening is spent.
-        //       Gold answers first: where its answers alone show that no plan but gold can be certified, no other
-        //       candidate is asked anything.
+        //       Gold answers first, its filters before its maps: where the filters' answers alone show that no plan
+        //       but gold can be certified, nothing else is asked, not even gold's maps (a map's answer on a tuple
+        //       the filters reject never counts, and execution asks the maps about the rest).
         let head = batch.slice(0, probe);
         // Candidates with a one-off setup (a generated program) are probed only once profiling can pay without
         // them: they add to what profiling costs, and a plan can save no more with them than with the cheapest of
@@ -1697,13 +1700,23 @@ fn profile_candidates(
                 )
             })
         };
-        let mut tried: Vec<Vec<Tried>> = probe_pass(&|_, i, _| i == 0)?;
-        // Gold's answers alone decide this check: where it fails, the other candidates are not probed.
+        let is_map = |t: usize| tasks[t].kind == LogicalKind::Map;
+        let mut tried: Vec<Vec<Tried>> = probe_pass(&|t, i, _| i == 0 && !is_map(t))?;
+        // Gold's filters alone decide this check (a map lets every tuple through): where it fails, no other
+        // candidate is probed, nor gold's maps.
         let mut uncertified = if pay_check {
             cannot_certify(&tried, probe).map(|why| format!("on the first {probe} screening tuples {why}"))
         } else {
             None
         };
+        if uncertified.is_none() {
+            let maps = probe_pass(&|t, i, _| i == 0 && is_map(t))?;
+            for (tried, more) in tried.iter_mut().zip(maps) {
+                tried.extend(more);
+            }
+        } else {
+            maps_probed = false;
+        }
         // 3a-i'. Gold's plan on the profiling sample: its filters in the order they would run (on the probe's
         //        figures), each on the tuples the earlier ones let through. That counts the sample's gold result
         //        rows, which the stratified split holds out at a fixed share, for answers that profiling asks next
@@ -2344,13 +2357,15 @@ fn profile_candidates(
         let positive = gold_result(n, &gold);
         let maps = ask_all(LogicalKind::Map, &profiled_rows(LogicalKind::Map, &all, positive.as_deref()))?;
         // Operator seconds, but on tuples screening already paid for (the screening tuples gold-only profiling
-        // reuses).
+        // reuses; a map's only where gold's maps answered the probe).
         let screened: BTreeSet<usize> =
             screening.as_ref().map(|s| s.rows.iter().copied().collect()).unwrap_or_default();
+        let no_rows = BTreeSet::new();
         let mut fresh_seconds = 0.0;
         let mut entries = Vec::with_capacity(tasks.len());
         for ((task, ops), (f, m)) in tasks.iter().zip(&cands).zip(filters.into_iter().zip(maps)) {
             let mut list = Vec::new();
+            let screened = if task.kind == LogicalKind::Map && !maps_probed { &no_rows } else { &screened };
             for (i, asked) in f.into_iter().chain(m) {
                 fresh_seconds += asked
                     .rows

@@ -570,6 +570,42 @@ fn gold_alone_answers_the_probe_where_its_answers_rule_out_every_certificate() {
     assert!(ops[1].asked.load(Ordering::SeqCst) >= 4);
 }
 
+/// Gold's filters answer the probe before its maps: where the filters' answers alone rule out every certificate,
+/// gold's map is not asked about the probe tuples the filters rejected (its answers there never count) but about
+/// one, for its cost per tuple, and profiling costs no more than that.
+#[test]
+fn gold_maps_are_not_probed_where_gold_filters_rule_out_every_certificate() {
+    let dir = tempfile::tempdir().unwrap();
+    let ops = [Fixed::one_in("gold", 1.0, true, 1000), Fixed::one_in("cheap", 0.01, false, 1000)];
+    let s = session(dir.path(), 400, 0.15, &ops);
+    let map = FixedMap::new("gold-map", 2.0, true);
+    let cheap_map = FixedMap::new("cheap-map", 0.01, false);
+    s.register(map.clone()).unwrap();
+    s.register(cheap_map.clone()).unwrap();
+    let frame = s
+        .table("t")
+        .unwrap()
+        .sem_filter("{t.text} is a multiple of a thousand")
+        .unwrap()
+        .sem_map("v", "the value of {t.text}", stretto::core::op::ValueType::String)
+        .unwrap();
+    let r = frame.collect(Targets::new(0.9, 0.9, 0.95).unwrap()).unwrap();
+    assert!(r.fell_back_to_gold());
+    let warnings = r.plan().warnings.join(" ");
+    assert!(warnings.contains("on the first 4 screening tuples gold let 0 of 4"), "{warnings}");
+    let sc = r.report().screening.clone().expect("the probe ran");
+    assert!((sc.seconds - 4.0).abs() < 1e-9, "only gold's filter answered the probe: {sc:?}");
+    // Gold's profile, for the order of its stages, asks the map about one probe tuple (for its cost per tuple,
+    // since none passed), and execution about the one row in a thousand the filter passes (row 0): not about the
+    // other probe tuples.
+    let asked = map.asked();
+    assert!(asked.len() == 2 && asked[1] == 0, "the map was asked about tuples the filter rejected: {asked:?}");
+    assert!(cheap_map.asked().is_empty() && ops[1].asked.load(std::sync::atomic::Ordering::SeqCst) == 0);
+    // The filter's 4 probe answers, and the map's one.
+    let cost = r.report().cost;
+    assert!((cost.profiling_seconds - 6.0).abs() < 1e-9, "{cost:?}");
+}
+
 /// A session records what every answer cost per item: a later query over the same items whose pay check fails on
 /// those recorded costs asks no candidate but gold, though its prompt is new to the memo; where the recorded costs
 /// leave profiling able to pay, the candidates answer the probe as before.
