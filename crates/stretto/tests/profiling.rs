@@ -570,6 +570,12 @@ fn gold_alone_answers_the_probe_where_its_answers_rule_out_every_certificate() {
     assert!(ops[1].asked.load(Ordering::SeqCst) >= 4);
 }
 
+/// Table `t` filtered by `predicate`, then mapped to a string column `v`.
+fn filter_then_map(s: &Session, predicate: &str) -> stretto::DataFrame {
+    let frame = s.table("t").unwrap().sem_filter(predicate).unwrap();
+    frame.sem_map("v", "the value of {t.text}", stretto::core::op::ValueType::String).unwrap()
+}
+
 /// Gold's filters answer the probe before its maps: where the filters' answers alone rule out every certificate,
 /// gold's map is not asked about the probe tuples the filters rejected (its answers there never count) but about
 /// one, for its cost per tuple, and profiling costs no more than that.
@@ -582,13 +588,7 @@ fn gold_maps_are_not_probed_where_gold_filters_rule_out_every_certificate() {
     let cheap_map = FixedMap::new("cheap-map", 0.01, false);
     s.register(map.clone()).unwrap();
     s.register(cheap_map.clone()).unwrap();
-    let frame = s
-        .table("t")
-        .unwrap()
-        .sem_filter("{t.text} is a multiple of a thousand")
-        .unwrap()
-        .sem_map("v", "the value of {t.text}", stretto::core::op::ValueType::String)
-        .unwrap();
+    let frame = filter_then_map(&s, "{t.text} is a multiple of a thousand");
     let r = frame.collect(Targets::new(0.9, 0.9, 0.95).unwrap()).unwrap();
     assert!(r.fell_back_to_gold());
     let warnings = r.plan().warnings.join(" ");
@@ -742,13 +742,7 @@ fn a_map_behind_a_selective_filter_saves_only_on_the_tuples_the_filter_lets_thro
         for op in maps {
             s.register(op).unwrap();
         }
-        let frame = s
-            .table("t")
-            .unwrap()
-            .sem_filter("{t.text} is a multiple of something")
-            .unwrap()
-            .sem_map("v", "the value of {t.text}", stretto::core::op::ValueType::String)
-            .unwrap();
+        let frame = filter_then_map(&s, "{t.text} is a multiple of something");
         frame.collect(Targets::new(0.5, 0.5, 0.95).unwrap()).unwrap()
     };
     // One tuple in ten passes the filter: only gold is profiled, and the warning gives the figures.
@@ -786,13 +780,7 @@ fn maps_are_profiled_on_the_gold_result_rows_alone() {
         for op in &maps {
             s.register(op.clone()).unwrap();
         }
-        let frame = s
-            .table("t")
-            .unwrap()
-            .sem_filter("{t.text} is a multiple of three")
-            .unwrap()
-            .sem_map("v", "the value of {t.text}", stretto::core::op::ValueType::String)
-            .unwrap();
+        let frame = filter_then_map(&s, "{t.text} is a multiple of three");
         (dir, frame, maps)
     };
     let (_dir, frame, maps) = setup();
