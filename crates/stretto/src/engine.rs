@@ -2360,18 +2360,17 @@ fn profile_candidates(
         // reuses; a map's only where gold's maps answered the probe).
         let screened: BTreeSet<usize> =
             screening.as_ref().map(|s| s.rows.iter().copied().collect()).unwrap_or_default();
-        let no_rows = BTreeSet::new();
         let mut fresh_seconds = 0.0;
         let mut entries = Vec::with_capacity(tasks.len());
         for ((task, ops), (f, m)) in tasks.iter().zip(&cands).zip(filters.into_iter().zip(maps)) {
             let mut list = Vec::new();
-            let screened = if task.kind == LogicalKind::Map && !maps_probed { &no_rows } else { &screened };
+            let paid_by_screening = task.kind != LogicalKind::Map || maps_probed;
             for (i, asked) in f.into_iter().chain(m) {
                 fresh_seconds += asked
                     .rows
                     .iter()
                     .zip(&asked.secs)
-                    .filter(|(r, _)| !screened.contains(&sample[**r]))
+                    .filter(|(r, _)| !(paid_by_screening && screened.contains(&sample[**r])))
                     .map(|(_, s)| s)
                     .sum::<f64>();
                 list.push(entry_from(task, &ops[i], n, vec![asked], i == 0)?);
