@@ -90,6 +90,73 @@ pub struct OpContext {
     /// What operators' answers cost per item, recorded by every evaluation of the registries built from this
     /// context (and its clones), for pay checks to read before asking a candidate.
     pub costs: std::sync::Arc<crate::memo::CostRecord>,
+    /// The models the operators built from this context (and its clones) loaded, held for as long as one of them
+    /// lives: a session's models are freed when the session is dropped, unless another context holds them too.
+    pub models: std::sync::Arc<ModelHold>,
+}
+
+/// The loaded models a context holds. The process keeps one loaded copy of each model (per model home and
+/// runtime options), shared by every context that holds it, and frees it once none does
+/// (`stretto_ops_text::{decoder, embedder, classifier}` look models up in `stretto_kv::pool` and hold what they hand
+/// out in the asking context's `ModelHold`).
+///
+/// ```
+/// use std::sync::Arc;
+/// use stretto_core::context::ModelHold;
+/// let hold = ModelHold::default();
+/// let model = Arc::new(String::from("a loaded model"));
+/// hold.hold(&model);
+/// hold.hold(&model); // held once
+/// assert_eq!(hold.len(), 1);
+/// let weak = Arc::downgrade(&model);
+/// drop(model);
+/// assert!(weak.upgrade().is_some(), "the hold keeps it");
+/// hold.release();
+/// assert!(weak.upgrade().is_none(), "freed with the last holder");
+/// ```
+#[derive(Default)]
+pub struct ModelHold {
+    held: std::sync::Mutex<Vec<std::sync::Arc<dyn std::any::Any + Send + Sync>>>,
+}
+
+impl ModelHold {
+    /// Holds `model` (once, however often it is handed out).
+    pub fn hold<T: std::any::Any + Send + Sync>(&self, model: &std::sync::Arc<T>) {
+        let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
+        let ptr = std::sync::Arc::as_ptr(model) as *const ();
+        if !held.iter().any(|m| std::sync::Arc::as_ptr(m) as *const () == ptr) {
+            held.push(model.clone());
+        }
+    }
+
+    /// How many models are held.
+    pub fn len(&self) -> usize {
+        self.held.lock().unwrap_or_else(|e| e.into_inner()).len()
+    }
+
+    /// Whether no model is held.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Lets go of every model held: those no other context (nor a running operator) holds are freed now, and
+    /// loaded again on next use.
+    pub fn release(&self) {
+        self.held.lock().unwrap_or_else(|e| e.into_inner()).clear();
+    }
+}
+
+impl std::fmt::Debug for ModelHold {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ModelHold").field("models", &self.len()).finish()
+    }
+}
+
+/// What is loaded is not a setting: contexts that differ only in it compare equal.
+impl PartialEq for ModelHold {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
 }
 
 /// The ladder `STRETTO_LADDER` names (comma-separated model names), when it names one: binaries that let a named
@@ -116,6 +183,7 @@ impl OpContext {
             memory_budget: None,
             int8_rungs: false,
             costs: Default::default(),
+            models: Default::default(),
         }
     }
 

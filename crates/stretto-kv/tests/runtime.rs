@@ -70,7 +70,7 @@ fn runtime_options_choose_the_provider_per_session_and_key_the_pool() {
         let e = session_builder(&home, cuda).err().expect("CUDA without the feature is refused").to_string();
         assert!(e.contains("--features cuda"), "{e}");
         // A CUDA registry's model never shares a CPU registry's copy: loading it fails rather than reuse one.
-        stretto_kv::pool::embedder(&home, cpu, "minilm").unwrap();
+        let _cpu = stretto_kv::pool::embedder(&home, cpu, "minilm").unwrap();
         assert!(stretto_kv::pool::embedder(&home, cuda, "minilm").is_err());
     }
     // Same options, same copy; other threads, another copy.

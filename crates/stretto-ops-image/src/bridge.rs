@@ -78,8 +78,7 @@ pub fn image_classes(
     }
     let missing: Vec<usize> = (0..paths.len()).filter(|&i| out[i].is_none()).collect();
     if !missing.is_empty() {
-        let c = stretto_kv::pool::classifier(&ctx.model_home, stretto_ops_text::runtime(ctx))
-            .map_err(|e| CoreError::operator_failed("label-bridge", e))?;
+        let c = stretto_ops_text::classifier(ctx).map_err(|e| CoreError::operator_failed("label-bridge", e))?;
         let mut entries = Vec::new();
         for &i in &missing {
             let start = Instant::now();

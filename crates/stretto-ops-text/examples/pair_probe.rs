@@ -77,7 +77,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     };
     if let Some(c) = stretto_ops_text::join::comparison(predicate) {
         for m in &ctx.ladder {
-            let dec = stretto_kv::pool::decoder(&ctx.model_home, stretto_ops_text::runtime(&ctx), m)?;
+            let dec = stretto_ops_text::decoder(&ctx, m, stretto_kv::convert::Weights::F32)?;
             match stretto_kv::contrast::property_question(&dec, "the text above", &c.property)? {
                 Some(q) => {
                     println!(

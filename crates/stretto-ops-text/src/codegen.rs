@@ -222,7 +222,7 @@ pub fn synthesize(
     samples: &[String],
 ) -> Result<(Option<Program>, Vec<String>)> {
     let _span = tracing::info_span!("codegen", model = %config.model).entered();
-    let dec = stretto_kv::pool::decoder(&ctx.model_home, crate::runtime(ctx), &config.model)
+    let dec = crate::decoder(ctx, &config.model, stretto_kv::convert::Weights::F32)
         .map_err(|e| CoreError::operator_failed("codegen", e))?;
     let field = task.output.as_ref().map_or("value".to_string(), |o| o.0.replace('_', " "));
     let shown: Vec<String> =

@@ -110,8 +110,7 @@ pub fn embed_cached(
     }
     let missing: Vec<usize> = (0..texts.len()).filter(|&i| out[i].is_none()).collect();
     if !missing.is_empty() {
-        let enc = stretto_kv::pool::embedder(&ctx.model_home, crate::runtime(ctx), model)
-            .map_err(|e| CoreError::operator_failed(model, e))?;
+        let enc = crate::embedder(ctx, model).map_err(|e| CoreError::operator_failed(model, e))?;
         let start = Instant::now();
         let refs: Vec<&str> = missing.iter().map(|&i| texts[i].as_str()).collect();
         let vecs = enc.embed(&refs, batch).map_err(|e| CoreError::operator_failed(model, e))?;

@@ -379,8 +379,7 @@ impl PhysicalOp for PairLlm {
     fn evaluate_items(&self, task: &SemanticTask, items: &[String]) -> Result<(OpOutput, Vec<f64>)> {
         let kv = kv_err(&self.name);
         let pairs = pairs_of(items, &self.name)?;
-        let dec = stretto_kv::pool::decoder(&self.ctx.model_home, crate::runtime(&self.ctx), &self.config.model)
-            .map_err(&kv)?;
+        let dec = crate::decoder(&self.ctx, &self.config.model, stretto_kv::convert::Weights::F32).map_err(&kv)?;
         let prompt = stretto_kv::tasks::pair_filter_prompt(&dec, self.protocol, &Self::statement(task)).map_err(&kv)?;
         let (scores, secs) =
             stretto_kv::tasks::pair_filter_scores(&dec, &self.source, &pairs, &prompt, self.config.batch)
@@ -530,8 +529,7 @@ impl ProjectPair {
             return Ok(q.clone());
         }
         let kv = kv_err(&self.name);
-        let dec = stretto_kv::pool::decoder(&self.ctx.model_home, crate::runtime(&self.ctx), &self.config.model)
-            .map_err(&kv)?;
+        let dec = crate::decoder(&self.ctx, &self.config.model, stretto_kv::convert::Weights::F32).map_err(&kv)?;
         let q = stretto_kv::contrast::property_question(&dec, "the text above", property).map_err(&kv)?;
         match &q {
             Some(q) => tracing::info!(op = %self.name, question = %q.question, lead = %q.lead, "side projection"),
@@ -566,8 +564,7 @@ impl ProjectPair {
             return Ok(known);
         }
         let kv = kv_err(&self.name);
-        let dec = stretto_kv::pool::decoder(&self.ctx.model_home, crate::runtime(&self.ctx), &self.config.model)
-            .map_err(&kv)?;
+        let dec = crate::decoder(&self.ctx, &self.config.model, stretto_kv::convert::Weights::F32).map_err(&kv)?;
         let entry =
             |s: &str, score, value, confidence, seconds| MemoEntry { key: key(s), score, value, confidence, seconds };
         let entries: Vec<MemoEntry> = match &projection {

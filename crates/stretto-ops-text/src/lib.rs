@@ -52,3 +52,32 @@ pub fn link() -> &'static str {
 pub fn runtime(ctx: &stretto_core::OpContext) -> stretto_kv::runtime::RuntimeOptions {
     stretto_kv::runtime::RuntimeOptions::new(ctx.threads, ctx.cuda())
 }
+
+/// The process's shared copy of decoder `model` with `weights`, as `ctx` runs it, held by `ctx`
+/// ([`models`](stretto_core::OpContext::models)) for as long as the context lives.
+pub fn decoder(
+    ctx: &stretto_core::OpContext,
+    model: &str,
+    weights: stretto_kv::convert::Weights,
+) -> stretto_kv::Result<std::sync::Arc<stretto_kv::Decoder>> {
+    let dec = stretto_kv::pool::decoder_with(&ctx.model_home, runtime(ctx), model, weights)?;
+    ctx.models.hold(&dec);
+    Ok(dec)
+}
+
+/// The process's shared copy of sentence encoder `model`, as `ctx` runs it, held by `ctx`.
+pub fn embedder(
+    ctx: &stretto_core::OpContext,
+    model: &str,
+) -> stretto_kv::Result<std::sync::Arc<stretto_kv::embed::Embedder>> {
+    let enc = stretto_kv::pool::embedder(&ctx.model_home, runtime(ctx), model)?;
+    ctx.models.hold(&enc);
+    Ok(enc)
+}
+
+/// The process's shared copy of the image classifier, as `ctx` runs it, held by `ctx`.
+pub fn classifier(ctx: &stretto_core::OpContext) -> stretto_kv::Result<std::sync::Arc<stretto_kv::vision::Classifier>> {
+    let c = stretto_kv::pool::classifier(&ctx.model_home, runtime(ctx))?;
+    ctx.models.hold(&c);
+    Ok(c)
+}

@@ -216,8 +216,8 @@ impl LlmOp {
             .with_memory_budget(ctx.memory_budget.unwrap_or(stretto_kv::decoder::DEFAULT_MEMORY_BUDGET));
         if config.weights != Weights::F32 {
             // The same pasts as the f32 rungs: only the question pass runs on the quantized weights.
-            let (home, options, model) = (ctx.model_home.clone(), crate::runtime(ctx), config.model.clone());
-            source = source.with_prefill(Arc::new(move || stretto_kv::pool::decoder(&home, options, &model)));
+            let (ctx, model) = (ctx.clone(), config.model.clone());
+            source = source.with_prefill(Arc::new(move || crate::decoder(&ctx, &model, Weights::F32)));
         }
         Ok(Self {
             name,
@@ -282,13 +282,7 @@ impl LlmOp {
             return Ok(c.clone());
         }
         let kv = kv_err(&self.name);
-        let dec = stretto_kv::pool::decoder_with(
-            &self.ctx.model_home,
-            crate::runtime(&self.ctx),
-            &self.config.model,
-            Weights::F32,
-        )
-        .map_err(&kv)?;
+        let dec = crate::decoder(&self.ctx, &self.config.model, Weights::F32).map_err(&kv)?;
         let question = stretto_kv::contrast::derive_question(&dec, subject, statement).map_err(&kv)?;
         match &question {
             Some(q) => tracing::info!(op = %self.name, question = %q.question, lead = %q.lead, "contrastive question"),
@@ -353,13 +347,7 @@ impl LlmOp {
 
     /// The context's shared copy of this operator's model.
     fn decoder(&self) -> Result<Arc<stretto_kv::Decoder>> {
-        stretto_kv::pool::decoder_with(
-            &self.ctx.model_home,
-            crate::runtime(&self.ctx),
-            &self.config.model,
-            self.config.weights,
-        )
-        .map_err(kv_err(&self.name))
+        crate::decoder(&self.ctx, &self.config.model, self.config.weights).map_err(kv_err(&self.name))
     }
 }
 

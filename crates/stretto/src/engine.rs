@@ -1468,13 +1468,7 @@ fn profile_candidates(
             }
             let decs = models
                 .iter()
-                .map(|m| {
-                    stretto_kv::pool::decoder(
-                        &ctx.model_home,
-                        stretto_kv::runtime::RuntimeOptions::new(ctx.threads, ctx.cuda()),
-                        m,
-                    )
-                })
+                .map(|m| stretto_ops_text::decoder(ctx, m, stretto_kv::convert::Weights::F32))
                 .collect::<std::result::Result<Vec<_>, _>>()?;
             jobs.push((t, decs));
         }
@@ -2404,11 +2398,7 @@ fn profile_candidates(
         let mut per_tuple = BTreeMap::new();
         let mut counted = Vec::new();
         for (m, secs) in &prefill_per_item {
-            let dec = stretto_kv::pool::decoder(
-                &ctx.model_home,
-                stretto_kv::runtime::RuntimeOptions::new(ctx.threads, ctx.cuda()),
-                m,
-            )?;
+            let dec = stretto_ops_text::decoder(ctx, m, stretto_kv::convert::Weights::F32)?;
             let readers: Vec<&SemanticTask> = tasks
                 .iter()
                 .zip(&cands)

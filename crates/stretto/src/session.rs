@@ -247,9 +247,13 @@ fn add_missing<'a>(list: &mut Vec<String>, names: impl IntoIterator<Item = &'a S
     }
 }
 
-/// A Stretto session: owns its configuration, operator registry and registered tables. Cheap to clone (shared).
+/// A Stretto session: owns its configuration, operator registry, registered tables and the models its operators
+/// load. Cheap to clone (shared).
 ///
 /// Two sessions with different settings (model homes, memo directories, ladders) work side by side in one process.
+/// A model stays loaded between a session's queries and is freed when the last session holding it is dropped
+/// (with its clones and the frames built from it); sessions alive at once with the same model home and runtime
+/// settings share one loaded copy.
 #[derive(Clone)]
 pub struct Session {
     inner: Arc<SessionState>,

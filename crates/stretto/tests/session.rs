@@ -135,6 +135,25 @@ fn two_sessions_with_different_memo_dirs_do_not_see_each_others_answers() {
     assert_eq!(score(&a), 42.0, "B's answer did not leak into A");
 }
 
+/// A session owns its models: its operators' models stay loaded between its queries and are freed when it is
+/// dropped (no other session of this test binary runs a model on 3 threads, so none shares the copy).
+#[test]
+fn dropping_a_session_frees_the_models_its_operators_loaded() {
+    let dir = tempfile::tempdir().unwrap();
+    let home = stretto::core::context::default_home();
+    let s = Session::builder(home.clone()).kv_dir(dir.path().join("kv")).memo_off().threads(3).build().unwrap();
+    let loaded = || stretto::kv::pool::is_loaded(&home, 3usize, "smollm2-135m");
+    assert!(!loaded());
+    let task = SemanticTask::filter("f", "{r.text} is clearly positive");
+    let op = "llm:smollm2-135m@expected-attention-0.00";
+    s.registry().get(op).unwrap().evaluate_timed(&task, &one_review()).unwrap();
+    assert!(loaded(), "the session keeps its operator's model for its next query");
+    s.registry().get(op).unwrap().evaluate_timed(&task, &one_review()).unwrap();
+    assert_eq!(s.config().operators.models.len(), 1, "one copy, held once");
+    drop(s);
+    assert!(!loaded(), "freed with the session");
+}
+
 #[test]
 fn bad_input_gives_typed_errors_naming_the_culprit() {
     let dir = tempfile::tempdir().unwrap();
