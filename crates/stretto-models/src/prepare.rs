@@ -37,7 +37,7 @@ pub fn ensure_decoder(home: &Path, name: &str) -> Result<DecoderFiles> {
     }
     let dir = decoder_dir(home, name);
     if let Ok(files) = DecoderFiles::open(&dir) {
-        return Ok(with_context_length(home, name, files));
+        return Ok(with_catalog_system_prompt(name, with_context_length(home, name, files)));
     }
     convert_atomically(
         home,
@@ -46,7 +46,18 @@ pub fn ensure_decoder(home: &Path, name: &str) -> Result<DecoderFiles> {
         |d| DecoderFiles::open(d).is_ok(),
         |model_dir, tmp| convert_gguf(&model_dir.join("model.gguf"), tmp).map(|_| ()),
     )?;
-    DecoderFiles::open(&dir)
+    DecoderFiles::open(&dir).map(|files| with_catalog_system_prompt(name, files))
+}
+
+/// A catalog decoder with the system prompt the catalog sets for it ([`crate::models::system_prompt`]) in place of
+/// the one its conversion read from the GGUF chat template; unchanged where the catalog sets none. Only the returned
+/// config changes (`config.json` keeps the converted default), so setting or changing the catalog's prompt needs no
+/// conversion: the items' caches, keyed by their prefix text, follow it.
+fn with_catalog_system_prompt(name: &str, mut files: DecoderFiles) -> DecoderFiles {
+    if let Some(text) = crate::models::system_prompt(name) {
+        files.config.system_prompt = text.to_string();
+    }
+    files
 }
 
 /// A catalog decoder converted before `config.json` recorded the context length: the length is read from the
@@ -90,7 +101,7 @@ pub fn ensure_decoder_with(home: &Path, name: &str, weights: Weights) -> Result<
     let dir = crate::models::model_dir(home, name).join(weights.folder());
     let open = |d: &Path| DecoderFiles::open(d).ok().filter(|f| f.config.weights == weights);
     if let Some(files) = open(&dir) {
-        return Ok(with_context_length(home, name, files));
+        return Ok(with_catalog_system_prompt(name, with_context_length(home, name, files)));
     }
     convert_atomically(
         home,
@@ -99,7 +110,9 @@ pub fn ensure_decoder_with(home: &Path, name: &str, weights: Weights) -> Result<
         |d| open(d).is_some(),
         |model_dir, tmp| convert_gguf_with(&model_dir.join("model.gguf"), tmp, weights).map(|_| ()),
     )?;
-    open(&dir).ok_or_else(|| ModelError::Graph(format!("{}: the conversion left no decoder", dir.display())))
+    open(&dir)
+        .map(|files| with_catalog_system_prompt(name, files))
+        .ok_or_else(|| ModelError::Graph(format!("{}: the conversion left no decoder", dir.display())))
 }
 
 /// The converted sentence encoder of catalog model `name` (a BERT safetensors model such as `minilm`), or an
@@ -430,4 +443,40 @@ pub fn register_gguf(home: &Path, name: &str, gguf: &Path) -> Result<DecoderFile
     fs::rename(&tmp, &dir).map_err(|e| ModelError::io(&dir, e))?;
     write_marker(&model_dir, &source)?;
     DecoderFiles::open(&dir)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A converted decoder folder for `name` in `home` whose `config.json` names `system` as its system prompt (the
+    /// context length recorded, so nothing reads the GGUF).
+    fn converted(home: &Path, name: &str, system: &str) -> PathBuf {
+        let dir = decoder_dir(home, name);
+        fs::create_dir_all(&dir).unwrap();
+        let config = serde_json::json!({"arch":"qwen2","layers":1,"hidden":8,"heads":2,"kv_heads":1,"head_dim":4,
+            "ffn":16,"vocab":10,"rope_base":10000.0,"eps":1e-6,"stop_tokens":[2],"system_prompt":system,
+            "context_length":32768,"converter":crate::convert::CONVERTER_VERSION});
+        fs::write(dir.join("config.json"), config.to_string()).unwrap();
+        dir
+    }
+
+    #[test]
+    fn a_catalog_system_prompt_replaces_the_converted_default_at_load_and_leaves_the_folder_as_converted() {
+        let home = tempfile::tempdir().unwrap();
+        let qwen = "You are Qwen, created by Alibaba Cloud. You are a helpful assistant.";
+        let dir = converted(home.path(), "qwen2.5-coder-1.5b", qwen);
+        let set = crate::models::system_prompt("qwen2.5-coder-1.5b").expect("the catalog sets the 1.5B's prompt");
+        assert!(!set.contains("Qwen"), "{set}");
+        let files = ensure_decoder(home.path(), "qwen2.5-coder-1.5b").unwrap();
+        assert_eq!(files.config.system_prompt, set);
+        let written: serde_json::Value =
+            serde_json::from_str(&fs::read_to_string(dir.join("config.json")).unwrap()).unwrap();
+        assert_eq!(written["system_prompt"], qwen, "config.json keeps what the conversion read");
+        // A catalog decoder without a setting keeps its converted default.
+        converted(home.path(), "smollm2-135m", "You are a helpful AI assistant named SmolLM.");
+        assert_eq!(crate::models::system_prompt("smollm2-135m"), None);
+        let files = ensure_decoder(home.path(), "smollm2-135m").unwrap();
+        assert_eq!(files.config.system_prompt, "You are a helpful AI assistant named SmolLM.");
+    }
 }

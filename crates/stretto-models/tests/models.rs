@@ -65,6 +65,7 @@ fn chunked_spec(house: &Path) -> (&'static ModelSpec, Vec<u8>) {
         }]),
         default: false,
         filter: None,
+        system: None,
     });
     (spec, whole)
 }
@@ -124,6 +125,7 @@ fn split_zip_spec(house: &Path, members: &[(&str, &[u8])]) -> &'static ModelSpec
         artifacts: Box::leak(artifacts.into_boxed_slice()),
         default: false,
         filter: None,
+        system: None,
     })
 }
 

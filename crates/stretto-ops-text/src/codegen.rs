@@ -187,7 +187,8 @@ impl CodegenMap {
         if let Some(p) = programs.get(&task.prompt) {
             return Ok(p.clone());
         }
-        let key = memo_key(&self.name, &task.prompt, "__program__");
+        let key =
+            memo_key(&crate::under_system_prompt(self.name.clone(), &self.config.model), &task.prompt, "__program__");
         if let Some(e) = self.memo().and_then(|m| m.get(&key)) {
             let p = e.value.as_deref().and_then(|s| Program::compile(s).ok());
             programs.insert(task.prompt.clone(), p.clone());
@@ -371,7 +372,12 @@ impl PhysicalOp for CodegenMap {
 
     fn accept(&self, task: &SemanticTask) -> Result<String> {
         // A closed-choice map's values are its choices: kept apart from values memoised before choices were read.
-        Ok(map_identity(&self.name, &about_the_text(&task.prompt)))
+        let identity = map_identity(&self.name, &about_the_text(&task.prompt));
+        // A program its model wrote depends on the system prompt too; a fixed one on nothing the model says.
+        Ok(match self.config.program {
+            Some(_) => identity,
+            None => crate::under_system_prompt(identity, &self.config.model),
+        })
     }
 
     fn evaluate_items(&self, task: &SemanticTask, items: &[String]) -> Result<(OpOutput, Vec<f64>)> {

@@ -373,7 +373,7 @@ impl PhysicalOp for PairLlm {
     }
 
     fn accept(&self, _: &SemanticTask) -> Result<String> {
-        Ok(format!("{}#{}", self.name, self.protocol))
+        Ok(crate::under_system_prompt(format!("{}#{}", self.name, self.protocol), &self.config.model))
     }
 
     fn evaluate_items(&self, task: &SemanticTask, items: &[String]) -> Result<(OpOutput, Vec<f64>)> {
@@ -549,7 +549,8 @@ impl ProjectPair {
             Some(q) => format!("{}\n{}\n{}", q.question, q.lead, if self.calibrated() { "calibrated" } else { "raw" }),
             None => Self::map_question(property).0,
         };
-        let key = |s: &str| memo_key(&self.name, &question, s);
+        let identity = crate::under_system_prompt(self.name.clone(), &self.config.model);
+        let key = |s: &str| memo_key(&identity, &question, s);
         let mut known: HashMap<String, MemoEntry> = HashMap::new();
         let mut missing = Vec::new();
         for s in sides {
@@ -726,10 +727,11 @@ impl PhysicalOp for ProjectPair {
     fn accept(&self, task: &SemanticTask) -> Result<String> {
         // The answers depend on how a side is projected: they are memoised under the projection's question.
         let c = self.comparison_or_decline(task)?;
-        Ok(match self.projection(&c.property)? {
+        let identity = match self.projection(&c.property)? {
             Some(q) => format!("{}#{:?}#{}#{}#{}", self.name, c.relation, q.question, q.lead, self.calibrated()),
             None => format!("{}#{:?}#{}", self.name, c.relation, Self::map_question(&c.property).0),
-        })
+        };
+        Ok(crate::under_system_prompt(identity, &self.config.model))
     }
 
     fn evaluate_items(&self, task: &SemanticTask, items: &[String]) -> Result<(OpOutput, Vec<f64>)> {

@@ -65,6 +65,17 @@ pub fn decoder(
     Ok(dec)
 }
 
+/// `identity` (what an operator's memoised answers from decoder `model` are kept under) marked with the system prompt
+/// the catalog sets for `model` ([`stretto_kv::models::system_prompt`]), where it sets one: answers a model gave
+/// under another system prompt (its template's default, before the catalog set one) are then never read as its
+/// answers now. Unchanged for a model that keeps its converted default, so their memoised answers stay valid.
+pub fn under_system_prompt(identity: String, model: &str) -> String {
+    match stretto_kv::models::system_prompt(model) {
+        Some(text) => format!("{identity}#system:{}", &stretto_core::memo::memo_key("system", text, "")[..12]),
+        None => identity,
+    }
+}
+
 /// The process's shared copy of sentence encoder `model`, as `ctx` runs it, held by `ctx`.
 pub fn embedder(
     ctx: &stretto_core::OpContext,
@@ -80,4 +91,21 @@ pub fn classifier(ctx: &stretto_core::OpContext) -> stretto_kv::Result<std::sync
     let c = stretto_kv::pool::classifier(&ctx.model_home, runtime(ctx))?;
     ctx.models.hold(&c);
     Ok(c)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::under_system_prompt;
+
+    #[test]
+    fn answers_of_a_model_whose_catalog_sets_a_system_prompt_are_kept_under_it() {
+        // SmolLM2 keeps its template's prompt: its identities, and the answers memoised under them, are unchanged.
+        assert_eq!(under_system_prompt("llm:smollm2-135m".into(), "smollm2-135m"), "llm:smollm2-135m");
+        assert_eq!(under_system_prompt("llm:mine".into(), "mine"), "llm:mine");
+        // The 1.5B's answers under the catalog's prompt are not those it gave under Qwen's default.
+        let id = under_system_prompt("llm:qwen2.5-coder-1.5b".into(), "qwen2.5-coder-1.5b");
+        let mark = id.strip_prefix("llm:qwen2.5-coder-1.5b#system:").unwrap_or_else(|| panic!("{id}"));
+        assert_eq!(mark.len(), 12);
+        assert!(mark.chars().all(|c| c.is_ascii_hexdigit()), "{id}");
+    }
 }

@@ -418,6 +418,18 @@ impl PhysicalOp for LlmOp {
     }
 
     fn accept(&self, task: &SemanticTask) -> Result<String> {
+        // Whatever the task, the answers depend on the system prompt every item's past starts with.
+        Ok(crate::under_system_prompt(self.identity(task)?, &self.config.model))
+    }
+
+    fn evaluate_items(&self, task: &SemanticTask, items: &[String]) -> Result<(OpOutput, Vec<f64>)> {
+        self.answer(task, items)
+    }
+}
+
+impl LlmOp {
+    /// What its answers to `task` are memoised under, but for the system prompt ([`crate::under_system_prompt`]).
+    fn identity(&self, task: &SemanticTask) -> Result<String> {
         // A contrast filter's answers depend on the question its model derived, so they are memoised under it: a
         // changed derivation never reads answers to another question. Without an opposite, it declines.
         if self.contrastive && task.kind == LogicalKind::Filter {
@@ -445,7 +457,8 @@ impl PhysicalOp for LlmOp {
         Ok(self.name.clone())
     }
 
-    fn evaluate_items(&self, task: &SemanticTask, items: &[String]) -> Result<(OpOutput, Vec<f64>)> {
+    /// Its answers to `task` on `items`, with the seconds each took.
+    fn answer(&self, task: &SemanticTask, items: &[String]) -> Result<(OpOutput, Vec<f64>)> {
         let question = self.question(task);
         let dec = self.decoder()?;
         let contrast = if self.contrastive && task.kind == LogicalKind::Filter {
