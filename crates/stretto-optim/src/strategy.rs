@@ -74,7 +74,10 @@
 //! the tuples left is not profiled) and the cost of gold's answers that its own plan would not ask: both read
 //! costs measured on screening tuples. The probe may also stop before the other candidates are asked, where what
 //! earlier queries recorded them to cost on the same tuples (`stretto_core::memo::CostRecord`) already shows that
-//! profiling cannot pay: that reads costs, never answers, and ends in gold. Once gold has answered the probe, gold's
+//! profiling cannot pay: that reads costs, never answers, and ends in gold; and a single candidate whose recorded
+//! cost there already drops it (as dear as gold, or no cheaper than its parent) is not asked: a cost again, read on
+//! screening tuples. After the probe, the rest of the screening asks a map only about the tuples gold's filters let
+//! through: which tuples those are is read off gold's answers on screening tuples, outside the sample. Once gold has answered the probe, gold's
 //! plan answers the profiling sample before any other candidate answers anything, and where the sample's count of gold result rows leaves
 //! the hold-out too few for any certificate, profiling ends in gold: that reads gold's answers only, whose count
 //! the stratified split already fixes before any plan is looked at, so a test that does run keeps its level.

@@ -640,19 +640,22 @@ impl Fresh {
         self.sample[idx] + if screening_left { self.screening[idx] } else { 0.0 }
     }
 
-    /// [`Fresh::ahead`] for an operator of `kind` asked, in profiling, about a share `reach` of the sample: a
-    /// map only about the gold result rows ([`profiled_rows`]), whose share gold's plan gives (a filter about all).
+    /// [`Fresh::ahead`] for an operator of `kind` asked, in profiling, about a share `reach` of the tuples: a map
+    /// only about the gold result rows ([`profiled_rows`]) of the sample and of the rest of the screening, whose
+    /// share gold's plan gives (a filter about all).
     fn ahead_profiled(&self, idx: usize, screening_left: bool, kind: LogicalKind, reach: f64) -> f64 {
         let share = if kind == LogicalKind::Map { reach } else { 1.0 };
-        self.sample[idx] * share + if screening_left { self.screening[idx] } else { 0.0 }
+        share * self.ahead(idx, screening_left)
     }
 
     /// Gold's answers profiling asks that gold's own plan would not, for an operator of `kind` that a share `reach`
     /// of the tuples reaches in that plan: a filter's on the rest of the sample (and of the screening, if left); a
-    /// map's on the rest of the screening only (profiling asks it only the gold result rows of the sample).
+    /// map's on none (profiling asks it only the gold result rows, as gold's plan does).
     fn gold_beyond_plan(&self, screening_left: bool, kind: LogicalKind, reach: f64) -> f64 {
-        let sample = if kind == LogicalKind::Map { 0.0 } else { self.sample[0] };
-        (1.0 - reach) * (sample + if screening_left { self.screening[0] } else { 0.0 })
+        if kind == LogicalKind::Map {
+            return 0.0;
+        }
+        (1.0 - reach) * self.ahead(0, screening_left)
     }
 
     /// The answers among those [`Fresh::ahead`] would count that the memo already holds.
@@ -745,6 +748,27 @@ fn probe_drops(
             reason.is_none()
         });
     }
+}
+
+/// The candidates `due(logical, candidate)` that [`probe_drops`] dropped in `by_record` (run on figures that earlier
+/// queries recorded, [`RegisteredOp::recorded_costs`]), each with its reason as a screening drop: they need not be
+/// asked on the probe to be dropped there.
+fn skipped_by_record(
+    tasks: &[SemanticTask],
+    cands: &[Vec<Arc<RegisteredOp>>],
+    by_record: &[Dropped],
+    due: impl Fn(usize, usize) -> bool,
+) -> Vec<(usize, usize, Dropped)> {
+    let mut out = Vec::new();
+    for (t, (task, ops)) in tasks.iter().zip(cands).enumerate() {
+        for (i, op) in ops.iter().enumerate().skip(1).filter(|(i, _)| due(t, *i)) {
+            if let Some(d) = by_record.iter().find(|d| d.logical == task.name && d.operator == op.name()) {
+                let reason = format!("{}, as earlier queries over the same items recorded it: not asked", d.reason);
+                out.push((t, i, Dropped { reason, ..d.clone() }));
+            }
+        }
+    }
+    out
 }
 
 /// A compressed rung costing at least this share of its uncompressed parent per tuple is not offered: compression
@@ -944,6 +968,24 @@ fn screened(gold: &OpOutput, output: &OpOutput, secs: &[f64]) -> Screened {
         _ => None,
     };
     Screened { cost, quality }
+}
+
+/// One logical operator's candidates' answers on some tuples (gold's first), with their seconds per tuple; `None`
+/// where it was not asked.
+type Answers = Option<Vec<(OpOutput, Vec<f64>)>>;
+
+/// Which of `n` tuples gold lets through every filter, from each logical operator's answers on them (a map's, or
+/// those of an operator not asked, are `None`): a tuple passes where no gold filter scored it at most 0.
+fn gold_passes(answers: &[Answers], n: usize) -> Vec<bool> {
+    let mut through = vec![true; n];
+    for gold in answers.iter().flatten().filter_map(|a| a.first()) {
+        if let (OpOutput::Scores(s), _) = gold {
+            for (a, v) in through.iter_mut().zip(s) {
+                *a &= *v > 0.0;
+            }
+        }
+    }
+    through
 }
 
 /// How many of the first `looked` screening tuples gold lets through every filter (gold's outputs come first in
@@ -1971,6 +2013,10 @@ fn profile_candidates(
         // (and those whose costs earlier queries recorded) would cost more to profile than any plan could save,
         // whatever the others cost, no more are asked.
         let mut probe_stop = None;
+        // Candidates not asked at all because what earlier queries recorded them to cost on these very tuples
+        // already drops them ([`probe_drops`]: as dear as gold, or no cheaper than their uncompressed parent), with
+        // the reason (logical operator, candidate).
+        let mut not_asked: Vec<(usize, usize)> = Vec::new();
         if uncertified.is_none() && recorded_stop.is_none() {
             if pay_check {
                 // Within each, those whose costs no earlier query recorded first: the others already count.
@@ -2003,10 +2049,11 @@ fn profile_candidates(
                         from_record += est[t].len() - tried[t].len();
                         unasked.push(orphans || order[round.min(order.len())..].iter().any(|i| figure(i).is_none()));
                     }
-                    probe_drops(&tasks, &cands, &mut est, probe, &mut Vec::new());
+                    let mut by_record = Vec::new();
+                    probe_drops(&tasks, &cands, &mut est, probe, &mut by_record);
                     let (rest, note) = rest_of(&est, probe);
                     let (cost, saving, free) = pays_with(&est, rest, true, probe, &unasked);
-                    let asked: usize = order.iter().map(|o| o.len().min(round)).sum();
+                    let asked: usize = order.iter().map(|o| o.len().min(round)).sum::<usize>() - not_asked.len();
                     tracing::debug!(cost, saving, asked, askable, "pay check while probing");
                     if cost >= saving {
                         let recorded = if from_record > 0 {
@@ -2032,7 +2079,19 @@ fn profile_candidates(
                         ));
                         break;
                     }
-                    let more = probe_pass(&|t, i, setup| !setup && order[t].get(round) == Some(&i))?;
+                    // This round's candidates that their recorded costs already drop are not asked: the probe would
+                    // measure on the same tuples what was recorded there and drop them on it (a cost, never an
+                    // answer, so the certificate's argument is untouched).
+                    let skip = skipped_by_record(&tasks, &cands, &by_record, |t, i| {
+                        order[t].get(round) == Some(&i) && rec.as_ref().is_some_and(|r| r[t].iter().any(|c| c.idx == i))
+                    });
+                    for (t, i, d) in skip.iter().cloned() {
+                        not_asked.push((t, i));
+                        screening.dropped.push(d);
+                    }
+                    let more = probe_pass(&|t, i, setup| {
+                        !setup && order[t].get(round) == Some(&i) && !not_asked.contains(&(t, i))
+                    })?;
                     for (tried, more) in tried.iter_mut().zip(more) {
                         tried.extend(more);
                         tried.sort_by_key(|t| t.idx);
@@ -2049,6 +2108,10 @@ fn profile_candidates(
         screening.seconds = spent(&tried) + asked_live.lock().map_or(0.0, |s| *s);
         // Which candidates answered the probe (a decline is not among them).
         let mut ran: Vec<BTreeSet<usize>> = tried.iter().map(|t| t.iter().map(|t| t.idx).collect()).collect();
+        // (Those dropped on their recorded costs leave with the rest.)
+        for &(t, i) in &not_asked {
+            ran[t].insert(i);
+        }
         probe_drops(&tasks, &cands, &mut tried, probe, &mut screening.dropped);
         let with_setup: Vec<(usize, usize)> = cands
             .iter()
@@ -2069,7 +2132,19 @@ fn profile_candidates(
                     });
                 }
             } else {
-                let more = probe_pass(&|_, i, setup| i > 0 && setup)?;
+                // As in the rounds: a candidate whose recorded costs on these tuples (its one-off setup's share
+                // included) already drop it is not set up again.
+                let mut by_record = Vec::new();
+                if let Some((mut est, _)) = pay_check.then(|| recorded(&tried, true)).flatten() {
+                    probe_drops(&tasks, &cands, &mut est, probe, &mut by_record);
+                }
+                let skip = skipped_by_record(&tasks, &cands, &by_record, |t, i| cands[t][i].one_off_setup());
+                for (t, i, d) in skip {
+                    ran[t].insert(i);
+                    not_asked.push((t, i));
+                    screening.dropped.push(d);
+                }
+                let more = probe_pass(&|t, i, setup| i > 0 && setup && !not_asked.contains(&(t, i)))?;
                 screening.seconds += spent(&more);
                 for ((tried, ran), more) in tried.iter_mut().zip(ran.iter_mut()).zip(more) {
                     ran.extend(more.iter().map(|t| t.idx));
@@ -2175,9 +2250,39 @@ fn profile_candidates(
             // 3a-ii. The candidates left on the rest of the screening tuples; the hopeless and the dominated go no
             //        further. Only tuples the optimizer never sees decide which candidates it gets, so its fit and
             //        its certificate stand as they would on a profile of those candidates alone.
-            let more: Vec<Vec<(OpOutput, Vec<f64>)>> = per_task(&tasks, &cands, parallel, |i, task, ops| {
-                tried[i].iter().map(|t| Ok(ops[t.idx].evaluate_timed(task, &tail)?)).collect()
-            })?;
+            //        Filters first, then maps only on the tuples gold's filters let through: a map's value counts
+            //        nowhere else (profiling asks it only the gold result rows of the sample, and gold's plan only
+            //        the tuples its filters pass), so its answers elsewhere would be paid for and never used.
+            let filters_first = |maps: bool, rows: &RecordBatch| {
+                per_task(&tasks, &cands, parallel, |i, task, ops| {
+                    if (task.kind == LogicalKind::Map) != maps {
+                        return Ok(None);
+                    }
+                    if rows.num_rows() == 0 {
+                        let empty = OpOutput::Values { values: Vec::new(), confidences: Vec::new() };
+                        return Ok(Some(tried[i].iter().map(|_| (empty.clone(), Vec::new())).collect::<Vec<_>>()));
+                    }
+                    tried[i]
+                        .iter()
+                        .map(|t| Ok(ops[t.idx].evaluate_timed(task, rows)?))
+                        .collect::<Result<Vec<_>>>()
+                        .map(Some)
+                })
+            };
+            let filtered = filters_first(false, &tail)?;
+            let through = gold_passes(&filtered, tail.num_rows());
+            let map_rows = take_record_batch(
+                &tail,
+                &UInt32Array::from_iter_values((0..tail.num_rows()).filter(|&r| through[r]).map(|r| r as u32)),
+            )?;
+            tracing::debug!(
+                through = map_rows.num_rows(),
+                tail = tail.num_rows(),
+                "screening's maps on the tuples gold's filters let through"
+            );
+            let mapped = filters_first(true, &map_rows)?;
+            let more: Vec<Vec<(OpOutput, Vec<f64>)>> =
+                filtered.into_iter().zip(mapped).map(|(f, m)| f.or(m).unwrap_or_default()).collect();
             for ((task, ops), (tried, more)) in tasks.iter().zip(&cands).zip(tried.iter_mut().zip(more)) {
                 for (t, (output, secs)) in tried.iter_mut().zip(more) {
                     screening.seconds += secs.iter().sum::<f64>();
