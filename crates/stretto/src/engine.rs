@@ -2258,7 +2258,8 @@ fn profile_candidates(
                     if (task.kind == LogicalKind::Map) != maps {
                         return Ok(None);
                     }
-                    if rows.num_rows() == 0 {
+                    // (No tuple through: a map answers nothing, and its operators are not called.)
+                    if maps && rows.num_rows() == 0 {
                         let empty = OpOutput::Values { values: Vec::new(), confidences: Vec::new() };
                         return Ok(Some(tried[i].iter().map(|_| (empty.clone(), Vec::new())).collect::<Vec<_>>()));
                     }
