@@ -18,8 +18,13 @@ pub fn decoder_dir(home: &Path, name: &str) -> PathBuf {
 }
 
 /// The converted decoder of catalog model `name` (fetching and converting it first if needed), or of a decoder a
-/// user registered under `name` ([`register_gguf`]).
+/// user registered under `name` ([`register_gguf`]), with the system prompt the catalog sets for it.
 pub fn ensure_decoder(home: &Path, name: &str) -> Result<DecoderFiles> {
+    converted_decoder(home, name).map(|files| with_catalog_system_prompt(name, files))
+}
+
+/// [`ensure_decoder`] as converted, before the catalog's system prompt.
+fn converted_decoder(home: &Path, name: &str) -> Result<DecoderFiles> {
     if spec(name).is_err() {
         match user_kind(home, name) {
             Some(UserKind::Decoder) => return DecoderFiles::open(&decoder_dir(home, name)),
@@ -37,7 +42,7 @@ pub fn ensure_decoder(home: &Path, name: &str) -> Result<DecoderFiles> {
     }
     let dir = decoder_dir(home, name);
     if let Ok(files) = DecoderFiles::open(&dir) {
-        return Ok(with_catalog_system_prompt(name, with_context_length(home, name, files)));
+        return Ok(with_context_length(home, name, files));
     }
     convert_atomically(
         home,
@@ -46,7 +51,7 @@ pub fn ensure_decoder(home: &Path, name: &str) -> Result<DecoderFiles> {
         |d| DecoderFiles::open(d).is_ok(),
         |model_dir, tmp| convert_gguf(&model_dir.join("model.gguf"), tmp).map(|_| ()),
     )?;
-    DecoderFiles::open(&dir).map(|files| with_catalog_system_prompt(name, files))
+    DecoderFiles::open(&dir)
 }
 
 /// A catalog decoder with the system prompt the catalog sets for it ([`crate::models::system_prompt`]) in place of
@@ -92,6 +97,11 @@ pub fn ensure_decoder_with(home: &Path, name: &str, weights: Weights) -> Result<
     if weights == Weights::F32 {
         return ensure_decoder(home, name);
     }
+    converted_decoder_with(home, name, weights).map(|files| with_catalog_system_prompt(name, files))
+}
+
+/// [`ensure_decoder_with`] for weights other than f32, as converted, before the catalog's system prompt.
+fn converted_decoder_with(home: &Path, name: &str, weights: Weights) -> Result<DecoderFiles> {
     let s = spec(name).map_err(|_| {
         ModelError::Usage(format!("`{name}`: {} weights are made from a catalog model's GGUF file", weights.as_str()))
     })?;
@@ -101,7 +111,7 @@ pub fn ensure_decoder_with(home: &Path, name: &str, weights: Weights) -> Result<
     let dir = crate::models::model_dir(home, name).join(weights.folder());
     let open = |d: &Path| DecoderFiles::open(d).ok().filter(|f| f.config.weights == weights);
     if let Some(files) = open(&dir) {
-        return Ok(with_catalog_system_prompt(name, with_context_length(home, name, files)));
+        return Ok(with_context_length(home, name, files));
     }
     convert_atomically(
         home,
@@ -110,9 +120,7 @@ pub fn ensure_decoder_with(home: &Path, name: &str, weights: Weights) -> Result<
         |d| open(d).is_some(),
         |model_dir, tmp| convert_gguf_with(&model_dir.join("model.gguf"), tmp, weights).map(|_| ()),
     )?;
-    open(&dir)
-        .map(|files| with_catalog_system_prompt(name, files))
-        .ok_or_else(|| ModelError::Graph(format!("{}: the conversion left no decoder", dir.display())))
+    open(&dir).ok_or_else(|| ModelError::Graph(format!("{}: the conversion left no decoder", dir.display())))
 }
 
 /// The converted sentence encoder of catalog model `name` (a BERT safetensors model such as `minilm`), or an

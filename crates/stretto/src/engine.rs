@@ -977,9 +977,15 @@ type Answers = Option<Vec<(OpOutput, Vec<f64>)>>;
 /// Which of `n` tuples gold lets through every filter, from each logical operator's answers on them (a map's, or
 /// those of an operator not asked, are `None`): a tuple passes where no gold filter scored it at most 0.
 fn gold_passes(answers: &[Answers], n: usize) -> Vec<bool> {
+    passing(n, answers.iter().flatten().filter_map(|a| a.first()).map(|(output, _)| output))
+}
+
+/// Which of the first `n` tuples every filter output among `gold` (gold's, one per logical operator; a map's values
+/// are skipped) lets through: a score above 0.
+fn passing<'a>(n: usize, gold: impl IntoIterator<Item = &'a OpOutput>) -> Vec<bool> {
     let mut through = vec![true; n];
-    for gold in answers.iter().flatten().filter_map(|a| a.first()) {
-        if let (OpOutput::Scores(s), _) = gold {
+    for output in gold {
+        if let OpOutput::Scores(s) = output {
             for (a, v) in through.iter_mut().zip(s) {
                 *a &= *v > 0.0;
             }
@@ -991,15 +997,7 @@ fn gold_passes(answers: &[Answers], n: usize) -> Vec<bool> {
 /// How many of the first `looked` screening tuples gold lets through every filter (gold's outputs come first in
 /// each logical operator's `tried`; a map lets every tuple through).
 fn gold_through(tried: &[Vec<Tried>], looked: usize) -> usize {
-    let mut through = vec![true; looked];
-    for t in tried {
-        if let Some(Tried { output: OpOutput::Scores(g), .. }) = t.first() {
-            for (a, v) in through.iter_mut().zip(g) {
-                *a &= *v > 0.0;
-            }
-        }
-    }
-    through.iter().filter(|&&t| t).count()
+    passing(looked, tried.iter().filter_map(|t| t.first()).map(|t| &t.output)).iter().filter(|&&t| t).count()
 }
 
 /// The largest share of the tuples reaching a map that a plan could let the candidates `others` decide instead of
@@ -2019,9 +2017,10 @@ fn profile_candidates(
         let mut not_asked: Vec<(usize, usize)> = Vec::new();
         if uncertified.is_none() && recorded_stop.is_none() {
             if pay_check {
+                // What earlier queries recorded stands in for the candidates not asked yet, where it has figures.
+                let rec = rec.map(|(est, _)| est);
                 // Within each, those whose costs no earlier query recorded first: the others already count.
-                let has_figure =
-                    |t: usize, i: usize| rec.as_ref().is_some_and(|(est, _)| est[t].iter().any(|c| c.idx == i));
+                let has_figure = |t: usize, i: usize| rec.as_ref().is_some_and(|est| est[t].iter().any(|c| c.idx == i));
                 let order: Vec<Vec<usize>> = cands
                     .iter()
                     .enumerate()
@@ -2035,8 +2034,6 @@ fn profile_candidates(
                     .collect();
                 let askable: usize = order.iter().map(Vec::len).sum();
                 let rounds = order.iter().map(Vec::len).max().unwrap_or(0);
-                // What earlier queries recorded stands in for the candidates not asked yet, where it has figures.
-                let rec = rec.map(|(est, _)| est);
                 for round in 0..rounds {
                     let mut est = tried.clone();
                     let mut unasked = Vec::with_capacity(order.len());
@@ -2083,7 +2080,7 @@ fn profile_candidates(
                     // measure on the same tuples what was recorded there and drop them on it (a cost, never an
                     // answer, so the certificate's argument is untouched).
                     let skip = skipped_by_record(&tasks, &cands, &by_record, |t, i| {
-                        order[t].get(round) == Some(&i) && rec.as_ref().is_some_and(|r| r[t].iter().any(|c| c.idx == i))
+                        order[t].get(round) == Some(&i) && has_figure(t, i)
                     });
                     for (t, i, d) in skip.iter().cloned() {
                         not_asked.push((t, i));
@@ -2253,7 +2250,7 @@ fn profile_candidates(
             //        Filters first, then maps only on the tuples gold's filters let through: a map's value counts
             //        nowhere else (profiling asks it only the gold result rows of the sample, and gold's plan only
             //        the tuples its filters pass), so its answers elsewhere would be paid for and never used.
-            let filters_first = |maps: bool, rows: &RecordBatch| {
+            let ask_of_kind = |maps: bool, rows: &RecordBatch| {
                 per_task(&tasks, &cands, parallel, |i, task, ops| {
                     if (task.kind == LogicalKind::Map) != maps {
                         return Ok(None);
@@ -2270,7 +2267,7 @@ fn profile_candidates(
                         .map(Some)
                 })
             };
-            let filtered = filters_first(false, &tail)?;
+            let filtered = ask_of_kind(false, &tail)?;
             let through = gold_passes(&filtered, tail.num_rows());
             let map_rows = take_record_batch(
                 &tail,
@@ -2281,7 +2278,7 @@ fn profile_candidates(
                 tail = tail.num_rows(),
                 "screening's maps on the tuples gold's filters let through"
             );
-            let mapped = filters_first(true, &map_rows)?;
+            let mapped = ask_of_kind(true, &map_rows)?;
             let more: Vec<Vec<(OpOutput, Vec<f64>)>> =
                 filtered.into_iter().zip(mapped).map(|(f, m)| f.or(m).unwrap_or_default()).collect();
             for ((task, ops), (tried, more)) in tasks.iter().zip(&cands).zip(tried.iter_mut().zip(more)) {
