@@ -6,7 +6,9 @@
 //! to a bounded length. Anything else the model writes (Python, Perl code blocks, look-arounds the engine does not
 //! run) is rejected with the reason, and the model is asked to repair its program a bounded number of times; a
 //! spec that matches none of the sample values is repaired the same way. A program that still fails is rejected
-//! and the operator extracts nothing (no value, confidence 0) rather than guessing.
+//! and the operator extracts nothing (no value, confidence 0) rather than guessing. No spec is asked for where most
+//! of the coder's own reference answers are not written in their samples (a judgement, not an extraction:
+//! [`out_of_reach`]), and repairs stop once the model repeats a spec: failed syntheses cost less.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
@@ -257,6 +259,13 @@ pub fn synthesize(
          these. Task: {instruction}.\n\n{examples}\n\nReply with the regular expression only, in a ```regex block."
     );
     let mut log = vec![format!("reference answers: {answers:?}")];
+    // A program can only extract what is written in the text: where most reference answers are not there (a
+    // sentiment, a topic, a judgement), no spec can reproduce them and asking for one costs tens of seconds.
+    if ty == ValueType::String && out_of_reach(&shown, &answers) {
+        log.push("no spec asked: most reference answers do not appear in their sample's text".into());
+        return Ok((None, log));
+    }
+    let mut tried: Vec<String> = Vec::new();
     for attempt in 0..=config.repairs {
         let ids = dec.encode(&dec.chat_prompt(&request)).map_err(|e| CoreError::operator_failed("codegen", e))?;
         let g = dec
@@ -264,6 +273,12 @@ pub fn synthesize(
             .map_err(|e| CoreError::operator_failed("codegen", e))?
             .remove(0);
         let spec = spec_from_reply(&g.text);
+        // Decoding is greedy: a repair that repeats an earlier spec will not be followed by a different one.
+        if tried.contains(&spec) {
+            log.push(format!("attempt {attempt}: `{spec}` repeats an earlier spec; repairs stopped"));
+            break;
+        }
+        tried.push(spec.clone());
         let check = |p: &Program| -> (Vec<Option<String>>, usize, usize, bool) {
             let got: Vec<Option<String>> = shown.iter().map(|s| p.run(s).and_then(|v| normalize(&v, ty))).collect();
             let known = answers.iter().filter(|a| a.is_some()).count();
@@ -331,6 +346,16 @@ pub fn synthesize(
         ));
     }
     Ok((None, log))
+}
+
+/// Whether the reference answers are mostly not in their samples' text, so no extraction spec can reproduce them:
+/// at most half of the known answers appear in their sample (compared in lower case). With no known answer there is
+/// nothing to judge by, and the spec is asked for.
+pub fn out_of_reach(samples: &[String], answers: &[Option<String>]) -> bool {
+    let known: Vec<(&String, &str)> =
+        samples.iter().zip(answers).filter_map(|(s, a)| a.as_deref().map(|a| (s, a))).collect();
+    let present = known.iter().filter(|(s, a)| s.to_lowercase().contains(&a.to_lowercase())).count();
+    !known.is_empty() && 2 * present <= known.len()
 }
 
 /// The label that opens a line (`Date:`, `Subject:`, `X-From:`): text before the first colon, short and free of
@@ -458,6 +483,23 @@ mod tests {
         let mixed = vec![Some("2001".to_string()), Some("hi".to_string())];
         assert_eq!(anchor_on_label(r"(\d{4})", &samples, &mixed), None);
         assert_eq!(anchor_on_label(r"(\d{4})", &samples, &[None, None]), None);
+    }
+
+    #[test]
+    fn answers_not_written_in_the_text_are_out_of_a_programs_reach() {
+        let samples: Vec<String> =
+            ["Great phone, the Pixel 7 by Google.", "Terrible shoes from Nike.", "A mug."].map(String::from).to_vec();
+        let some = |a: &str| Some(a.to_string());
+        // Brands written in the text (in any case): a spec can find them.
+        assert!(!out_of_reach(&samples, &[some("google"), some("Nike"), None]));
+        // Two of three present: still within reach.
+        assert!(!out_of_reach(&samples, &[some("Google"), some("Nike"), some("positive")]));
+        // Judgements that are not in the text: out of reach.
+        assert!(out_of_reach(&samples, &[some("positive"), some("negative"), some("neutral")]));
+        // Half present is not most.
+        assert!(out_of_reach(&samples[..2], &[some("Google"), some("negative")]));
+        // Nothing known: nothing to judge by.
+        assert!(!out_of_reach(&samples, &[None, None, None]));
     }
 
     #[test]
