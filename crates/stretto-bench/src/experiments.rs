@@ -621,13 +621,17 @@ fn run_query_methods(
 ) -> Result<Option<Vec<Outcome>>, Error> {
     let tasks = parse_query(q)?;
     let (input, pulled) = bench_input(dataset, &tasks, scale.rows_for(dataset))?;
-    let mut o = scale.options(dataset, q, runs.join(format!("{dataset}-{n}")));
+    // The query's folder keeps the profile every method but `global-as-run` shares; each plan (and each as-run
+    // profiling) has a folder of its own in it, so none overwrites another's.
+    let folder = runs.join(format!("{dataset}-{n}"));
+    let run_dir = |name: String| Some(folder.join(name));
+    let mut o = scale.options(dataset, q, folder.clone());
     o.labels = query_truth(dataset, q, input.num_rows())?;
     let registry = stretto::registry_for(&scale.context)?;
     let profiled = profile_pipeline(&registry, &pulled, &input, &o)?;
     let gold_cost: f64 = {
         let mut og = o.clone();
-        (og.method, og.check, og.labels) = ("gold".into(), false, None);
+        (og.method, og.check, og.labels, og.run_dir) = ("gold".into(), false, None, run_dir("gold".into()));
         finish_pipeline(&registry, &pulled, &profiled, &og)?.stages.iter().map(|s| s.cost_seconds).sum()
     };
     // `global` as `stretto query --precision t --recall t` runs it: its own profiling per target, whose pay checks
@@ -640,6 +644,7 @@ fn run_query_methods(
             .map(|(&t, costs)| {
                 let mut og = o.clone();
                 (og.method, og.precision, og.recall) = ("global".into(), t, t);
+                og.run_dir = run_dir(format!("{GLOBAL_AS_RUN}-{t}"));
                 let context = stretto::OpContext { costs: costs.clone(), ..scale.context.clone() };
                 profile_to_run(&stretto::registry_for(&context)?, &pulled, &input, &og)
             })
@@ -659,6 +664,7 @@ fn run_query_methods(
         for (&t, profiled) in TARGETS.iter().zip(profiles) {
             let mut o2 = o.clone();
             (o2.method, o2.precision, o2.recall, o2.check) = (method.to_string(), t, t, true);
+            o2.run_dir = run_dir(format!("{label}-{t}"));
             let r = finish_pipeline(&registry, &pulled, profiled, &o2)?;
             let a = r.achieved.clone().unwrap_or_default();
             if a["gold_rows"].as_u64() == Some(0) {

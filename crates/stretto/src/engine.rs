@@ -2686,6 +2686,8 @@ pub fn optimize(p: &Profiled, o: &QueryOptions, strat: &dyn Strategy) -> Result<
     plan.logical = p.tasks.clone();
     let plan_path = match &o.run_dir {
         Some(dir) => {
+            std::fs::create_dir_all(dir)
+                .map_err(|e| Error::write(dir, "cannot create the run directory", Some(Box::new(e))))?;
             let path = dir.join("plan.json");
             plan.write(&path)?;
             Some(path)
