@@ -92,7 +92,11 @@
 //! what testing the sequence is expected to save ([`TestPlan::expected_saving`]: each plan's chance of passing,
 //! predicted from its fit-part counts, times what it saves) on the tuples execution runs outside profiling is no
 //! more than what the hold-out's answers would cost. That reads the fit part, gold's answers and costs, and ends
-//! in gold, which needs no certificate.
+//! in gold, which needs no certificate. Before the fit part is asked anything, the engine forecasts the sequence
+//! the same way on the screening tuples (`stretto::engine`'s screening forecast: planned with the screening
+//! tuples in the fit part's place, for the hold-out size and gold result rows the sample's split fixes), and runs
+//! gold where what it is expected to save cannot pay for profiling the sample: that reads screening tuples and
+//! gold's answers on the sample only, and ends in gold.
 //! Maps are profiled only on the gold result tuples (which gold's filters fix): a map's value counts nowhere else,
 //! since a plan letting any other tuple through has a false positive there whatever the value. A map stage decides
 //! an unasked tuple, so every plan's held-out true positives and false negatives are exactly those of a complete

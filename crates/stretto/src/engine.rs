@@ -1209,6 +1209,98 @@ struct Phased {
     dropped: Vec<Dropped>,
 }
 
+/// The candidates' answers on the screening tuples, as screening left them.
+struct ScreeningAnswers<'a> {
+    /// Per logical operator, gold's answers first, then those of the candidates left.
+    tried: &'a [Vec<Tried>],
+    /// The screening tuples a map's candidates answered (the probe's, and those of the rest gold let through).
+    map_positions: &'a [usize],
+    /// Per logical operator and candidate, the seconds per tuple a deferred prefill adds outside profiling.
+    prefill_of: &'a [Vec<f64>],
+}
+
+/// A test sequence planned on the screening tuples ([`screening_forecast`]).
+#[derive(Debug, Clone, Copy)]
+struct Forecast {
+    /// What testing it is expected to save per tuple over gold, in seconds.
+    expected_saving: f64,
+    /// Plans in it.
+    sequence: usize,
+    /// The sample's hold-out it was planned for.
+    held: stretto_optim::strategy::HoldOut,
+}
+
+/// The certified search's test sequence as it can be foreseen before the sample's candidates answer: planned
+/// ([`Global::plan_tests`]) on the screening tuples in the fit part's place, for the hold-out the sample's split
+/// will make (fixed by gold's answers on the sample alone, `sample_result`, [`Certification::split_sample`]). What
+/// it is expected to save tells whether profiling the candidates can pay. The screening tuples are outside the
+/// sample, and the forecast only decides whether gold runs, so the certificate stands as before: a plan still
+/// certifies only on held-out sample tuples that no solver fitted on.
+fn screening_forecast(
+    tasks: &[SemanticTask],
+    cands: &[Vec<Arc<RegisteredOp>>],
+    on: &ScreeningAnswers<'_>,
+    sample_result: &[bool],
+    o: &QueryOptions,
+    global: &Global,
+) -> Result<Forecast> {
+    use stretto_optim::strategy::HoldOut;
+    let targets = Targets::new(o.precision, o.recall, o.credible)?;
+    let n = on.tried.iter().flatten().filter(|t| t.idx == 0).map(|t| t.secs.len()).max().unwrap_or(0);
+    let mut physical = Vec::new();
+    let mut shared = BTreeMap::new();
+    for (t, (task, ops)) in tasks.iter().zip(cands).enumerate() {
+        if on.tried[t].first().is_none_or(|g| g.idx != 0) {
+            return Err(Error::Query(format!("gold did not answer `{}` on the screening tuples", task.name)));
+        }
+        for c in &on.tried[t] {
+            let rows: Vec<usize> = match task.kind {
+                LogicalKind::Map => on.map_positions.to_vec(),
+                _ => (0..n).collect(),
+            };
+            if rows.len() != c.secs.len() {
+                return Err(Error::Query(format!(
+                    "`{}` answered {} of the {} screening tuples it was asked",
+                    ops[c.idx].name(),
+                    c.secs.len(),
+                    rows.len()
+                )));
+            }
+            let asked = Asked { rows, output: c.output.clone(), secs: c.secs.clone() };
+            let mut entry = entry_from(task, &ops[c.idx], n, vec![asked], c.idx == 0)?;
+            // Outside profiling, a tuple pays its deferred prefill where the candidate decides it, once per model.
+            let prefill = on.prefill_of[t][c.idx];
+            entry.cost += prefill;
+            if let Some(model) = ops[c.idx].kv_cache_model().filter(|_| prefill > 0.0) {
+                shared.insert(entry.name.clone(), (model.to_string(), prefill));
+            }
+            physical.push(entry);
+        }
+    }
+    let profile = Profile {
+        format: PROFILE_FORMAT.into(),
+        query: o.query.clone(),
+        population: n as u64,
+        tuples: (0..n).map(|r| r.to_string()).collect(),
+        logical: tasks.iter().map(|t| LogicalEntry { name: t.name.clone(), kind: t.kind }).collect(),
+        physical,
+    };
+    let mut problem = Problem::from_profile(&profile)?;
+    problem.share_costs(&shared);
+    let (_, hold) = global.certification.split_sample(sample_result, &targets, targets.credible, o.seed);
+    let held = HoldOut { tuples: hold.len(), positives: hold.iter().filter(|&&r| sample_result[r]).count() as f64 };
+    let planned = global.plan_tests(&problem, held, &targets, o.seed)?;
+    tracing::debug!(
+        expected_per_tuple = planned.expected_saving,
+        sequence = planned.sequence.len(),
+        candidates = planned.candidates,
+        held_out = held.tuples,
+        positives = held.positives,
+        "test sequence forecast on the screening tuples"
+    );
+    Ok(Forecast { expected_saving: planned.expected_saving, sequence: planned.sequence.len(), held })
+}
+
 /// Step 3 for a query the certified global search will plan (#21): gold answers the whole sample, which fixes the
 /// search's split into a fit part and a hold-out ([`Certification::split_sample`], stratified by gold's answers
 /// alone); the candidates answer the fit part (a map, here and below, only the gold result rows: [`profiled_rows`]);
@@ -1757,6 +1849,9 @@ fn profile_candidates(
         //        anyway and that gold's execution reuses where it runs instead. Too few for any certificate, and no
         //        other candidate is asked anything.
         let certify_on_sample = pay_check && o.fetch.is_none() && certification(o).is_some();
+        // Which sample tuples (in the sample's order) gold's plan on it let through: the sample's gold result, which
+        // fixes the certified search's hold-out before any other candidate answers ([`screening_forecast`]).
+        let mut sample_result: Option<Vec<bool>> = None;
         if certify_on_sample && uncertified.is_none() {
             let filters = gold_filter_order(&tried, probe);
             // Per filter: seconds, tuples asked, tuples passed; the probe tuples first.
@@ -1800,6 +1895,8 @@ fn profile_candidates(
             // Gold's execution, where gold runs, orders its filters on these figures, far more than the probe's.
             gold_order = order.iter().map(|&k| tasks[filters[k].0].name.clone()).collect();
             let through = alive.len();
+            let passed: BTreeSet<usize> = alive.iter().copied().collect();
+            sample_result = Some(sample.iter().map(|r| passed.contains(r)).collect());
             tracing::debug!(through, sample = want, "gold's plan on the profiling sample");
             if let Some(why) =
                 (!filters.is_empty()).then(|| uncertifiable(o, want, through as f64 / want as f64, "")).flatten()
@@ -1971,16 +2068,16 @@ fn profile_candidates(
             }
             Some((out, lacking))
         };
-        // Where the recorded costs already show that profiling cannot pay, the other candidates are not asked. As
-        // on the probe itself, the candidates with a one-off setup count only where profiling pays without them.
+        // Where the recorded costs already show that profiling cannot pay, the other candidates are not asked
+        // (those with a one-off setup left out: the probe sets them up only where profiling pays without them).
         // Candidates without a figure could cost nothing: the check can then only stop a query whose recorded
         // candidates alone cost more to profile than any plan could save.
-        let recorded_check = |figures: Option<(Vec<Vec<Tried>>, Vec<bool>)>, with_setup: bool| {
+        let recorded_check = |figures: Option<(Vec<Vec<Tried>>, Vec<bool>)>| {
             figures.and_then(|(mut est, lacking)| {
                 probe_drops(&tasks, &cands, &mut est, probe, &mut Vec::new());
                 let (rest, note) = rest_of(&est, probe);
                 let (cost, saving, free) = pays_with(&est, rest, true, probe, &lacking);
-                tracing::debug!(cost, saving, candidates = kept(&est), with_setup, "pay check on recorded costs");
+                tracing::debug!(cost, saving, candidates = kept(&est), "pay check on recorded costs");
                 (cost >= saving).then(|| {
                     let unknown =
                         if lacking.iter().any(|l| *l) { ", at no cost where a candidate had no figure" } else { "" };
@@ -1998,14 +2095,10 @@ fn profile_candidates(
                 })
             })
         };
-        let any_setup = cands.iter().any(|ops| ops.iter().skip(1).any(|op| op.one_off_setup()));
         let rec = if pay_check && uncertified.is_none() { recorded(&tried, false) } else { None };
-        let recorded_stop = if pay_check && uncertified.is_none() {
-            recorded_check(rec.clone(), false)
-                .or_else(|| any_setup.then(|| recorded_check(recorded(&tried, true), true)).flatten())
-        } else {
-            None
-        };
+        // (Without the candidates with a one-off setup: their recorded figures hold the setup's share, which a
+        // profiling that sets them up again in this process pays once, as the setup pass below counts it.)
+        let recorded_stop = if pay_check && uncertified.is_none() { recorded_check(rec.clone()) } else { None };
         // With a pay check, the candidates answer in rounds, one per logical operator each (uncompressed rungs
         // before compressed ones, so that a compressed rung's parent has answered before it): once those asked
         // (and those whose costs earlier queries recorded) would cost more to profile than any plan could save,
@@ -2143,9 +2236,17 @@ fn profile_candidates(
                 }
                 let more = probe_pass(&|t, i, setup| i > 0 && setup && !not_asked.contains(&(t, i)))?;
                 screening.seconds += spent(&more);
-                for ((tried, ran), more) in tried.iter_mut().zip(ran.iter_mut()).zip(more) {
+                for (t, ((tried, ran), more)) in tried.iter_mut().zip(ran.iter_mut()).zip(more).enumerate() {
                     ran.extend(more.iter().map(|t| t.idx));
-                    tried.extend(more);
+                    // What the probe measured of such a candidate is mostly its setup, paid once per task (and
+                    // counted in the screening's seconds above); what its answers cost per tuple after it is its
+                    // cost hint (a generated program matches in microseconds). Taken for the cost per tuple, the
+                    // setup would drop it as dear as gold on any input it could pay for.
+                    tried.extend(more.into_iter().map(|mut c| {
+                        let hint = cands[t][c.idx].properties().cost_hint;
+                        c.secs.iter_mut().for_each(|s| *s = hint);
+                        c
+                    }));
                     tried.sort_by_key(|t| t.idx);
                 }
                 probe_drops(&tasks, &cands, &mut tried, probe, &mut screening.dropped);
@@ -2269,6 +2370,9 @@ fn profile_candidates(
             };
             let filtered = ask_of_kind(false, &tail)?;
             let through = gold_passes(&filtered, tail.num_rows());
+            // The screening tuples a map's candidates answered: the probe's, and those of the rest gold lets through.
+            let map_positions: Vec<usize> =
+                (0..probe).chain((0..tail.num_rows()).filter(|&r| through[r]).map(|r| probe + r)).collect();
             let map_rows = take_record_batch(
                 &tail,
                 &UInt32Array::from_iter_values((0..tail.num_rows()).filter(|&r| through[r]).map(|r| r as u32)),
@@ -2324,7 +2428,41 @@ fn profile_candidates(
                 if certify_on_sample {
                     // Gold's plan answered the sample (3a-i'), whose exact count of gold result rows passed: the
                     // candidates are profiled on it in two phases.
-                    split_first = (o.method == "global").then_some(rest);
+                    // Before the sample's candidates answer, the test sequence is forecast on the screening tuples:
+                    // where what it is expected to save cannot pay for profiling, gold runs.
+                    let forecast = match (&sample_result, o.method == "global") {
+                        (Some(result), true) => {
+                            let global = Global { certification: certification(o).unwrap_or_default() };
+                            let on = ScreeningAnswers {
+                                tried: &tried,
+                                map_positions: &map_positions,
+                                prefill_of: &prefill_of,
+                            };
+                            screening_forecast(&tasks, &cands, &on, result, o, &global)
+                                .map_err(|e| tracing::warn!(error = %e, "no forecast of the test sequence"))
+                                .ok()
+                        }
+                        _ => None,
+                    };
+                    match forecast {
+                        Some(f) if f.expected_saving * rest <= cost => {
+                            gold_only = Some(format!(
+                                "planned on the {} screening tuples with the sample's hold-out ({} tuples, {} of them \
+                                 gold result rows), the test sequence ({} {}) is expected to save {:.1} s on the other \
+                                 {rest} tuples ({:.4} s per tuple), no more than the {cost:.1} s profiling the {} \
+                                 candidates left on {want} tuples would cost, so gold ran directly",
+                                rows.len(),
+                                f.held.tuples,
+                                f.held.positives,
+                                f.sequence,
+                                if f.sequence == 1 { "plan" } else { "plans" },
+                                f.expected_saving * rest,
+                                f.expected_saving,
+                                kept(&tried)
+                            ));
+                        }
+                        _ => split_first = (o.method == "global").then_some(rest),
+                    }
                 } else if let Some(why) = cannot_certify(&tried, rows.len()) {
                     gold_only = Some(format!("after screening, {why}"));
                 }
