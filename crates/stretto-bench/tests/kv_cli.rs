@@ -236,18 +236,29 @@ fn doctor_sizes_the_stores_and_names_what_does_not_verify() {
     // --quick reads nothing back, so it sees nothing wrong; after a repair the full check is clean.
     let (ok, out, _) = doctor(&["--quick"]);
     assert!(ok && out.contains("not verified"), "{out}");
-    // A decoder's conversions are sized per weights: here an int8-dyn one left by an --int8-rungs query.
+    // A decoder's conversions are sized per weights: here int8-dyn ones left by --int8-rungs queries, in both code
+    // ranges (8-bit where the CPU has VNNI, 7-bit elsewhere), as in a home carried between machines: the one this
+    // CPU reads, and the other, marked unread.
     let smol = home.join("models/smollm2-135m");
-    std::fs::create_dir_all(smol.join("onnx-int8-dyn")).unwrap();
+    for (folder, bytes) in [("onnx-int8-dyn", 3_000_000), ("onnx-int8-dyn7", 2_000_000)] {
+        std::fs::create_dir_all(smol.join(folder)).unwrap();
+        std::fs::write(smol.join(folder).join("decoder.onnx"), vec![0u8; bytes]).unwrap();
+    }
     std::fs::write(smol.join("manifest.json"), "{}").unwrap();
-    std::fs::write(smol.join("onnx-int8-dyn/decoder.onnx"), vec![0u8; 3_000_000]).unwrap();
     let (ok, out, _) = doctor(&["--quick", "--json"]);
     let r: serde_json::Value = serde_json::from_str(&out).unwrap();
     let m = r["models"].as_array().unwrap().iter().find(|m| m["name"] == "smollm2-135m").unwrap();
     let c = m["conversions"].as_array().unwrap();
-    assert!(ok && c.len() == 1 && c[0]["weights"] == "int8-dyn" && c[0]["bytes"] == 3_000_000, "{m}");
+    assert!(ok && c.len() == 2 && c.iter().all(|c| c["weights"] == "int8-dyn"), "{m}");
+    let read: Vec<&serde_json::Value> = c.iter().filter(|c| c["read_here"] == true).collect();
+    assert_eq!(read.len(), 1, "exactly one code range is read on this CPU: {m}");
+    let (read_mb, unread_mb) = if read[0]["bytes"] == 3_000_000 { ("3.0", "2.0") } else { ("2.0", "3.0") };
     let (_, out, _) = doctor(&["--quick"]);
-    assert!(out.contains("(ONNX: int8-dyn 3.0 MB)"), "{out}");
+    assert!(
+        out.contains(&format!("int8-dyn {read_mb} MB,")) || out.contains(&format!("int8-dyn {read_mb} MB)")),
+        "{out}"
+    );
+    assert!(out.contains(&format!("int8-dyn {unread_mb} MB in unread codes for another CPU")), "{out}");
     std::fs::remove_dir_all(&smol).unwrap();
     let (ok, _, err) = stretto(&kv, &["kv", "repair", "--dataset", "movie"]);
     assert!(ok, "{err}");

@@ -15,6 +15,7 @@
 //! rung of the ladder that the optimizer must certify like any other, never a silent replacement. A third,
 //! [`Weights::Int8Dyn`], also quantizes the activations on the fly (`MatMulIntegerToFloat`) everywhere but the
 //! feed-forward down-projection: faster again on CPUs with integer dot-product units, its logits move a little more.
+//! On x86-64 CPUs without VNNI its weight codes are 7-bit ([`int8_dyn_code_max`]), in a folder of their own.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -75,14 +76,39 @@ impl Weights {
         }
     }
 
-    /// The folder of a model's conversion with these weights.
-    pub fn folder(self) -> &'static str {
+    /// Every folder a model's conversion with these weights may have: [`Weights::Int8Dyn`]'s codes depend on the
+    /// CPU ([`int8_dyn_code_max`]), and each code range has its folder, so a model home carried between machines
+    /// never reads codes made for another CPU.
+    pub fn folders(self) -> &'static [&'static str] {
         match self {
-            Self::F32 => "onnx",
-            Self::Int8 => "onnx-int8",
-            Self::Int8Dyn => "onnx-int8-dyn",
+            Self::F32 => &["onnx"],
+            Self::Int8 => &["onnx-int8"],
+            Self::Int8Dyn => &["onnx-int8-dyn", "onnx-int8-dyn7"],
         }
     }
+
+    /// The folder of a model's conversion with these weights, on this CPU.
+    pub fn folder(self) -> &'static str {
+        let folders = self.folders();
+        match self {
+            Self::Int8Dyn if int8_dyn_code_max() < 127 => folders[1],
+            _ => folders[0],
+        }
+    }
+}
+
+/// The largest weight code of [`Weights::Int8Dyn`] on this CPU: 127, or 63 on x86-64 without VNNI. There ONNX
+/// Runtime's u8 × s8 kernel (AVX2's `vpmaddubsw`) adds each pair of products in 16 bits with saturation: two
+/// products of an activation code of 255 and a weight code of ±127 (64 770) overflow them, and the layer's output
+/// goes wrong. With 7-bit codes no pair can (2 × 255 × 63 = 32 130 ≤ 32 767). VNNI's instructions add in 32 bits.
+pub fn int8_dyn_code_max() -> i8 {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if !(std::arch::is_x86_feature_detected!("avx512vnni") || std::arch::is_x86_feature_detected!("avxvnni")) {
+            return 63;
+        }
+    }
+    127
 }
 
 /// Quantizes `[rows][cols]` weights (GGUF's `[out][in]`, which is `MatMulNBits`' layout) to 8 bits per value,
@@ -111,18 +137,20 @@ pub fn quantize_int8_blocks(w: &[f32], rows: usize, cols: usize) -> (Vec<u8>, Ve
     (codes, scales)
 }
 
-/// Quantizes `[rows][cols]` weights (GGUF's `[out][in]`) to int8 per output row, symmetric: returns the codes
-/// transposed to `[cols][rows]` (`MatMulIntegerToFloat`'s `[K][N]` layout; value `round(w / scale)`) and the scales
-/// `[rows]` (`max |w| / 127` of the row; 0 for an all-zero row, whose codes are 0).
-pub fn quantize_int8_channels(w: &[f32], rows: usize, cols: usize) -> (Vec<i8>, Vec<f32>) {
+/// Quantizes `[rows][cols]` weights (GGUF's `[out][in]`) to int8 per output row, symmetric, with codes in
+/// `-max_code..=max_code` ([`int8_dyn_code_max`]): returns the codes transposed to `[cols][rows]`
+/// (`MatMulIntegerToFloat`'s `[K][N]` layout; value `round(w / scale)`) and the scales `[rows]` (`max |w| / max_code`
+/// of the row; 0 for an all-zero row, whose codes are 0).
+pub fn quantize_int8_channels(w: &[f32], rows: usize, cols: usize, max_code: i8) -> (Vec<i8>, Vec<f32>) {
+    let top = f32::from(max_code.max(1));
     let mut codes = vec![0i8; rows * cols];
     let mut scales = vec![0f32; rows];
     for (r, scale) in scales.iter_mut().enumerate() {
         let row = &w[r * cols..(r + 1) * cols];
-        *scale = row.iter().fold(0f32, |m, v| m.max(v.abs())) / 127.0;
+        *scale = row.iter().fold(0f32, |m, v| m.max(v.abs())) / top;
         if *scale > 0.0 {
             for (c, v) in row.iter().enumerate() {
-                codes[c * rows + r] = (v / *scale).round().clamp(-127.0, 127.0) as i8;
+                codes[c * rows + r] = (v / *scale).round().clamp(-top, top) as i8;
             }
         }
     }
@@ -348,7 +376,7 @@ fn build_decoder_graph(g: &Gguf, c: &DecoderConfig, model_path: &Path) -> Result
         };
         match weights {
             Weights::Int8Dyn => {
-                let (codes, scales) = quantize_int8_channels(w, rows, cols);
+                let (codes, scales) = quantize_int8_channels(w, rows, cols, int8_dyn_code_max());
                 let q = b.i8s(name, &[cols as i64, rows as i64], &codes)?;
                 let s = b.weight(&format!("{name}.scales"), &[rows as i64], &scales)?;
                 let [xq, xs, xz] = quantized_inputs
@@ -640,7 +668,7 @@ mod tests {
     fn int8_channels_transpose_to_k_by_n_within_half_a_step() {
         // 2 output rows of 3 inputs, and an all-zero row.
         let w = [0.5, -1.27, 0.01, 0.0, 0.0, 0.0, 2.0, 0.5, -2.0];
-        let (codes, scales) = quantize_int8_channels(&w, 3, 3);
+        let (codes, scales) = quantize_int8_channels(&w, 3, 3, 127);
         assert_eq!(scales, vec![1.27 / 127.0, 0.0, 2.0 / 127.0]);
         // [K][N]: input c of output r at c * rows + r.
         assert_eq!(codes, vec![50, 0, 127, -127, 0, 32, 1, 0, -127]);
@@ -650,6 +678,11 @@ mod tests {
                 assert!((back - w[r * 3 + c]).abs() <= scales[r] / 2.0 + 1e-6, "({r}, {c}): {back}");
             }
         }
+        // 7-bit codes (x86-64 without VNNI): every code within ±63, each pair of u8 × s8 products within i16.
+        let (codes, scales) = quantize_int8_channels(&w, 3, 3, 63);
+        assert_eq!(scales, vec![1.27 / 63.0, 0.0, 2.0 / 63.0]);
+        assert_eq!(codes, vec![25, 0, 63, -63, 0, 16, 0, 0, -63]);
+        assert!(codes.iter().all(|&c| 2 * 255 * i32::from(c).abs() <= i32::from(i16::MAX)));
     }
 
     #[test]
@@ -662,7 +695,13 @@ mod tests {
             assert_eq!(Weights::parse(w.as_str()).unwrap(), w);
         }
         assert_eq!(Weights::QUANTIZED[..], Weights::ALL[1..], "every variant but the f32 reference");
-        assert_eq!(Weights::Int8Dyn.folder(), "onnx-int8-dyn");
+        // int8-dyn's folder follows the code range this CPU reads; both are among its folders.
+        let dyn_folder = if int8_dyn_code_max() == 127 { "onnx-int8-dyn" } else { "onnx-int8-dyn7" };
+        assert_eq!(Weights::Int8Dyn.folder(), dyn_folder);
+        assert_eq!(Weights::Int8Dyn.folders(), ["onnx-int8-dyn", "onnx-int8-dyn7"]);
+        for w in Weights::ALL {
+            assert!(w.folders().contains(&w.folder()), "{w:?}");
+        }
         assert_eq!(serde_json::to_string(&Weights::Int8Dyn).unwrap(), "\"int8-dyn\"");
         assert!(Weights::parse("int4").unwrap_err().to_string().contains("f32, int8, int8-dyn"));
         // Configs written before the field existed are f32 graphs.

@@ -55,6 +55,10 @@ pub struct Conversion {
     pub folder: PathBuf,
     /// Bytes of that folder.
     pub bytes: u64,
+    /// Whether this machine reads it: an `int8-dyn` conversion's codes follow the CPU
+    /// ([`stretto_models::convert::int8_dyn_code_max`]), and a home carried from another CPU may hold the other
+    /// range's, which is never read here and can be deleted.
+    pub read_here: bool,
 }
 
 /// One repository of the KV directory (a dataset's, or `adhoc`).
@@ -166,8 +170,14 @@ impl fmt::Display for DoctorReport {
             } else {
                 "DOES NOT VERIFY"
             };
-            let conversions: Vec<String> =
-                m.conversions.iter().map(|c| format!("{} {}", c.weights, mb(c.bytes))).collect();
+            let conversions: Vec<String> = m
+                .conversions
+                .iter()
+                .map(|c| {
+                    let unread = if c.read_here { "" } else { " in unread codes for another CPU" };
+                    format!("{} {}{unread}", c.weights, mb(c.bytes))
+                })
+                .collect();
             let conversions =
                 if conversions.is_empty() { String::new() } else { format!(" (ONNX: {})", conversions.join(", ")) };
             writeln!(f, "  {:<22} {:>10}  {state}{conversions}", m.name, mb(m.bytes))?;
@@ -283,13 +293,16 @@ pub fn examine(context: &OpContext, verify: bool) -> Result<DoctorReport> {
         let mut conversions = Vec::new();
         if prepared && spec.is_decoder() {
             for weights in stretto_models::convert::Weights::ALL {
-                let folder = dir.join(weights.folder());
-                if folder.is_dir() {
-                    conversions.push(Conversion {
-                        weights: weights.as_str().into(),
-                        bytes: tree_bytes(&folder)?,
-                        folder,
-                    });
+                for name in weights.folders() {
+                    let folder = dir.join(name);
+                    if folder.is_dir() {
+                        conversions.push(Conversion {
+                            weights: weights.as_str().into(),
+                            bytes: tree_bytes(&folder)?,
+                            read_here: *name == weights.folder(),
+                            folder,
+                        });
+                    }
                 }
             }
         }
