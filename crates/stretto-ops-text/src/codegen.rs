@@ -6,8 +6,8 @@
 //! to a bounded length. Anything else the model writes (Python, Perl code blocks, look-arounds the engine does not
 //! run) is rejected with the reason, and the model is asked to repair its program a bounded number of times; a
 //! spec that matches none of the sample values is repaired the same way. A program that still fails is rejected
-//! and the operator extracts nothing (no value, confidence 0) rather than guessing. No spec is asked for where most
-//! of the coder's own reference answers are not written in their samples (a judgement, not an extraction:
+//! and the operator extracts nothing (no value, confidence 0) rather than guessing. No spec is asked for where at
+//! most half of the coder's own reference answers are written in their samples (a judgement, not an extraction:
 //! [`out_of_reach`]), and repairs stop once the model repeats a spec: failed syntheses cost less.
 
 use std::collections::HashMap;
@@ -259,10 +259,10 @@ pub fn synthesize(
          these. Task: {instruction}.\n\n{examples}\n\nReply with the regular expression only, in a ```regex block."
     );
     let mut log = vec![format!("reference answers: {answers:?}")];
-    // A program can only extract what is written in the text: where most reference answers are not there (a
+    // A program can only extract what is written in the text: where at most half the reference answers are (a
     // sentiment, a topic, a judgement), no spec can reproduce them and asking for one costs tens of seconds.
     if ty == ValueType::String && out_of_reach(&shown, &answers) {
-        log.push("no spec asked: most reference answers do not appear in their sample's text".into());
+        log.push("no spec asked: at most half the reference answers appear in their sample's text".into());
         return Ok((None, log));
     }
     let mut tried: Vec<String> = Vec::new();
@@ -273,7 +273,8 @@ pub fn synthesize(
             .map_err(|e| CoreError::operator_failed("codegen", e))?
             .remove(0);
         let spec = spec_from_reply(&g.text);
-        // Decoding is greedy: a repair that repeats an earlier spec will not be followed by a different one.
+        // A repair that repeats an earlier spec shows the feedback is not moving the model (decoding is greedy);
+        // further rounds are taken to fail likewise, a heuristic that saves their decoding.
         if tried.contains(&spec) {
             log.push(format!("attempt {attempt}: `{spec}` repeats an earlier spec; repairs stopped"));
             break;

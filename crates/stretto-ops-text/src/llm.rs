@@ -418,8 +418,14 @@ impl PhysicalOp for LlmOp {
     }
 
     fn accept(&self, task: &SemanticTask) -> Result<String> {
+        let mut identity = self.identity(task)?;
+        // int8-dyn's answers depend on the code range this CPU's conversion has (7-bit without VNNI): answers of
+        // the other range, or of conversions made before 7-bit codes existed, are never read for them.
+        if self.config.weights == Weights::Int8Dyn && stretto_kv::convert::int8_dyn_code_max() < 127 {
+            identity.push_str("~codes7");
+        }
         // Whatever the task, the answers depend on the system prompt every item's past starts with.
-        Ok(crate::under_system_prompt(self.identity(task)?, &self.config.model))
+        Ok(crate::under_system_prompt(identity, &self.config.model))
     }
 
     fn evaluate_items(&self, task: &SemanticTask, items: &[String]) -> Result<(OpOutput, Vec<f64>)> {

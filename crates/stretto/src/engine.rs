@@ -1247,6 +1247,9 @@ fn screening_forecast(
     use stretto_optim::strategy::HoldOut;
     let targets = Targets::new(o.precision, o.recall, o.credible)?;
     let n = on.tried.iter().flatten().filter(|t| t.idx == 0).map(|t| t.secs.len()).max().unwrap_or(0);
+    // The screening tuples gold lets through every filter: a map's answer elsewhere never counts, and a profile
+    // leaves it unasked (the probe asked the maps about every probe tuple).
+    let through = passing(n, on.tried.iter().filter_map(|t| t.first()).map(|t| &t.output));
     let mut physical = Vec::new();
     let mut shared = BTreeMap::new();
     for (t, (task, ops)) in tasks.iter().zip(cands).enumerate() {
@@ -1268,6 +1271,12 @@ fn screening_forecast(
             }
             let asked = Asked { rows, output: c.output.clone(), secs: c.secs.clone() };
             let mut entry = entry_from(task, &ops[c.idx], n, vec![asked], c.idx == 0)?;
+            if task.kind == LogicalKind::Map {
+                for r in (0..n).filter(|&r| !through[r]) {
+                    entry.scores.iter_mut().for_each(|s| s[r] = None);
+                    entry.values.iter_mut().for_each(|v| v[r] = None);
+                }
+            }
             // Outside profiling, a tuple pays its deferred prefill where the candidate decides it, once per model.
             let prefill = on.prefill_of[t][c.idx];
             entry.cost += prefill;
@@ -2051,7 +2060,7 @@ fn profile_candidates(
                         Err(_) => return None,
                     };
                     let gold_then = ops[0].recorded_costs_like(task, &head, &figures, !o.price_memo_hits).ok()?;
-                    let secs = figures
+                    let secs: Vec<f64> = figures
                         .iter()
                         .zip(gold_then)
                         .zip(&gold.secs)
@@ -2060,6 +2069,10 @@ fn profile_candidates(
                             _ => f.seconds,
                         })
                         .collect();
+                    // A set-up candidate's records hold its setup's share (paid once per task, and nothing on a
+                    // rerun, whose program is memoised): its answers are priced at its cost hint, as after the probe's
+                    // setup pass.
+                    let secs = if op.one_off_setup() { vec![op.properties().cost_hint; secs.len()] } else { secs };
                     list.push(Tried { idx: i, output: OpOutput::Scores(Vec::new()), secs });
                 }
                 lacks |= drop_orphans(ops, &mut list);
@@ -2445,6 +2458,17 @@ fn profile_candidates(
                         _ => None,
                     };
                     match forecast {
+                        Some(f) if f.sequence == 0 => {
+                            gold_only = Some(format!(
+                                "planned on the {} screening tuples with the sample's hold-out ({} tuples, {} of them \
+                                 gold result rows), no plan but gold is expected to be certifiable at these targets, so \
+                                 the {} candidates left were not profiled on {want} tuples and gold ran directly",
+                                rows.len(),
+                                f.held.tuples,
+                                f.held.positives,
+                                kept(&tried)
+                            ));
+                        }
                         Some(f) if f.expected_saving * rest <= cost => {
                             gold_only = Some(format!(
                                 "planned on the {} screening tuples with the sample's hold-out ({} tuples, {} of them \
