@@ -1209,6 +1209,17 @@ struct Phased {
     dropped: Vec<Dropped>,
 }
 
+/// Prices the answers of a candidate with a one-off setup ([`RegisteredOp::one_off_setup`]) at its cost hint per
+/// tuple: what the probe measured of it, or what earlier queries recorded, is mostly the setup (spread over the
+/// batch that paid it, once per task), while its answers after it cost little (a generated program matches in
+/// microseconds). Taken for the cost per tuple, the setup would drop it as dear as gold on any input it could pay
+/// for. Other candidates' seconds are left alone.
+fn price_past_setup(op: &RegisteredOp, secs: &mut [f64]) {
+    if op.one_off_setup() {
+        secs.fill(op.properties().cost_hint);
+    }
+}
+
 /// The candidates' answers on the screening tuples, as screening left them.
 struct ScreeningAnswers<'a> {
     /// Per logical operator, gold's answers first, then those of the candidates left.
@@ -2060,7 +2071,7 @@ fn profile_candidates(
                         Err(_) => return None,
                     };
                     let gold_then = ops[0].recorded_costs_like(task, &head, &figures, !o.price_memo_hits).ok()?;
-                    let secs: Vec<f64> = figures
+                    let mut secs: Vec<f64> = figures
                         .iter()
                         .zip(gold_then)
                         .zip(&gold.secs)
@@ -2069,10 +2080,9 @@ fn profile_candidates(
                             _ => f.seconds,
                         })
                         .collect();
-                    // A set-up candidate's records hold its setup's share (paid once per task, and nothing on a
-                    // rerun, whose program is memoised): its answers are priced at its cost hint, as after the probe's
-                    // setup pass.
-                    let secs = if op.one_off_setup() { vec![op.properties().cost_hint; secs.len()] } else { secs };
+                    // (A set-up candidate's records hold its setup's share: nothing on a rerun, whose program is
+                    // memoised.)
+                    price_past_setup(op, &mut secs);
                     list.push(Tried { idx: i, output: OpOutput::Scores(Vec::new()), secs });
                 }
                 lacks |= drop_orphans(ops, &mut list);
@@ -2251,13 +2261,9 @@ fn profile_candidates(
                 screening.seconds += spent(&more);
                 for (t, ((tried, ran), more)) in tried.iter_mut().zip(ran.iter_mut()).zip(more).enumerate() {
                     ran.extend(more.iter().map(|t| t.idx));
-                    // What the probe measured of such a candidate is mostly its setup, paid once per task (and
-                    // counted in the screening's seconds above); what its answers cost per tuple after it is its
-                    // cost hint (a generated program matches in microseconds). Taken for the cost per tuple, the
-                    // setup would drop it as dear as gold on any input it could pay for.
+                    // (The setup is counted in the screening's seconds above.)
                     tried.extend(more.into_iter().map(|mut c| {
-                        let hint = cands[t][c.idx].properties().cost_hint;
-                        c.secs.iter_mut().for_each(|s| *s = hint);
+                        price_past_setup(&cands[t][c.idx], &mut c.secs);
                         c
                     }));
                     tried.sort_by_key(|t| t.idx);
@@ -2684,11 +2690,8 @@ fn profile_candidates(
         }
         shared_costs = price_deferred_prefill(&mut profile, &per_tuple, model_of);
     }
-    let profile_path = match &o.run_dir {
-        Some(dir) => {
-            std::fs::create_dir_all(dir)
-                .map_err(|e| Error::write(dir, "cannot create the run directory", Some(Box::new(e))))?;
-            let path = dir.join("profile.json");
+    let profile_path = match run_file(o, "profile.json")? {
+        Some(path) => {
             profile.write(&path)?;
             Some(path)
         }
@@ -2823,6 +2826,15 @@ pub struct Planned {
     pub seconds: f64,
 }
 
+/// Where a run keeps its file `name` (`profile.json`, `plan.json`): in [`QueryOptions::run_dir`], created if
+/// missing; `None` where the run keeps no files.
+fn run_file(o: &QueryOptions, name: &str) -> Result<Option<PathBuf>> {
+    let Some(dir) = &o.run_dir else { return Ok(None) };
+    std::fs::create_dir_all(dir)
+        .map_err(|e| Error::write(dir, "cannot create the run directory", Some(Box::new(e))))?;
+    Ok(Some(dir.join(name)))
+}
+
 /// Step 4 of [`run_pipeline`]: optimizes the profiled pipeline with `strat` under the targets of `o`.
 pub fn optimize(p: &Profiled, o: &QueryOptions, strat: &dyn Strategy) -> Result<Planned> {
     let t0 = Instant::now();
@@ -2846,11 +2858,8 @@ pub fn optimize(p: &Profiled, o: &QueryOptions, strat: &dyn Strategy) -> Result<
     let mut plan = optimized.to_plan_file(&problem);
     plan.query = Some(o.query.clone());
     plan.logical = p.tasks.clone();
-    let plan_path = match &o.run_dir {
-        Some(dir) => {
-            std::fs::create_dir_all(dir)
-                .map_err(|e| Error::write(dir, "cannot create the run directory", Some(Box::new(e))))?;
-            let path = dir.join("plan.json");
+    let plan_path = match run_file(o, "plan.json")? {
+        Some(path) => {
             plan.write(&path)?;
             Some(path)
         }
