@@ -565,39 +565,27 @@ pub fn run_methods(methods: &[&str], scale: &Scale, runs: &Path) -> Result<(Vec<
     let mut outcomes = Vec::new();
     let mut skipped = Vec::new();
     for dataset in &scale.datasets {
-        // The queries that ran (numbered in order, which names their run folders).
-        let mut ran: Vec<String> = Vec::new();
-        let mut run_one = |q: &str, ran: &mut Vec<String>| {
-            let n = ran.len();
+        let drawn = bench_queries(dataset)?.into_iter().filter(|q| !scale.labelled || is_labelled(dataset, q));
+        let truth = truth_queries(dataset, scale.truth_queries);
+        let (ran, done) = run_in_order(drawn, truth, scale.queries, |q, n| {
             let _span = tracing::info_span!("bench_query", dataset = %dataset, n).entered();
             // One query failing (a model error, an item the model cannot take) must not lose the others' results.
             match run_query_methods(methods, scale, runs, dataset, q, n) {
                 Ok(Some(rows)) => {
                     outcomes.extend(rows);
-                    ran.push(q.to_string());
+                    true
                 }
-                Ok(None) => skipped.push(format!("{dataset}: `{q}` (empty gold result)")),
+                Ok(None) => {
+                    skipped.push(format!("{dataset}: `{q}` (empty gold result)"));
+                    false
+                }
                 Err(e) => {
                     tracing::error!(dataset = %dataset, query = %q, error = %e, "query failed; skipped");
                     skipped.push(format!("{dataset}: `{q}` (failed: {e})"));
+                    false
                 }
             }
-        };
-        for q in bench_queries(dataset)? {
-            if ran.len() >= scale.queries {
-                break;
-            }
-            if scale.labelled && !is_labelled(dataset, &q) {
-                continue;
-            }
-            run_one(&q, &mut ran);
-        }
-        let done = ran.len();
-        for q in truth_queries(dataset, scale.truth_queries) {
-            if !ran.contains(&q) {
-                run_one(&q, &mut ran);
-            }
-        }
+        });
         if scale.labelled && done == 0 {
             tracing::warn!(dataset = %dataset, "--labelled: no generated query has every filter labelled");
             let which = if ran.is_empty() { "no query" } else { "no generated query" };
@@ -608,6 +596,39 @@ pub fn run_methods(methods: &[&str], scale: &Scale, runs: &Path) -> Result<(Vec<
         }
     }
     Ok((outcomes, skipped))
+}
+
+/// Runs the `drawn` queries in order until `cap` of them ran, then each of the `truth` queries not among those.
+/// `run(query, n)` says whether the query ran; `n` numbers every query started (it names the query's run folder),
+/// so one skipped half-way keeps what it wrote in a folder no later query reuses. Returns the queries that ran and
+/// how many of them were drawn.
+fn run_in_order(
+    drawn: impl IntoIterator<Item = String>,
+    truth: Vec<String>,
+    cap: usize,
+    mut run: impl FnMut(&str, usize) -> bool,
+) -> (Vec<String>, usize) {
+    let mut ran: Vec<String> = Vec::new();
+    let mut started = 0;
+    let mut start = |q: String, ran: &mut Vec<String>| {
+        started += 1;
+        if run(&q, started - 1) {
+            ran.push(q);
+        }
+    };
+    for q in drawn {
+        if ran.len() >= cap {
+            break;
+        }
+        start(q, &mut ran);
+    }
+    let done = ran.len();
+    for q in truth {
+        if !ran.contains(&q) {
+            start(q, &mut ran);
+        }
+    }
+    (ran, done)
 }
 
 /// One query under every method and target; `None` when its gold result is empty.
@@ -1447,6 +1468,21 @@ fn profile_family(name: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_skipped_query_keeps_its_number_and_the_cap_counts_queries_that_ran() {
+        let q = |s: &str| s.to_string();
+        let mut seen = Vec::new();
+        // "b" is skipped (an empty gold result, or a failure); "d" is also a truth query and ran already.
+        let (ran, done) = run_in_order([q("a"), q("b"), q("c"), q("d"), q("e")], vec![q("d"), q("t")], 3, |q, n| {
+            seen.push((q.to_string(), n));
+            q != "b"
+        });
+        let numbered: Vec<(&str, usize)> = seen.iter().map(|(q, n)| (q.as_str(), *n)).collect();
+        assert_eq!(numbered, [("a", 0), ("b", 1), ("c", 2), ("d", 3), ("t", 4)]);
+        assert_eq!(ran, ["a", "c", "d", "t"]);
+        assert_eq!(done, 3);
+    }
 
     #[test]
     fn an_entry_costs_its_seconds_per_tuple_on_the_tuples_it_answered() {
