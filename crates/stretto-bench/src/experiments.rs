@@ -611,8 +611,9 @@ fn run_in_order(
     let mut ran: Vec<String> = Vec::new();
     let mut started = 0;
     let mut start = |q: String, ran: &mut Vec<String>| {
+        let n = started;
         started += 1;
-        if run(&q, started - 1) {
+        if run(&q, n) {
             ran.push(q);
         }
     };
