@@ -553,24 +553,52 @@ pub fn bench_input(
 
 /// Runs `methods` at every target on generated queries; writes `results.csv`, `summary.md` and the figures
 /// `target_met.svg` and `runtime.svg` into `out`.
+///
+/// The tables (`results.csv`, `warnings.csv`, `summary.md`) are rewritten atomically after every query, marked
+/// partial until the run ends: a run stopped half-way (a killed process, a machine's time running out) keeps every
+/// query it finished, and no file is ever half-written.
 pub fn run_experiment(name: &str, methods: &[&str], scale: &Scale, out: &Path) -> Result<Vec<Outcome>, Error> {
-    let (outcomes, skipped) = run_methods(methods, scale, &out.join("runs"))?;
+    let mut so_far = |o: &[Outcome], s: &[String]| write_tables(name, methods, scale, o, s, out, true).map(drop);
+    let (outcomes, skipped) = run_methods(methods, scale, &out.join("runs"), &mut so_far)?;
     write_experiment(name, methods, scale, &outcomes, &skipped, out)?;
     Ok(outcomes)
 }
 
+/// What [`run_methods`] calls after each query it starts, with the outcomes and the skipped queries so far: an
+/// error it returns stops the run (a results file that cannot be written would be lost at the end too).
+pub type AfterQuery<'a> = dyn FnMut(&[Outcome], &[String]) -> Result<(), Error> + 'a;
+
 /// Profiles each generated query once and runs every method at every target on that profile. Returns the
-/// outcomes and the queries skipped for an empty gold result.
-pub fn run_methods(methods: &[&str], scale: &Scale, runs: &Path) -> Result<(Vec<Outcome>, Vec<String>), Error> {
+/// outcomes and the queries skipped for an empty gold result; `after_query` sees them grow.
+pub fn run_methods(
+    methods: &[&str],
+    scale: &Scale,
+    runs: &Path,
+    after_query: &mut AfterQuery<'_>,
+) -> Result<(Vec<Outcome>, Vec<String>), Error> {
+    drive_queries(scale, after_query, |dataset, q, n| run_query_methods(methods, scale, runs, dataset, q, n))
+}
+
+/// [`run_methods`]' loop over the scale's datasets and queries; `run(dataset, query, n)` runs one (`None`: its
+/// gold result is empty).
+fn drive_queries(
+    scale: &Scale,
+    after_query: &mut AfterQuery<'_>,
+    mut run: impl FnMut(&str, &str, usize) -> Result<Option<Vec<Outcome>>, Error>,
+) -> Result<(Vec<Outcome>, Vec<String>), Error> {
     let mut outcomes = Vec::new();
     let mut skipped = Vec::new();
+    let mut stopped: Option<Error> = None;
     for dataset in &scale.datasets {
         let drawn = bench_queries(dataset)?.into_iter().filter(|q| !scale.labelled || is_labelled(dataset, q));
         let truth = truth_queries(dataset, scale.truth_queries);
         let (ran, done) = run_in_order(drawn, truth, scale.queries, |q, n| {
+            if stopped.is_some() {
+                return false;
+            }
             let _span = tracing::info_span!("bench_query", dataset = %dataset, n).entered();
             // One query failing (a model error, an item the model cannot take) must not lose the others' results.
-            match run_query_methods(methods, scale, runs, dataset, q, n) {
+            let ran = match run(dataset, q, n) {
                 Ok(Some(rows)) => {
                     outcomes.extend(rows);
                     true
@@ -584,8 +612,16 @@ pub fn run_methods(methods: &[&str], scale: &Scale, runs: &Path) -> Result<(Vec<
                     skipped.push(format!("{dataset}: `{q}` (failed: {e})"));
                     false
                 }
+            };
+            if let Err(e) = after_query(&outcomes, &skipped) {
+                tracing::error!(error = %e, "cannot write the results so far; the run stops");
+                stopped = Some(e);
             }
+            ran
         });
+        if let Some(e) = stopped {
+            return Err(e);
+        }
         if scale.labelled && done == 0 {
             tracing::warn!(dataset = %dataset, "--labelled: no generated query has every filter labelled");
             let which = if ran.is_empty() { "no query" } else { "no generated query" };
@@ -736,13 +772,42 @@ pub fn write_experiment(
     skipped: &[String],
     out: &Path,
 ) -> Result<(), Error> {
+    let rows = write_tables(name, methods, scale, outcomes, skipped, out, false)?;
+    plot_experiment(name, methods, &rows, out)
+}
+
+/// Writes one experiment's `results.csv`, `warnings.csv` and `summary.md` from `outcomes` (only the rows of
+/// `methods`), each atomically; a `partial` summary says the run had not ended when it was written. Returns the
+/// rows written.
+fn write_tables(
+    name: &str,
+    methods: &[&str],
+    scale: &Scale,
+    outcomes: &[Outcome],
+    skipped: &[String],
+    out: &Path,
+    partial: bool,
+) -> Result<Vec<Outcome>, Error> {
     std::fs::create_dir_all(out).map_err(|e| format!("cannot create {}: {e}", out.display()))?;
     let rows: Vec<Outcome> = outcomes.iter().filter(|o| methods.contains(&o.method.as_str())).cloned().collect();
     write_csv(&out.join("results.csv"), &rows)?;
     write_warnings_csv(&out.join("warnings.csv"), &rows)?;
-    let md = summary(name, methods, scale, &rows, skipped);
-    std::fs::write(out.join("summary.md"), &md).map_err(|e| format!("cannot write summary: {e}"))?;
-    plot_experiment(name, methods, &rows, out)
+    let mut md = summary(name, methods, scale, &rows, skipped);
+    if partial {
+        let queries: std::collections::BTreeSet<(&str, &str)> =
+            rows.iter().map(|r| (r.dataset.as_str(), r.query.as_str())).collect();
+        let note = format!(
+            "**Partial**: written after {} {} finished (and {} skipped); the run had not ended. The figures are \
+             drawn when it does.\n\n",
+            queries.len(),
+            if queries.len() == 1 { "query" } else { "queries" },
+            skipped.len()
+        );
+        let at = md.find('\n').map_or(0, |i| i + 2).min(md.len());
+        md.insert_str(at, &note);
+    }
+    stretto_core::format::write_atomic(&out.join("summary.md"), md.as_bytes())?;
+    Ok(rows)
 }
 
 fn target_labels() -> Vec<String> {
@@ -800,7 +865,7 @@ fn opt4(v: Option<f64>) -> String {
     v.map_or(String::new(), |v| format!("{v:.4}"))
 }
 
-fn write_csv(path: &PathBuf, rows: &[Outcome]) -> Result<(), Error> {
+fn write_csv(path: &Path, rows: &[Outcome]) -> Result<(), Error> {
     let mut s = String::from(
         "dataset,query,method,target,precision,recall,cost_seconds,gold_cost_seconds,stages,operators,fell_back,profiling_seconds,optimizer_seconds,truth_precision,truth_recall,truth_f1,gold_truth_f1,reused_seconds,total_seconds\n",
     );
@@ -829,19 +894,19 @@ fn write_csv(path: &PathBuf, rows: &[Outcome]) -> Result<(), Error> {
             r.total_seconds,
         );
     }
-    std::fs::write(path, s).map_err(|e| format!("cannot write {}: {e}", path.display()).into())
+    Ok(stretto_core::format::write_atomic(path, s.as_bytes())?)
 }
 
 /// Writes each plan's warnings (why it fell back to gold, or which pay check stopped profiling) beside
 /// `results.csv`, one row per run with any, keyed like it: `results.csv` keeps its columns, which scripts read
 /// from the right.
-fn write_warnings_csv(path: &PathBuf, rows: &[Outcome]) -> Result<(), Error> {
+fn write_warnings_csv(path: &Path, rows: &[Outcome]) -> Result<(), Error> {
     let quote = |v: &str| format!("\"{}\"", v.replace('"', "\"\"").replace(['\n', '\r'], " "));
     let mut s = String::from("dataset,query,method,target,warnings\n");
     for r in rows.iter().filter(|r| !r.warnings.is_empty()) {
         let _ = writeln!(s, "{},{},{},{},{}", r.dataset, quote(&r.query), r.method, r.target, quote(&r.warnings));
     }
-    std::fs::write(path, s).map_err(|e| format!("cannot write {}: {e}", path.display()).into())
+    Ok(stretto_core::format::write_atomic(path, s.as_bytes())?)
 }
 
 /// Mean truth F1 of the plans and of gold over the outcomes `rs` whose plan and gold both have one: `(queries, plan,
@@ -1148,11 +1213,11 @@ pub fn run_exp2(scale: &Scale, out: &Path) -> Result<Exp2, Error> {
             n += 1;
         }
     }
-    std::fs::write(out.join("profiles.csv"), &points).map_err(|e| format!("cannot write: {e}"))?;
-    std::fs::write(out.join("speedup.csv"), &speed).map_err(|e| format!("cannot write: {e}"))?;
-    std::fs::write(out.join("as_run.csv"), &as_run_csv).map_err(|e| format!("cannot write: {e}"))?;
+    stretto_core::format::write_atomic(&out.join("profiles.csv"), points.as_bytes())?;
+    stretto_core::format::write_atomic(&out.join("speedup.csv"), speed.as_bytes())?;
+    stretto_core::format::write_atomic(&out.join("as_run.csv"), as_run_csv.as_bytes())?;
     let (md, speedups) = exp2_summary(&scale.describe(), n, &sums, &as_run);
-    std::fs::write(out.join("summary.md"), &md).map_err(|e| format!("cannot write: {e}"))?;
+    stretto_core::format::write_atomic(&out.join("summary.md"), md.as_bytes())?;
     let mut families: Vec<String> = scatter.iter().map(|p| p.0.clone()).collect();
     families.sort();
     families.dedup();
@@ -1251,8 +1316,12 @@ fn exp2_summary(
 /// methods do).
 pub const GLOBAL_AS_RUN: &str = "global-as-run";
 
+/// Experiment 1's title.
+pub const EXP1_NAME: &str = "Experiment 1: Target Met";
 /// The methods of experiment 1 (`global-as-run` comes with `global`).
 pub const EXP1_METHODS: [&str; 4] = ["global", GLOBAL_AS_RUN, "lotus", "abacus"];
+/// Experiment 3's title.
+pub const EXP3_NAME: &str = "Experiment 3: global vs local vs independent";
 /// The methods of experiment 3.
 pub const EXP3_METHODS: [&str; 3] = ["global", "local", "independent"];
 
@@ -1261,19 +1330,18 @@ pub const EXP3_METHODS: [&str; 3] = ["global", "local", "independent"];
 pub fn run_all(scale: &Scale, out: &Path) -> Result<String, Error> {
     let started = std::time::Instant::now();
     let methods = ["global", "lotus", "abacus", "local", "independent"];
-    let (outcomes, skipped) = run_methods(&methods, scale, &out.join("runs"))?;
-    write_experiment("Experiment 1: Target Met", &EXP1_METHODS, scale, &outcomes, &skipped, &out.join("exp1"))?;
-    write_experiment(
-        "Experiment 3: global vs local vs independent",
-        &EXP3_METHODS,
-        scale,
-        &outcomes,
-        &skipped,
-        &out.join("exp3"),
-    )?;
+    let (exp1, exp3) = ((EXP1_NAME, &EXP1_METHODS[..]), (EXP3_NAME, &EXP3_METHODS[..]));
+    // Both experiments' tables are rewritten after every query, as `run_experiment` does for one.
+    let mut so_far = |o: &[Outcome], s: &[String]| {
+        write_tables(exp1.0, exp1.1, scale, o, s, &out.join("exp1"), true)?;
+        write_tables(exp3.0, exp3.1, scale, o, s, &out.join("exp3"), true).map(drop)
+    };
+    let (outcomes, skipped) = run_methods(&methods, scale, &out.join("runs"), &mut so_far)?;
+    write_experiment(exp1.0, exp1.1, scale, &outcomes, &skipped, &out.join("exp1"))?;
+    write_experiment(exp3.0, exp3.1, scale, &outcomes, &skipped, &out.join("exp3"))?;
     let exp2 = run_exp2(scale, &out.join("exp2"))?;
     let md = comparison(scale, &outcomes, &exp2, started.elapsed().as_secs_f64());
-    std::fs::write(out.join("summary.md"), &md).map_err(|e| format!("cannot write summary: {e}"))?;
+    stretto_core::format::write_atomic(&out.join("summary.md"), md.as_bytes())?;
     Ok(md)
 }
 
@@ -1621,6 +1689,59 @@ mod tests {
             gold_truth: None,
             warnings: String::new(),
         }
+    }
+
+    /// Every query started hands the outcomes so far to `after_query`, so a run stopped half-way keeps what it
+    /// finished; a callback that fails (the results cannot be written) stops the run with its error.
+    #[test]
+    fn the_results_so_far_are_handed_on_after_every_query_and_a_failed_write_stops_the_run() {
+        let scale = Scale { queries: 3, datasets: vec!["movie".into()], ..Scale::named("tiny").unwrap() };
+        let mut seen: Vec<(usize, usize)> = Vec::new();
+        let mut after = |o: &[Outcome], s: &[String]| {
+            seen.push((o.len(), s.len()));
+            Ok(())
+        };
+        // The second query has an empty gold result; the others give one row each.
+        let (outcomes, skipped) =
+            drive_queries(&scale, &mut after, |_, q, n| Ok((n != 1).then(|| vec![outcome(q, "global", 0.5)]))).unwrap();
+        assert_eq!(seen, [(1, 0), (1, 1), (2, 1), (3, 1)]);
+        assert_eq!((outcomes.len(), skipped.len()), (3, 1));
+        let mut runs = 0;
+        let mut failing = |o: &[Outcome], _: &[String]| match o.len() {
+            2 => Err::<(), Error>("disk full".into()),
+            _ => Ok(()),
+        };
+        let err = drive_queries(&scale, &mut failing, |_, q, _| {
+            runs += 1;
+            Ok(Some(vec![outcome(q, "global", 0.5)]))
+        })
+        .unwrap_err();
+        assert_eq!(err.to_string(), "disk full");
+        assert_eq!(runs, 2, "no query runs after the results could not be written");
+    }
+
+    #[test]
+    fn a_partial_summary_says_so_and_the_final_one_does_not() {
+        let dir = tempfile::tempdir().unwrap();
+        let scale = Scale::named("tiny").unwrap();
+        let rows = [outcome("q1", "global", 0.5), outcome("q1", "lotus", 0.5), outcome("q2", "global", 0.5)];
+        let skipped = ["movie: `q3` (empty gold result)".to_string()];
+        let kept = write_tables("Experiment 1", &["global"], &scale, &rows, &skipped, dir.path(), true).unwrap();
+        assert_eq!(kept.len(), 2, "only the experiment's methods");
+        let csv = std::fs::read_to_string(dir.path().join("results.csv")).unwrap();
+        assert_eq!(csv.lines().count(), 1 + 2, "{csv}");
+        let md = std::fs::read_to_string(dir.path().join("summary.md")).unwrap();
+        assert!(
+            md.starts_with("# Experiment 1\n\n**Partial**: written after 2 queries finished (and 1 skipped)"),
+            "{md}"
+        );
+        write_experiment("Experiment 1", &["global"], &scale, &rows, &skipped, dir.path()).unwrap();
+        let md = std::fs::read_to_string(dir.path().join("summary.md")).unwrap();
+        assert!(!md.contains("Partial"), "{md}");
+        assert!(dir.path().join("runtime.svg").is_file());
+        let names: Vec<String> =
+            std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into()).collect();
+        assert!(!names.iter().any(|n| n.contains(".tmp")), "no temporary left behind: {names:?}");
     }
 
     #[test]

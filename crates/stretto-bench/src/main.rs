@@ -958,7 +958,9 @@ fn run(cli: Cli) -> Result<(), BoxError> {
         }
         Command::Kv { action } => run_kv(action)?,
         Command::Bench { action } => {
-            use stretto_bench::experiments::{generate_queries, run_experiment, EXP1_METHODS, EXP3_METHODS};
+            use stretto_bench::experiments::{
+                generate_queries, run_experiment, EXP1_METHODS, EXP1_NAME, EXP3_METHODS, EXP3_NAME,
+            };
             match action {
                 BenchAction::Queries { dataset, images } => {
                     let queries = if dataset == stretto_bench::experiments::PHOTOS {
@@ -972,7 +974,7 @@ fn run(cli: Cli) -> Result<(), BoxError> {
                 }
                 BenchAction::Exp1 { size, out } => {
                     let s = size.scale()?;
-                    run_experiment("Experiment 1: Target Met", &EXP1_METHODS, &s, &out)?;
+                    run_experiment(EXP1_NAME, &EXP1_METHODS, &s, &out)?;
                     print!("{}", std::fs::read_to_string(out.join("summary.md"))?);
                 }
                 BenchAction::Exp2 { size, out } => {
@@ -981,7 +983,7 @@ fn run(cli: Cli) -> Result<(), BoxError> {
                 }
                 BenchAction::Exp3 { size, out } => {
                     let s = size.scale()?;
-                    run_experiment("Experiment 3: global vs local vs independent", &EXP3_METHODS, &s, &out)?;
+                    run_experiment(EXP3_NAME, &EXP3_METHODS, &s, &out)?;
                     print!("{}", std::fs::read_to_string(out.join("summary.md"))?);
                 }
                 BenchAction::Protocols { models, datasets, dev, eval, max_chars, out } => {
