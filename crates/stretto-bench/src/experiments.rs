@@ -558,9 +558,9 @@ pub fn bench_input(
 /// partial until the run ends: a run stopped half-way (a killed process, a machine's time running out) keeps every
 /// query it finished, and no file is ever half-written.
 pub fn run_experiment(name: &str, methods: &[&str], scale: &Scale, out: &Path) -> Result<Vec<Outcome>, Error> {
-    let mut so_far = |o: &[Outcome], s: &[String]| write_tables(name, methods, scale, o, s, out, true).map(drop);
+    let mut so_far = |o: &[Outcome], s: &[String]| write_experiment(name, methods, scale, o, s, out, true);
     let (outcomes, skipped) = run_methods(methods, scale, &out.join("runs"), &mut so_far)?;
-    write_experiment(name, methods, scale, &outcomes, &skipped, out)?;
+    write_experiment(name, methods, scale, &outcomes, &skipped, out, false)?;
     Ok(outcomes)
 }
 
@@ -763,7 +763,9 @@ fn run_query_methods(
     Ok(Some(rows))
 }
 
-/// Writes one experiment's CSV, summary and figures from `outcomes` (only the rows of `methods`).
+/// Writes one experiment's `results.csv`, `warnings.csv` and `summary.md` from `outcomes` (only the rows of
+/// `methods`), each atomically, and then its figures; a `partial` write (a run that has not ended) draws no figures,
+/// and its summary says so.
 pub fn write_experiment(
     name: &str,
     methods: &[&str],
@@ -771,23 +773,8 @@ pub fn write_experiment(
     outcomes: &[Outcome],
     skipped: &[String],
     out: &Path,
-) -> Result<(), Error> {
-    let rows = write_tables(name, methods, scale, outcomes, skipped, out, false)?;
-    plot_experiment(name, methods, &rows, out)
-}
-
-/// Writes one experiment's `results.csv`, `warnings.csv` and `summary.md` from `outcomes` (only the rows of
-/// `methods`), each atomically; a `partial` summary says the run had not ended when it was written. Returns the
-/// rows written.
-fn write_tables(
-    name: &str,
-    methods: &[&str],
-    scale: &Scale,
-    outcomes: &[Outcome],
-    skipped: &[String],
-    out: &Path,
     partial: bool,
-) -> Result<Vec<Outcome>, Error> {
+) -> Result<(), Error> {
     std::fs::create_dir_all(out).map_err(|e| format!("cannot create {}: {e}", out.display()))?;
     let rows: Vec<Outcome> = outcomes.iter().filter(|o| methods.contains(&o.method.as_str())).cloned().collect();
     write_csv(&out.join("results.csv"), &rows)?;
@@ -807,7 +794,10 @@ fn write_tables(
         md.insert_str(at, &note);
     }
     stretto_core::format::write_atomic(&out.join("summary.md"), md.as_bytes())?;
-    Ok(rows)
+    if partial {
+        return Ok(());
+    }
+    plot_experiment(name, methods, &rows, out)
 }
 
 fn target_labels() -> Vec<String> {
@@ -1333,12 +1323,12 @@ pub fn run_all(scale: &Scale, out: &Path) -> Result<String, Error> {
     let (exp1, exp3) = ((EXP1_NAME, &EXP1_METHODS[..]), (EXP3_NAME, &EXP3_METHODS[..]));
     // Both experiments' tables are rewritten after every query, as `run_experiment` does for one.
     let mut so_far = |o: &[Outcome], s: &[String]| {
-        write_tables(exp1.0, exp1.1, scale, o, s, &out.join("exp1"), true)?;
-        write_tables(exp3.0, exp3.1, scale, o, s, &out.join("exp3"), true).map(drop)
+        write_experiment(exp1.0, exp1.1, scale, o, s, &out.join("exp1"), true)?;
+        write_experiment(exp3.0, exp3.1, scale, o, s, &out.join("exp3"), true)
     };
     let (outcomes, skipped) = run_methods(&methods, scale, &out.join("runs"), &mut so_far)?;
-    write_experiment(exp1.0, exp1.1, scale, &outcomes, &skipped, &out.join("exp1"))?;
-    write_experiment(exp3.0, exp3.1, scale, &outcomes, &skipped, &out.join("exp3"))?;
+    write_experiment(exp1.0, exp1.1, scale, &outcomes, &skipped, &out.join("exp1"), false)?;
+    write_experiment(exp3.0, exp3.1, scale, &outcomes, &skipped, &out.join("exp3"), false)?;
     let exp2 = run_exp2(scale, &out.join("exp2"))?;
     let md = comparison(scale, &outcomes, &exp2, started.elapsed().as_secs_f64());
     stretto_core::format::write_atomic(&out.join("summary.md"), md.as_bytes())?;
@@ -1726,16 +1716,16 @@ mod tests {
         let scale = Scale::named("tiny").unwrap();
         let rows = [outcome("q1", "global", 0.5), outcome("q1", "lotus", 0.5), outcome("q2", "global", 0.5)];
         let skipped = ["movie: `q3` (empty gold result)".to_string()];
-        let kept = write_tables("Experiment 1", &["global"], &scale, &rows, &skipped, dir.path(), true).unwrap();
-        assert_eq!(kept.len(), 2, "only the experiment's methods");
+        write_experiment("Experiment 1", &["global"], &scale, &rows, &skipped, dir.path(), true).unwrap();
+        assert!(!dir.path().join("runtime.svg").exists(), "a partial write draws no figures");
         let csv = std::fs::read_to_string(dir.path().join("results.csv")).unwrap();
-        assert_eq!(csv.lines().count(), 1 + 2, "{csv}");
+        assert_eq!(csv.lines().count(), 1 + 2, "only the experiment's methods: {csv}");
         let md = std::fs::read_to_string(dir.path().join("summary.md")).unwrap();
         assert!(
             md.starts_with("# Experiment 1\n\n**Partial**: written after 2 queries finished (and 1 skipped)"),
             "{md}"
         );
-        write_experiment("Experiment 1", &["global"], &scale, &rows, &skipped, dir.path()).unwrap();
+        write_experiment("Experiment 1", &["global"], &scale, &rows, &skipped, dir.path(), false).unwrap();
         let md = std::fs::read_to_string(dir.path().join("summary.md")).unwrap();
         assert!(!md.contains("Partial"), "{md}");
         assert!(dir.path().join("runtime.svg").is_file());
