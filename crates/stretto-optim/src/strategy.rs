@@ -90,7 +90,8 @@
 //! is as unseen as before and the fixed-sequence test keeps its level; a candidate left out can only make the plan
 //! dearer. Where the planned sequence is empty, no candidate answers the hold-out and gold runs; so it does where
 //! what testing the sequence is expected to save ([`TestPlan::expected_saving`]: each plan's chance of passing,
-//! predicted from its fit-part counts, times what it saves) on the tuples execution runs outside profiling is no
+//! predicted from its fit-part counts with [`Certification::fit_optimism`] errors more per side, since the plans were
+//! fitted on those counts, times what it saves) on the tuples execution runs outside profiling is no
 //! more than what the hold-out's answers would cost. That reads the fit part, gold's answers and costs, and ends
 //! in gold, which needs no certificate. Before the fit part is asked anything, the engine forecasts the sequence
 //! the same way on the screening tuples (`stretto::engine`'s screening forecast: planned with the screening
