@@ -13,6 +13,7 @@
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use rayon::prelude::*;
+use stretto_optim::evaluation::seeds_arg;
 use stretto_optim::problem::Problem;
 use stretto_optim::strategy::{Global, HoldOut, Strategy, Targets};
 use stretto_optim::workload::{generate, WorkloadConfig};
@@ -98,14 +99,7 @@ fn run(
 
 fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     let args: Vec<String> = std::env::args().collect();
-    let seeds: Vec<u64> = match args.get(1).map(String::as_str) {
-        Some(r) if r.contains("..") => {
-            let (a, b) = r.split_once("..").unwrap_or_default();
-            (a.parse()?..b.parse()?).collect()
-        }
-        Some(n) => (0..n.parse()?).collect(),
-        None => (0..200).collect(),
-    };
+    let seeds = seeds_arg(args.get(1).map(String::as_str), 200)?;
     let population: usize = args.get(2).map(|s| s.parse()).transpose()?.unwrap_or(400);
     let targets: Vec<f64> = match args.get(3) {
         Some(s) => s.split(',').map(str::parse).collect::<Result<_, _>>()?,

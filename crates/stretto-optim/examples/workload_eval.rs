@@ -3,19 +3,11 @@
 //! `cargo run --release -p stretto-optim --example workload_eval -- [RUNS|FIRST..END] [METHODS] [TARGETS]`
 //! e.g. `-- 200 global,lotus` or `-- 100..200 global,lotus,gold 0.9`. Prints the summary table (markdown) and writes every run to `workload_runs.csv`.
 
-use stretto_optim::evaluation::{evaluate, summarize, summary_markdown};
+use stretto_optim::evaluation::{evaluate, seeds_arg, summarize, summary_markdown};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().collect();
-    // RUNS is a count (seeds 0..RUNS) or a range of seeds, `100..200`.
-    let seeds: Vec<u64> = match args.get(1).map(String::as_str) {
-        Some(r) if r.contains("..") => {
-            let (a, b) = r.split_once("..").unwrap_or_default();
-            (a.parse()?..b.parse()?).collect()
-        }
-        Some(n) => (0..n.parse()?).collect(),
-        None => (0..100).collect(),
-    };
+    let seeds = seeds_arg(args.get(1).map(String::as_str), 100)?;
     let methods: Vec<String> = args
         .get(2)
         .map(|s| s.split(',').map(str::to_string).collect())

@@ -8,6 +8,19 @@ use crate::problem::Problem;
 use crate::strategy::{strategy, Targets};
 use crate::workload::{generate, WorkloadConfig};
 
+/// The seeds an evaluation example's RUNS argument names: a count `N` (seeds `0..N`) or a range `FIRST..END`;
+/// seeds `0..default` where it is absent.
+pub fn seeds_arg(arg: Option<&str>, default: u64) -> std::result::Result<Vec<u64>, std::num::ParseIntError> {
+    Ok(match arg {
+        Some(r) if r.contains("..") => {
+            let (a, b) = r.split_once("..").unwrap_or_default();
+            (a.parse()?..b.parse()?).collect()
+        }
+        Some(n) => (0..n.parse()?).collect(),
+        None => (0..default).collect(),
+    })
+}
+
 /// One (workload, method, target) outcome on the population.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct RunRecord {
@@ -140,4 +153,18 @@ pub fn summary_markdown(rows: &[SummaryRow]) -> String {
         ));
     }
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::seeds_arg;
+
+    #[test]
+    fn runs_are_a_count_or_a_range() {
+        assert_eq!(seeds_arg(Some("3"), 9).unwrap(), vec![0, 1, 2]);
+        assert_eq!(seeds_arg(Some("5..8"), 9).unwrap(), vec![5, 6, 7]);
+        assert_eq!(seeds_arg(None, 2).unwrap(), vec![0, 1]);
+        assert!(seeds_arg(Some("a..8"), 9).is_err());
+        assert!(seeds_arg(Some("x"), 9).is_err());
+    }
 }
