@@ -336,9 +336,10 @@ impl Default for Certification {
             coordinate_search: true,
             bold_levels: vec![0.9, 0.75, 0.5],
             min_holdout: 20,
-            // On generated workloads of the small scale's sizes (400 and 232 tuples, seeds 0..399, `examples/forecast_eval.rs`),
-            // the screening forecast of the runs it sent to profiling was 1.31 / 1.56× what they then saved at 0.5
-            // with 0; 1.07 / 1.32× with 0.5, and its decisions cost 0.949 / 0.996 of gold's execution against 0.956 / 1.001.
+            // On generated workloads of the small scale's sizes (400 and 232 tuples, seeds 0..399,
+            // `examples/forecast_eval.rs`), the screening forecast of the runs it sent to profiling was 1.31 / 1.56×
+            // what they then saved at 0.5 with 0, and 1.07 / 1.32× with 0.5; its decisions cost 0.949 / 0.996 of
+            // gold's execution with 0.5, against 0.956 / 1.001 with 0 (`bench/results/forecast/`).
             fit_optimism: 0.5,
             solver: SolverSettings::default(),
         }
