@@ -6,9 +6,9 @@
 //! the screening tuples as the engine does, computes both forecasts, runs the certified search on the sample, and
 //! prices its plan on the tuples left to execution.
 //!
-//! `cargo run --release -p stretto-optim --example forecast_eval -- [RUNS|FIRST..END] [POPULATION] [TARGETS] [OPTIMISM]`
-//! e.g. `-- 0..400 400 0.5,0.7 0` (OPTIMISM: `Certification::fit_optimism`, the library's default if left out). Prints a table per target (markdown) and writes every run to
-//! `forecast_runs.csv`.
+//! `cargo run --release -p stretto-optim --example forecast_eval -- [RUNS|FIRST..END] [POPULATION] [TARGETS] [K]`
+//! e.g. `-- 0..400 400 0.5,0.7 0` (K: `Certification::fit_optimism`, the library's default if left out). Prints a
+//! table per target (markdown) and writes every run to `forecast_runs.csv`.
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -129,7 +129,11 @@ fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
         seeds.len(),
         optimism.unwrap_or(Global::default().certification.fit_optimism)
     );
-    println!("| target | runs | screening forecast | fit-part forecast | realized | certified | screening says pay | of those certified | their forecast / realized | total / gold (screening rule) | total / gold (always profile) | total / gold (hindsight) |");
+    println!(
+        "| target | runs | screening forecast | fit-part forecast | realized | certified | screening says pay | of those \
+         certified | their forecast / realized | total / gold (screening rule) | total / gold (always profile) | total \
+         / gold (hindsight) |"
+    );
     println!("|---|---|---|---|---|---|---|---|---|---|---|---|");
     for &t in &targets {
         let rs: Vec<&Run> = runs.iter().filter(|r| r.target == t).collect();
