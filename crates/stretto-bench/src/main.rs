@@ -443,7 +443,8 @@ enum BenchAction {
         /// Decoder models (default: the ladder).
         #[arg(long, value_delimiter = ',')]
         models: Vec<String>,
-        /// Datasets with labelled predicates: movie, ecommerce, email.
+        /// Datasets with labelled predicates: movie, ecommerce, email, and photos (the e-commerce photos' captions,
+        /// as the caption filters read them, against their derived labels).
         #[arg(long, value_delimiter = ',', default_value = "movie,ecommerce")]
         datasets: Vec<String>,
         /// Rows of each development slice.
@@ -1003,7 +1004,7 @@ fn run(cli: Cli) -> Result<(), BoxError> {
                         stretto::core::format::write_atomic(&out.join("protocols.md"), md.as_bytes())?;
                         Ok(md)
                     };
-                    let rows = protocols::measure(&ctx.model_home, ctx.threads, &o, |rows| write(rows).map(|_| ()))?;
+                    let rows = protocols::measure(&ctx, &o, |rows| write(rows).map(|_| ()))?;
                     print!("{}", write(&rows)?);
                 }
                 BenchAction::Encoders { encoders, datasets, dev, eval, batch, out } => {

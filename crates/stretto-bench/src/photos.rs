@@ -112,7 +112,7 @@ pub fn best_threshold(scores: &[f64], labels: &[bool]) -> f64 {
 
 /// The photo rows of `products` (indices in table order) and a one-column batch of their photo paths, its field
 /// named `products.photo` as a query's frame names it.
-fn photo_rows(ds: &Dataset) -> Result<(Vec<usize>, StringArray), Error> {
+pub(crate) fn photo_rows(ds: &Dataset) -> Result<(Vec<usize>, StringArray), Error> {
     let products = ds.table("products")?;
     let photo = products.column_by_name("photo").ok_or("the bundled products table has no photo column")?;
     let photo = arrow::compute::cast(photo, &DataType::Utf8)?;

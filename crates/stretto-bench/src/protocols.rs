@@ -6,7 +6,8 @@
 //! item. This module measures each protocol the way the filter operator asks it (the same question tokens, answer
 //! tokens and calibration, and the same Yes/No fallback for a predicate without a derivable opposite:
 //! [`stretto::kv::tasks::protocol_prompt`]),
-//! on labelled predicates of three datasets, and picks per model:
+//! on labelled predicates of three datasets (and, as `photos`, on the captions the caption bridge writes of the
+//! e-commerce photos, against their derived labels: what the caption filters read), and picks per model:
 //! - the answer words with the highest mean AUC on the **development slice**;
 //! - then calibrated or not, by the higher mean balanced accuracy at the operator's own decision rule (score > 0).
 //!
@@ -17,7 +18,6 @@
 //! ([`stretto::models::models::FilterSetting`]), with the figures that chose it.
 
 use std::fmt::Write as _;
-use std::path::Path;
 
 use arrow::array::{Array, AsArray};
 use arrow::datatypes::Int64Type;
@@ -26,6 +26,11 @@ use stretto::core::metrics::auc;
 use stretto::kv::decoder::{Step, Want};
 use stretto::kv::models::{AnswerWords, FilterProtocol};
 use stretto::kv::Decoder;
+use stretto::OpContext;
+
+/// The dataset name under which `--datasets` measures the caption filters: the e-commerce products that have a
+/// photo, each read as its caption ([`LabelledTexts::photo_captions`]).
+pub const PHOTOS: &str = "photos";
 
 /// A labelled filter predicate of a bundled dataset.
 #[derive(Debug, Clone, Copy)]
@@ -228,26 +233,31 @@ fn rule_figures(scores: &[f64], labels: &[bool]) -> (f64, f64, f64) {
 /// so far after each model, so that a long run (the 1.5B over the emails takes hours on 2 cores) keeps what it
 /// measured when a later model fails or the run is stopped.
 pub fn measure(
-    home: &Path,
-    threads: usize,
+    ctx: &OpContext,
     o: &ProbeOptions,
     mut measured: impl FnMut(&[ProtocolRow]) -> Result<(), crate::experiments::Error>,
 ) -> Result<Vec<ProtocolRow>, crate::experiments::Error> {
     let mut rows = Vec::new();
+    // Each dataset's items once (the photos' captions need the image classifier), before any model is loaded.
+    let data: Vec<LabelledTexts> = o
+        .datasets
+        .iter()
+        .map(|d| if d == PHOTOS { LabelledTexts::photo_captions(ctx) } else { LabelledTexts::load(d) })
+        .collect::<Result<_, _>>()?;
     for model in &o.models {
         let _span = tracing::info_span!("protocol_probe", model = %model).entered();
-        let dec = Decoder::load(home, model, stretto::kv::runtime::RuntimeOptions::new(threads, false))?;
-        for dataset in &o.datasets {
-            let data = LabelledTexts::load(dataset)?;
+        let options = stretto::kv::runtime::RuntimeOptions::new(ctx.threads, false);
+        let dec = Decoder::load(&ctx.model_home, model, options)?;
+        for (dataset, data) in o.datasets.iter().zip(&data) {
             let tasks = &data.tasks;
             let answer_words = [AnswerWords::Digits, AnswerWords::YesNo, AnswerWords::Contrast];
             let mut prompts = Vec::new();
             for t in tasks {
-                let statement = stretto::ops_text::llm::about_the_text(t.predicate);
+                let statement = stretto::ops_text::llm::about(t.predicate, data.subject);
                 for words in answer_words {
                     // As the filter asks: a contrast question where the model derives an opposite, Yes/No where not.
                     let p = FilterProtocol { answers: words, calibrated: true };
-                    let (prompt, _) = stretto::kv::tasks::protocol_prompt(&dec, p, "the text above", &statement)?;
+                    let (prompt, _) = stretto::kv::tasks::protocol_prompt(&dec, p, data.subject, &statement)?;
                     prompts.push(prompt);
                 }
             }
@@ -305,6 +315,8 @@ pub fn measure(
 pub(crate) struct LabelledTexts {
     /// The dataset's predicates.
     pub(crate) tasks: Vec<ProbeTask>,
+    /// What a column reference becomes in a question: "the text above", or the caption bridge's subject.
+    pub(crate) subject: &'static str,
     text: arrow::array::StringArray,
     labels: arrow::record_batch::RecordBatch,
 }
@@ -321,7 +333,25 @@ impl LabelledTexts {
             .and_then(|c| c.as_string_opt::<i32>())
             .ok_or_else(|| format!("{dataset}.{} has no text column `{}`", first.table, first.column))?
             .clone();
-        Ok(Self { text, labels: ds.table("labels")?.clone(), tasks })
+        Ok(Self { text, labels: ds.table("labels")?.clone(), tasks, subject: "the text above" })
+    }
+
+    /// The e-commerce products that have a bundled photo, each item its caption as the caption bridge writes it
+    /// (EfficientNet-Lite0's classes, loaded under `ctx`), with the photo predicates of [`crate::photos::PHOTO_TASKS`]
+    /// and their derived labels: the caption filters' items, so that their protocols are measured on what they read.
+    pub(crate) fn photo_captions(ctx: &OpContext) -> Result<Self, crate::experiments::Error> {
+        let ds = Dataset::load("ecommerce")?;
+        let (rows, paths) = crate::photos::photo_rows(&ds)?;
+        let paths: Vec<String> = paths.iter().map(|p| p.unwrap_or_default().to_string()).collect();
+        let (captions, _) = stretto::ops_image::caption::captions(ctx, &paths)?;
+        let at = arrow::array::UInt32Array::from(rows.iter().map(|&i| i as u32).collect::<Vec<_>>());
+        let labels = arrow::compute::take_record_batch(ds.table("labels")?, &at)?;
+        let tasks = crate::photos::PHOTO_TASKS
+            .iter()
+            .map(|(predicate, label)| task(PHOTOS, "products", "photo", predicate, label))
+            .collect();
+        let subject = stretto::ops_image::caption::CAPTION_SUBJECT;
+        Ok(Self { text: captions.into_iter().map(Some).collect(), labels, tasks, subject })
     }
 
     /// Row indices of `slice`, with development and evaluation slices of `dev` and `eval` rows.

@@ -396,3 +396,27 @@ fn the_protocols_bench_scores_every_protocol_and_keeps_the_models_measured_befor
     assert!(md.contains("| fraudulent | eval | 6 (3) | 0."), "{md}");
     assert!(!md.contains("NaN"), "{md}");
 }
+
+/// `--datasets photos` measures the protocols on what the caption filters read (#17): each photo's caption, asked
+/// about as "the photo described above", scored against the photos' derived labels on both slices.
+#[test]
+fn the_protocols_bench_measures_the_caption_filters_on_the_photos_captions() {
+    let _machine = together();
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("protocols");
+    let args = ["bench", "protocols", "--models", "smollm2-135m", "--datasets", "photos", "--dev", "6", "--eval", "6"];
+    let (ok, stdout, err) = stretto(&[&args[..], &["--out", out.to_str().unwrap()]].concat(), dir.path());
+    assert!(ok, "{err}");
+    let csv = std::fs::read_to_string(out.join("protocols.csv")).unwrap();
+    let rows: Vec<&str> = csv.lines().skip(1).collect();
+    // Six protocols × the four photo predicates × both slices (each holds both classes of some label).
+    assert_eq!(rows.len(), 6 * 4 * 2, "{csv}");
+    assert!(rows.iter().all(|l| l.starts_with("smollm2-135m,") && l.contains(",photos,")), "{csv}");
+    for label in ["is_tshirt_or_top", "is_menswear", "carries_objects", "is_footwear"] {
+        assert_eq!(rows.iter().filter(|l| l.contains(&format!(",{label},"))).count(), 12, "{label}: {csv}");
+    }
+    let md = std::fs::read_to_string(out.join("protocols.md")).unwrap();
+    assert!(md.contains("is it true that the photo described above shows footwear?"), "{md}");
+    assert!(!md.contains("the text above shows"), "{md}");
+    assert_eq!(md, stdout);
+}

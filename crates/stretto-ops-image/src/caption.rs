@@ -21,6 +21,17 @@ pub fn caption(classes: &Classes) -> String {
     format!("A photo. An image classifier recognises in it: {}.", parts.join(", "))
 }
 
+/// What a column reference becomes in a caption filter's question: the LLM reads the caption, not the photo.
+pub const CAPTION_SUBJECT: &str = "the photo described above";
+
+/// The captions of the images at `paths` as the caption operators write them, with the seconds the classifier
+/// took per image (memoised classes report what computing them cost).
+pub fn captions(ctx: &OpContext, paths: &[String]) -> Result<(Vec<String>, Vec<f64>)> {
+    let memo = ctx.open_memo("efficientnet-lite0.classes");
+    let (classes, secs) = image_classes(ctx, memo.as_ref(), paths, CAPTION_CLASSES)?;
+    Ok((classes.iter().map(caption).collect(), secs))
+}
+
 /// The bridge: image paths → captions, by the classifier loaded under `ctx`.
 pub fn caption_bridge(ctx: &OpContext) -> Bridge {
     let ctx = ctx.clone();
@@ -30,7 +41,7 @@ pub fn caption_bridge(ctx: &OpContext) -> Bridge {
             let (classes, secs) = image_classes(&ctx, memo.as_ref().as_ref(), paths, CAPTION_CLASSES)?;
             Ok((classes.iter().map(caption).collect(), secs))
         }),
-        subject: "the photo described above",
+        subject: CAPTION_SUBJECT,
         family: "caption",
         modality: Modality::Image,
     }
