@@ -170,6 +170,16 @@ pub fn measure(registry: &Registry, o: &PhotoOptions) -> Result<Vec<PhotoRow>, E
     let schema = Arc::new(Schema::new(vec![Field::new("products.photo", DataType::Utf8, true)]));
     let batch = RecordBatch::try_new(schema, vec![Arc::new(paths)])?;
     let mut out = Vec::new();
+    let image_filters = |task: &SemanticTask| {
+        registry
+            .operators()
+            .map(|(op, _)| op)
+            .filter(|op| op.properties().modality == Modality::Image && op.serves(task))
+            .collect::<Vec<_>>()
+    };
+    let steps: usize = PHOTO_TASKS.iter().map(|(p, _)| image_filters(&SemanticTask::filter("photo", *p)).len()).sum();
+    // One step per operator and predicate (an operator scores all the photos at once).
+    let bar = stretto::models::progress::bar(steps as u64, "photo filters");
     for (predicate, label) in PHOTO_TASKS {
         let column = labels
             .column_by_name(label)
@@ -178,10 +188,8 @@ pub fn measure(registry: &Registry, o: &PhotoOptions) -> Result<Vec<PhotoRow>, E
             .ok_or_else(|| format!("label column `{label}` is not an integer column"))?;
         let truth: Vec<bool> = rows.iter().map(|&i| column.value(i) == 1).collect();
         let task = SemanticTask::filter("photo", *predicate);
-        for (op, _) in registry.operators() {
-            if op.properties().modality != Modality::Image || !op.serves(&task) {
-                continue;
-            }
+        for op in image_filters(&task) {
+            bar.set_message(format!("{} on {label}", op.name()));
             let _span = tracing::info_span!("photo_probe", operator = op.name(), predicate).entered();
             let (output, secs) = op.evaluate_timed(&task, &batch)?;
             let OpOutput::Scores(scores) = output else {
@@ -208,8 +216,10 @@ pub fn measure(registry: &Registry, o: &PhotoOptions) -> Result<Vec<PhotoRow>, E
                 eval_balanced_at_dev: balanced_dev,
                 seconds_per_item: secs.iter().sum::<f64>() / secs.len().max(1) as f64,
             });
+            bar.inc(1);
         }
     }
+    bar.finish_and_clear();
     if out.is_empty() {
         return Err("no image filter in the registry serves the photo predicates".into());
     }

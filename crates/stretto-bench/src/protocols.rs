@@ -194,6 +194,7 @@ struct Scored {
 
 fn score(
     dec: &Decoder,
+    label: &str,
     items: &[String],
     prompts: &[stretto::kv::tasks::FilterPrompt],
 ) -> Result<Scored, crate::experiments::Error> {
@@ -209,12 +210,16 @@ fn score(
     };
     let mut base = vec![0.0; prompts.len()];
     one(stretto::ops_text::llm::CONTENT_FREE, &mut |k, s| base[k] = s)?;
+    // A terminal sees every item; a log (no terminal) a line every 25.
+    let bar = stretto::models::progress::bar(items.len() as u64, label);
     for (i, item) in items.iter().enumerate() {
         one(item, &mut |k, s| raw[k].push(s))?;
+        bar.inc(1);
         if (i + 1) % 25 == 0 {
             tracing::info!(model = dec.name(), done = i + 1, of = items.len(), "protocol probe");
         }
     }
+    bar.finish_and_clear();
     Ok(Scored { raw, base })
 }
 
@@ -278,7 +283,8 @@ pub fn measure(
                     continue;
                 }
                 let items = data.texts(range.clone(), o.max_chars);
-                let scored = score(&dec, &items, &prompts)?;
+                let label = format!("{model} on {dataset} ({})", slice.name());
+                let scored = score(&dec, &label, &items, &prompts)?;
                 for ((ti, t), truth) in tasks.iter().enumerate().zip(truths) {
                     for (wi, words) in answer_words.iter().enumerate() {
                         let question = prompts[ti * answer_words.len() + wi].text.replace('\n', " ");
