@@ -522,10 +522,11 @@ pub struct Profiled {
     pub gold_only: Option<String>,
     /// The first profiling stage: what it answered, and which candidates it dropped and why.
     pub screening: Option<Screening>,
-    /// Where gold's plan answered the profiling sample before gold-only profiling was decided: the logical filters
-    /// in the order the ordering's DP gives on its figures there (each filter's cost, and pass share on the tuples
-    /// it was asked about), which gold's execution keeps (empty otherwise): far more tuples than the gold-only
-    /// profile's few screening tuples, whose ties the DP may break either way.
+    /// Where gold's plan answered the profiling sample before gold-only profiling was decided, or answered the
+    /// [`gold_order_tuples`] beyond a gold-only profile's [`GOLD_PROFILE_TUPLES`]: the logical filters in the order
+    /// the ordering's DP gives on its figures there (each filter's cost, and pass share on the tuples it was asked
+    /// about), which gold's execution keeps (empty otherwise): more tuples than the gold-only profile's few, whose
+    /// ties the DP may break either way.
     pub gold_order: Vec<String>,
     /// The answers this profiling computed (every profiled operator on the sample, every screened candidate on the
     /// screening tuples): execution reads them from the memo, and books their cost as reused. Empty for a profile
@@ -580,14 +581,21 @@ struct Screened {
 /// dear as gold, and a screening that cannot pay, stop there.
 pub const PROBE_TUPLES: usize = 4;
 
-/// Most tuples gold is profiled on when gold alone will run (asked for, or profiling cannot pay): enough to order
-/// its stages, since no certificate is needed.
+/// Most tuples gold answers before execution when gold alone will run (asked for, or profiling cannot pay): enough
+/// to order its stages, since no certificate is needed. Every gold filter answers the first
+/// [`GOLD_PROFILE_TUPLES`] of them (the profile); gold's plan answers the rest, [`PROBE_TUPLES`] at a time, each
+/// filter only the tuples the earlier ones let through ([`Profiled::gold_order`]).
 pub const GOLD_ORDER_TUPLES: usize = 20;
 
-/// Tuples gold is profiled on when gold alone will run: [`GOLD_ORDER_TUPLES`] to order its filters, or one where
-/// the query has at most one filter, whose plan's order needs no figures (maps run after the filters whatever the
-/// sample says, [`order_plan`](stretto_optim::order::order_plan)); every answer on tuples a filter then rejects is
-/// one execution does not reuse.
+/// Tuples of a gold-only profile ordering two filters or more: every gold filter answers them, so that each one's
+/// cost is known before gold's plan answers the rest of the [`GOLD_ORDER_TUPLES`]. A later filter's answer on a
+/// tuple an earlier one rejects is one execution does not reuse, so one tuple.
+pub const GOLD_PROFILE_TUPLES: usize = 1;
+
+/// Tuples gold answers before execution when gold alone will run: [`GOLD_ORDER_TUPLES`] to order its filters, or
+/// one where the query has at most one filter, whose plan's order needs no figures (maps run after the filters
+/// whatever the sample says, [`order_plan`](stretto_optim::order::order_plan)); an answer of a later filter on a
+/// profiled tuple that an earlier filter rejects is one execution does not reuse.
 pub fn gold_order_tuples(tasks: &[SemanticTask]) -> usize {
     if tasks.iter().filter(|t| t.kind != LogicalKind::Map).count() <= 1 {
         1
@@ -1097,6 +1105,57 @@ fn ask(op: &RegisteredOp, task: &SemanticTask, batch: &RecordBatch, rows: &[usiz
         take_record_batch(batch, &ids).map_err(|e| stretto_core::CoreError::operator(op.name(), e.to_string()))?;
     let (output, secs) = op.evaluate_timed(task, &part)?;
     Ok(Asked { rows: rows.to_vec(), output, secs })
+}
+
+/// Gold's plan over `rows` of `input`: gold's operators of the logical filters `filters`, in that order, each on the
+/// tuples the earlier ones let through. Adds each filter's seconds, tuples asked and tuples passed to `figures` (one
+/// entry per filter, in `filters`' order), books every answer in `spent` (its seconds, and which `logical/physical`
+/// answered which rows: execution reuses them), and returns the rows every filter let through.
+fn gold_plan_on(
+    tasks: &[SemanticTask],
+    cands: &[Vec<Arc<RegisteredOp>>],
+    input: &RecordBatch,
+    filters: &[usize],
+    rows: &[usize],
+    figures: &mut [(f64, usize, usize)],
+    spent: &mut (f64, Vec<(String, Vec<usize>)>),
+) -> Result<Vec<usize>> {
+    let mut alive = rows.to_vec();
+    for (&t, f) in filters.iter().zip(figures.iter_mut()) {
+        if alive.is_empty() {
+            break;
+        }
+        let answers = ask(&cands[t][0], &tasks[t], input, &alive)?;
+        let seconds = answers.seconds();
+        spent.0 += seconds;
+        spent.1.push((format!("{}/{}", tasks[t].name, cands[t][0].name()), alive.clone()));
+        let asked = alive.len();
+        if let OpOutput::Scores(s) = answers.output {
+            alive = alive.into_iter().zip(s).filter(|(_, v)| *v > 0.0).map(|(r, _)| r).collect();
+        }
+        *f = (f.0 + seconds, f.1 + asked, f.2 + alive.len());
+    }
+    Ok(alive)
+}
+
+/// The order (indices into `figures`) the ordering DP gives filters whose gold answered as `figures` say: per
+/// filter, seconds, tuples asked and tuples passed. Each filter's cost is its seconds per tuple asked, its pass
+/// share the passed ones with a pseudo-count each way, so that a filter asked about a handful of tuples, all
+/// rejected, does not pass for the most selective. (A later filter is asked only about what the earlier ones let
+/// through, so its share there is conditional on theirs; the DP takes the filters for independent, where the two
+/// agree.)
+fn order_on_figures(figures: &[(f64, usize, usize)]) -> Vec<usize> {
+    let stages: Vec<stretto_optim::order::OrderStage> = figures
+        .iter()
+        .enumerate()
+        .map(|(k, &(secs, asked, passed))| stretto_optim::order::OrderStage {
+            op: k,
+            cost: secs / asked.max(1) as f64,
+            sel_inter: (passed as f64 + 1.0) / (asked as f64 + 2.0),
+            sel_intra: 0.0,
+        })
+        .collect();
+    stretto_optim::order::best_order(&stages)
 }
 
 /// Which sample tuples the gold result holds (every gold filter accepts them), from gold's answers per logical
@@ -1882,38 +1941,10 @@ fn profile_candidates(
                     (secs, pass.len(), pass.iter().filter(|p| **p).count())
                 })
                 .collect();
-            let mut alive = sample.clone();
-            for (k, (t, _)) in filters.iter().enumerate() {
-                if alive.is_empty() {
-                    break;
-                }
-                let answers = ask(&cands[*t][0], &tasks[*t], &input, &alive)?;
-                let seconds = answers.seconds();
-                gold_sample.0 += seconds;
-                gold_sample.1.push((format!("{}/{}", tasks[*t].name, cands[*t][0].name()), alive.clone()));
-                let asked = alive.len();
-                if let OpOutput::Scores(s) = answers.output {
-                    alive = alive.into_iter().zip(s).filter(|(_, v)| *v > 0.0).map(|(r, _)| r).collect();
-                }
-                let f = &mut figures[k];
-                *f = (f.0 + seconds, f.1 + asked, f.2 + alive.len());
-            }
-            // Each filter's cost and pass share on every tuple it answered (the probe's included), the share with a
-            // pseudo-count each way, so that a filter asked about a handful of tuples, all rejected, does not pass
-            // for the most selective.
-            let stages: Vec<stretto_optim::order::OrderStage> = figures
-                .iter()
-                .enumerate()
-                .map(|(k, &(secs, asked, passed))| stretto_optim::order::OrderStage {
-                    op: k,
-                    cost: secs / asked.max(1) as f64,
-                    sel_inter: (passed as f64 + 1.0) / (asked as f64 + 2.0),
-                    sel_intra: 0.0,
-                })
-                .collect();
-            let order = stretto_optim::order::best_order(&stages);
+            let in_order: Vec<usize> = filters.iter().map(|(t, _)| *t).collect();
+            let alive = gold_plan_on(&tasks, &cands, &input, &in_order, &sample, &mut figures, &mut gold_sample)?;
             // Gold's execution, where gold runs, orders its filters on these figures, far more than the probe's.
-            gold_order = order.iter().map(|&k| tasks[filters[k].0].name.clone()).collect();
+            gold_order = order_on_figures(&figures).iter().map(|&k| tasks[in_order[k]].name.clone()).collect();
             let through = alive.len();
             let passed: BTreeSet<usize> = alive.iter().copied().collect();
             sample_result = Some(sample.iter().map(|r| passed.contains(r)).collect());
@@ -2542,7 +2573,19 @@ fn profile_candidates(
     };
     // Gold's plan on the sample counts as spent where it stopped profiling (else the profile's gold entries count
     // its answers).
-    let gold_sample = if gold_only.is_some() { gold_sample } else { (0.0, Vec::new()) };
+    let mut gold_sample = if gold_only.is_some() { gold_sample } else { (0.0, Vec::new()) };
+    // Gold alone from the start with two filters or more to order: every gold filter answers the sample's first
+    // [`GOLD_PROFILE_TUPLES`] (the profile: what each costs), and gold's plan answers the rest for the ordering's
+    // figures, [`PROBE_TUPLES`] at a time in the order the figures so far give, each filter only on the tuples the
+    // earlier ones let through. Execution reuses every answer: gold's own plan would have asked all of them but the
+    // later filters' on the profile's tuples, and those a chunk asked in an order the figures then overturned.
+    let filters: Vec<usize> = (0..tasks.len()).filter(|&t| tasks[t].kind != LogicalKind::Map).collect();
+    let order_rest: Vec<usize> =
+        if gold_only.is_some() && screening.is_none() && filters.len() > 1 && sample.len() > GOLD_PROFILE_TUPLES {
+            sample.split_off(GOLD_PROFILE_TUPLES)
+        } else {
+            Vec::new()
+        };
     let sample_batch = take_record_batch(&input, &UInt32Array::from_iter_values(sample.iter().map(|&r| r as u32)))?;
     // Deferred caches: the other models' sample caches, now that screening has shown profiling can pay (of the
     // models some candidate left still reads), before profiling times anything.
@@ -2644,6 +2687,29 @@ fn profile_candidates(
         }
         (entries, fresh_seconds)
     };
+    if !order_rest.is_empty() {
+        let _span = tracing::info_span!("gold_order", tuples = order_rest.len()).entered();
+        // Per filter (gold is each logical operator's first entry), what it answered on the profile's tuples; then
+        // gold's plan on the rest, a probe's worth at a time, its filters in the order the figures so far give.
+        let mut figures: Vec<(f64, usize, usize)> = filters
+            .iter()
+            .map(|&t| {
+                let gold = &entries[t][0];
+                let passed = gold.scores.iter().flatten().flatten().filter(|v| **v > 0.0).count();
+                (gold.cost * sample.len() as f64, sample.len(), passed)
+            })
+            .collect();
+        for rows in order_rest.chunks(PROBE_TUPLES) {
+            let order = order_on_figures(&figures);
+            let in_order: Vec<usize> = order.iter().map(|&k| filters[k]).collect();
+            let mut these: Vec<(f64, usize, usize)> = order.iter().map(|&k| figures[k]).collect();
+            gold_plan_on(&tasks, &cands, &input, &in_order, rows, &mut these, &mut gold_sample)?;
+            for (&k, f) in order.iter().zip(these) {
+                figures[k] = f;
+            }
+        }
+        gold_order = order_on_figures(&figures).iter().map(|&k| tasks[filters[k]].name.clone()).collect();
+    }
     let mut profile = Profile {
         format: PROFILE_FORMAT.into(),
         query: o.query.clone(),
@@ -2852,7 +2918,13 @@ pub fn optimize(p: &Profiled, o: &QueryOptions, strat: &dyn Strategy) -> Result<
                 keep_gold_order(&mut gold.plan, &problem, &p.gold_order);
                 gold
             }
-            _ => strat.optimize(&problem, &targets, o.seed)?,
+            // Gold asked for: its stages in the order gold's plan on the ordering tuples gave, where it ran.
+            Some(_) => {
+                let mut gold = strat.optimize(&problem, &targets, o.seed)?;
+                keep_gold_order(&mut gold.plan, &problem, &p.gold_order);
+                gold
+            }
+            None => strat.optimize(&problem, &targets, o.seed)?,
         }
     };
     let mut plan = optimized.to_plan_file(&problem);

@@ -361,10 +361,37 @@ fn the_gold_method_costs_what_gold_on_every_tuple_does() {
     let c = r.cost();
     assert!((c.profiling_seconds - 1.0).abs() < 1e-6 && (c.reused_seconds - 1.0).abs() < 1e-6, "{c:?}");
     assert!((c.total_seconds - 400.0).abs() < 1e-6, "{c:?}");
-    // Two filters: gold is profiled on enough tuples to order them.
-    let frame = frame.sem_filter("{t.text} is a multiple of nine").unwrap();
+}
+
+/// Gold alone with two filters to order: every gold filter answers the profile's one tuple, and gold's plan answers
+/// the rest of the [`GOLD_ORDER_TUPLES`] as it will run, a few at a time (the rarer filter first, once the figures
+/// show it, the other only where it passes), all reused by execution. The query then costs gold's plan on every
+/// tuple plus at most the later filter's answer on the profile's tuple and those of one chunk of [`PROBE_TUPLES`]
+/// asked in the wrong order. (Before, both filters answered all 20 ordering tuples: 40 s of profiling, 15 of them
+/// unused by execution; now 26 s, 1 unused.)
+///
+/// [`PROBE_TUPLES`]: stretto::engine::PROBE_TUPLES
+/// [`GOLD_ORDER_TUPLES`]: stretto::engine::GOLD_ORDER_TUPLES
+#[test]
+fn the_gold_method_orders_two_filters_asking_little_its_plan_would_not() {
+    use stretto::engine::{GOLD_ORDER_TUPLES, GOLD_PROFILE_TUPLES, PROBE_TUPLES};
+    let dir = tempfile::tempdir().unwrap();
+    let ops = [Fixed::new("gold", 1.0, true), Fixed::new("cheap", 0.01, false)];
+    let s = session(dir.path(), 400, 0.3, &ops);
+    let frame = s.table("t").unwrap().sem_filter("{t.text} is a multiple of 2").unwrap();
+    let frame = frame.sem_filter("{t.text} is a multiple of 5").unwrap();
     let r = frame.collect_with(Targets::new(0.8, 0.8, 0.95).unwrap(), &stretto::Gold).unwrap();
-    assert_eq!(r.report().sample_rows, stretto::engine::GOLD_ORDER_TUPLES);
+    assert!(r.report().screening.is_none());
+    assert_eq!(r.report().sample_rows, GOLD_PROFILE_TUPLES);
+    let c = r.cost();
+    // Gold's plan on rows 0..400, the multiples of 5 first: 400 answers, then the 80 multiples of 5 asked about 2.
+    assert!((c.execution_seconds - 480.0).abs() < 1e-6, "{c:?}");
+    // The first filter answered every ordering tuple before execution, which reused them.
+    assert!(c.profiling_seconds >= GOLD_ORDER_TUPLES as f64 - 1e-6, "{c:?}");
+    let unused = c.total_seconds - c.execution_seconds;
+    let most = (GOLD_PROFILE_TUPLES + PROBE_TUPLES) as f64;
+    assert!((0.0..=most + 1e-6).contains(&unused), "{unused} s asked beyond gold's plan: {c:?}");
+    assert_eq!(r.batch().num_rows(), 40);
 }
 
 /// The screening of "multiple of three" over 1000 long rows ([`long_item`]), 12% profiled, at targets 0.8 with `ops`
