@@ -814,8 +814,11 @@ fn candidates_their_recorded_costs_drop_are_not_asked_again_at_the_probe() {
     assert!(now[3] >= asked[3] + 4, "the cheap candidate was not asked: {now:?}");
     assert!(!r.fell_back_to_gold(), "{:?}", r.plan().warnings);
     assert!(!r.report().candidates.values().next().unwrap().iter().any(|c| c == "dear" || c == "set-up"));
-    // The probe spent only gold's and the cheap candidate's answers (and the keyword filter's microseconds).
-    assert!((sc.seconds - (20.0 * 1.01)).abs() < 1e-3, "{sc:?}");
+    // The probe spent only gold's and the cheap candidate's answers, and the keyword filter's wall time: microseconds
+    // alone, milliseconds on a loaded machine (4.2 ms in one fresh-clone run beside two builds). Either dropped
+    // candidate asked on the 4 probe tuples would add 3.88 s.
+    let extra = sc.seconds - 20.0 * 1.01;
+    assert!((-1e-3..0.5).contains(&extra), "{sc:?}");
 }
 
 /// The costs a session records are kept beside the memo: a later session (a later process) over the same items
