@@ -248,23 +248,6 @@ fn for_each_interleaving(chains: &[Vec<usize>], visit: &mut dyn FnMut(&[usize]))
 mod tests {
     use super::*;
 
-    fn interleavings(chains: &[Vec<usize>], prefix: &mut Vec<usize>, cur: &mut Vec<usize>, out: &mut Vec<Vec<usize>>) {
-        let total: usize = chains.iter().map(Vec::len).sum();
-        if cur.len() == total {
-            out.push(cur.clone());
-            return;
-        }
-        for l in 0..chains.len() {
-            if prefix[l] < chains[l].len() {
-                cur.push(chains[l][prefix[l]]);
-                prefix[l] += 1;
-                interleavings(chains, prefix, cur, out);
-                prefix[l] -= 1;
-                cur.pop();
-            }
-        }
-    }
-
     #[test]
     fn dp_matches_brute_force_and_greedy_is_valid() {
         let mut seed = 12345u64;
@@ -284,7 +267,7 @@ mod tests {
             let chains: Vec<Vec<usize>> =
                 (0..n_ops).map(|l| (0..stages.len()).filter(|&i| stages[i].op == l).collect()).collect();
             let mut all = Vec::new();
-            interleavings(&chains, &mut vec![0; n_ops], &mut vec![], &mut all);
+            for_each_interleaving(&chains, &mut |o| all.push(o.to_vec()));
             let brute = all.iter().map(|o| model_cost(&stages, o)).fold(f64::INFINITY, f64::min);
             let dp = best_order(&stages);
             assert!((model_cost(&stages, &dp) - brute).abs() < 1e-12);
