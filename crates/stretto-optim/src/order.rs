@@ -206,16 +206,18 @@ pub fn order_plan(problem: &Problem, plan: &HardPlan, rows: &[usize]) -> HardPla
     arrange(&best)
 }
 
-/// How many orders of `chains`' elements keep each chain's own order (a multinomial coefficient), saturating.
+/// How many orders of `chains`' elements keep each chain's own order (a multinomial coefficient), or `usize::MAX`
+/// where that does not fit.
 fn interleavings_count(chains: &[Vec<usize>]) -> usize {
     // Built up one element at a time: placing the j-th element of a chain among `n` placed so far multiplies the
-    // count by `n / j`; every partial product is itself a multinomial coefficient, so each division is exact.
+    // count by `n / j`; every partial product is itself a multinomial coefficient, so each division is exact. A count
+    // below `usize::MAX` times any element number fits in a u128, so nothing overflows before the early return.
     let mut count: u128 = 1;
     let mut n: u128 = 0;
     for chain in chains {
         for j in 1..=chain.len() as u128 {
             n += 1;
-            count = count.saturating_mul(n) / j;
+            count = count * n / j;
             if count > usize::MAX as u128 {
                 return usize::MAX;
             }
