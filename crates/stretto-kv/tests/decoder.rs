@@ -199,3 +199,49 @@ fn qwen_answers_the_capital_question() {
     let cached = dec.run(&[Step { past: Some(&past), tokens: &ids[split..] }], Want::default()).unwrap();
     assert!(max_rel(&cached[0].logits, &full(&dec, &ids)) <= 1e-4);
 }
+
+/// int8-dyn's weight codes in either range the converter makes: ±127 where the CPU adds u8 × s8 products in 32 bits
+/// (VNNI), ±63 elsewhere, so that AVX2's 16-bit pair sums cannot saturate. Both are converted here whatever the CPU
+/// (this one adds either range's products exactly only if it has VNNI; without it the 7-bit range is the one it
+/// reads). Asked over the f32 model's pasts, as the rung asks, each answers as f32 does within quantization noise.
+#[test]
+fn int8_dyn_codes_of_either_range_answer_like_f32_over_its_pasts() {
+    use stretto_kv::convert::{convert_gguf_with_code_max, int8_dyn_code_max, Weights};
+    let home = default_home();
+    let f32_dec = decoder();
+    let gguf = stretto_kv::models::model_dir(&home, MODEL).join("model.gguf");
+    let scratch = tempfile::tempdir().unwrap();
+    let reviews = [
+        "Review: an astonishing, moving piece of cinema; the best film of the year by far.",
+        "Review: I wanted to like it, but the plot made no sense at all and the ending dragged on.",
+        "Review: dull, overlong and badly acted.",
+        "Review: a warm, funny film with a great cast.",
+        "Review: the effects are fine, the script is not; I checked my watch twice.",
+        "Review: a quiet triumph. Every performance lands and the last scene is unforgettable.",
+        "Review: neither good nor bad, just forgettable.",
+        "Review: the worst sequel in years, loud and joyless.",
+    ];
+    let question = f32_dec.encode("Is the review positive? Answer 1 or 0. Answer:").unwrap();
+    let (yes, no) = (f32_dec.token_id("1").unwrap(), f32_dec.token_id("0").unwrap());
+    let pasts: Vec<KvPast> = reviews
+        .iter()
+        .map(|r| f32_dec.prefill(&f32_dec.encode(&f32_dec.chat_prompt(r)).unwrap(), false).unwrap().0)
+        .collect();
+    let refs: Vec<&KvPast> = pasts.iter().collect();
+    let reference = f32_dec.log_odds(&refs, &question, yes, no, 4).unwrap();
+    let exact_here = |code_max: i8| code_max == 63 || int8_dyn_code_max() == 127;
+    for code_max in [127, 63] {
+        let out = scratch.path().join(code_max.to_string());
+        let files = convert_gguf_with_code_max(&gguf, &out, Weights::Int8Dyn, code_max).unwrap();
+        let dec = Decoder::from_files(&home, MODEL, &files, 2).unwrap();
+        let ours = dec.log_odds(&refs, &question, yes, no, 4).unwrap();
+        let change = ours.iter().zip(&reference).map(|(a, b)| (a - b).abs()).sum::<f32>() / reviews.len() as f32;
+        eprintln!("int8-dyn codes ±{code_max} vs f32 over f32 pasts: mean |log-odds change| {change:.3}; {ours:?} vs {reference:?}");
+        // Measured on a CPU with VNNI: 0.214 (±127) and 0.283 (±63) on these 8 reviews. Codes read without their
+        // offset, or a kernel that saturates, move the log-odds by whole units (40 when the offset was dropped).
+        if exact_here(code_max) {
+            assert!(change < 0.5, "codes ±{code_max}: mean log-odds change {change}");
+        }
+    }
+    assert!(convert_gguf_with_code_max(&gguf, &scratch.path().join("0"), Weights::Int8Dyn, 0).is_err());
+}

@@ -327,8 +327,24 @@ pub fn convert_gguf(gguf_path: &Path, out_dir: &Path) -> Result<DecoderFiles> {
     convert_gguf_with(gguf_path, out_dir, Weights::F32)
 }
 
-/// [`convert_gguf`] with the linear layers' weights stored as `weights` says.
+/// [`convert_gguf`] with the linear layers' weights stored as `weights` says ([`Weights::Int8Dyn`]'s codes in the
+/// range this CPU adds exactly: [`int8_dyn_code_max`]).
 pub fn convert_gguf_with(gguf_path: &Path, out_dir: &Path, weights: Weights) -> Result<DecoderFiles> {
+    convert_gguf_with_code_max(gguf_path, out_dir, weights, int8_dyn_code_max())
+}
+
+/// [`convert_gguf_with`] with [`Weights::Int8Dyn`]'s codes within `±code_max` (127 or 63) whatever the CPU, so that
+/// either range can be made and measured anywhere (the other weights ignore it). A range the CPU does not add
+/// exactly (127 without VNNI) gives wrong layers there: the model home only ever holds [`int8_dyn_code_max`]'s.
+pub fn convert_gguf_with_code_max(
+    gguf_path: &Path,
+    out_dir: &Path,
+    weights: Weights,
+    code_max: i8,
+) -> Result<DecoderFiles> {
+    if !(1..=127).contains(&code_max) {
+        return Err(ModelError::Usage(format!("int8-dyn code range ±{code_max}: 1 to 127 expected")));
+    }
     let _span =
         tracing::info_span!("convert_decoder", gguf = %gguf_path.display(), weights = weights.as_str()).entered();
     let g = Gguf::open(gguf_path)?;
@@ -339,13 +355,13 @@ pub fn convert_gguf_with(gguf_path: &Path, out_dir: &Path, weights: Weights) -> 
     let tpath = out_dir.join("tokenizer.json");
     fs::write(&tpath, serde_json::to_vec(&tok_doc).unwrap_or_default()).map_err(|e| ModelError::io(&tpath, e))?;
     let model = out_dir.join("decoder.onnx");
-    build_decoder_graph(&g, &config, &model)?;
+    build_decoder_graph(&g, &config, code_max, &model)?;
     let cpath = out_dir.join("config.json");
     fs::write(&cpath, serde_json::to_vec_pretty(&config).unwrap_or_default()).map_err(|e| ModelError::io(&cpath, e))?;
     DecoderFiles::open(out_dir)
 }
 
-fn build_decoder_graph(g: &Gguf, c: &DecoderConfig, model_path: &Path) -> Result<()> {
+fn build_decoder_graph(g: &Gguf, c: &DecoderConfig, code_max: i8, model_path: &Path) -> Result<()> {
     let (d, h, kv, hd, ffn, vocab) = (c.hidden, c.heads, c.kv_heads, c.head_dim, c.ffn, c.vocab);
     let (d64, h64, kv64, hd64) = (d as i64, h as i64, kv as i64, hd as i64);
     let group = (h / kv) as i64;
@@ -376,7 +392,7 @@ fn build_decoder_graph(g: &Gguf, c: &DecoderConfig, model_path: &Path) -> Result
         };
         match weights {
             Weights::Int8Dyn => {
-                let (codes, scales) = quantize_int8_channels(w, rows, cols, int8_dyn_code_max());
+                let (codes, scales) = quantize_int8_channels(w, rows, cols, code_max);
                 let q = b.i8s(name, &[cols as i64, rows as i64], &codes)?;
                 let s = b.weight(&format!("{name}.scales"), &[rows as i64], &scales)?;
                 let [xq, xs, xz] = quantized_inputs

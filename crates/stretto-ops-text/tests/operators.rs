@@ -416,13 +416,8 @@ fn an_int8_dyn_rung_quantizes_activations_except_the_down_projection_and_keeps_t
         let OpOutput::Scores(s) = op.evaluate(&task, &batch).unwrap() else { panic!("{config}: not scores") };
         (op.name().to_string(), s)
     };
-    let (name, dynamic) = scores(serde_json::json!({"model": "smollm2-135m", "weights": "int8-dyn"}));
-    let (_, f32) = scores(serde_json::json!({"model": "smollm2-135m"}));
-    assert_eq!(name, "llm:smollm2-135m@expected-attention-0.00+int8-dyn");
-    let (change, r) = against_f32("int8-dyn", &dynamic, &f32);
-    assert!(change > 0.0 && change < 0.5, "mean log-odds change {change}");
-    assert!(r > 0.5, "int8-dyn and f32 log-odds correlate only {r}");
-    // The graph: dynamic int8 everywhere but the down-projections, which stay blockwise 8-bit `MatMulNBits`.
+    // The graph first, so that a folder holding some other graph (a stale or hand-made conversion) is reported as
+    // such: dynamic int8 everywhere but the down-projections, which stay blockwise 8-bit `MatMulNBits`.
     let (_, files) = smollm2_converted(stretto_kv::convert::Weights::Int8Dyn);
     let graph = std::fs::read(&files.model).unwrap();
     // A node's op type is protobuf field 4 (tag byte 0x22) followed by its length: value names never match that.
@@ -431,10 +426,21 @@ fn an_int8_dyn_rung_quantizes_activations_except_the_down_projection_and_keeps_t
         graph.windows(field.len()).filter(|w| *w == field.as_slice()).count()
     };
     let layers = files.config.layers;
+    let at = files.dir.display();
     // q/k/v share one quantized input, gate/up another; o and the LM head have their own.
-    assert_eq!(count("DynamicQuantizeLinear"), 3 * layers + 1, "one activation quantizer per distinct input");
-    assert_eq!(count("MatMulIntegerToFloat"), 6 * layers + 1, "q, k, v, o, gate, up and the LM head");
-    assert_eq!(count("MatMulNBits"), layers, "the down-projections");
+    assert_eq!(count("DynamicQuantizeLinear"), 3 * layers + 1, "{at}: one activation quantizer per distinct input");
+    assert_eq!(count("MatMulIntegerToFloat"), 6 * layers + 1, "{at}: q, k, v, o, gate, up and the LM head");
+    assert_eq!(count("MatMulNBits"), layers, "{at}: the down-projections");
+    let (name, dynamic) = scores(serde_json::json!({"model": "smollm2-135m", "weights": "int8-dyn"}));
+    let (_, f32) = scores(serde_json::json!({"model": "smollm2-135m"}));
+    assert_eq!(name, "llm:smollm2-135m@expected-attention-0.00+int8-dyn");
+    // Which integer kernel ONNX Runtime runs depends on the CPU, and the codes with it: a failure says which.
+    let cpu = cpu_features();
+    let codes = stretto_kv::convert::int8_dyn_code_max();
+    let (change, r) = against_f32("int8-dyn", &dynamic, &f32);
+    eprintln!("  (codes ±{codes} from {at}; CPU {cpu})");
+    assert!(change > 0.0 && change < 0.5, "mean log-odds change {change} (codes ±{codes}, CPU {cpu})");
+    assert!(r > 0.5, "int8-dyn and f32 log-odds correlate only {r} (codes ±{codes}, CPU {cpu})");
     let _ = std::fs::remove_dir_all(&scratch);
 }
 
@@ -447,6 +453,22 @@ fn against_f32(rung: &str, quantized: &[f64], f32: &[f64]) -> (f64, f64) {
     let agree = quantized.iter().zip(f32).filter(|(a, b)| (**a > 0.0) == (**b > 0.0)).count();
     eprintln!("{rung} vs f32 on {n} reviews: mean |change| {change:.3}, correlation {r:.3}, {agree} of {n} agree");
     (change, r)
+}
+
+/// The x86-64 features that choose ONNX Runtime's integer kernels (VNNI's exact 32-bit sums, AVX2's 16-bit pair
+/// sums, AMX's tiles), as Linux names them in `/proc/cpuinfo`, e.g. "avx2 avx512bw avx512_vnni".
+fn cpu_features() -> String {
+    let info = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let flags: Vec<&str> = info.lines().find(|l| l.starts_with("flags")).unwrap_or("").split_whitespace().collect();
+    let wanted = ["avx2", "avx512bw", "avx512_vnni", "avx_vnni", "amx_int8"];
+    let found: Vec<&str> = wanted.into_iter().filter(|f| flags.contains(f)).collect();
+    if flags.is_empty() {
+        format!("{} (no /proc/cpuinfo flags)", std::env::consts::ARCH)
+    } else if found.is_empty() {
+        "without AVX2".into()
+    } else {
+        found.join(" ")
+    }
 }
 
 /// SmolLM2-135M converted with `weights` in the default model home (and that home).
