@@ -456,6 +456,9 @@ enum BenchAction {
         /// Characters of an item kept (0 keeps all; long emails are cut the same for every protocol).
         #[arg(long, default_value_t = 0)]
         max_chars: usize,
+        /// Answer words to measure, each calibrated and raw: digits, yes-no, contrast (default: all three).
+        #[arg(long, value_delimiter = ',', value_parser = parse_answer_words)]
+        answers: Vec<stretto::kv::models::AnswerWords>,
         /// Output folder.
         #[arg(long, default_value = "bench/results/protocols")]
         out: PathBuf,
@@ -987,11 +990,11 @@ fn run(cli: Cli) -> Result<(), BoxError> {
                     run_experiment(EXP3_NAME, &EXP3_METHODS, &s, &out)?;
                     print!("{}", std::fs::read_to_string(out.join("summary.md"))?);
                 }
-                BenchAction::Protocols { models, datasets, dev, eval, max_chars, out } => {
+                BenchAction::Protocols { models, datasets, dev, eval, max_chars, answers, out } => {
                     use stretto_bench::protocols;
                     let ctx = context();
                     let models = if models.is_empty() { ctx.ladder.clone() } else { models };
-                    let o = protocols::ProbeOptions { models, datasets, dev, eval, max_chars };
+                    let o = protocols::ProbeOptions { models, datasets, dev, eval, max_chars, answers };
                     std::fs::create_dir_all(&out)?;
                     // The files are rewritten (atomically) after each model: a failure or a stop later keeps the
                     // models measured so far.
@@ -1592,4 +1595,13 @@ impl SqlRunner {
 /// `--weights` values: the names [`Weights::parse`](stretto::kv::convert::Weights::parse) reads.
 fn parse_weights(s: &str) -> Result<stretto::kv::convert::Weights, String> {
     stretto::kv::convert::Weights::parse(s).map_err(|e| e.to_string())
+}
+
+/// `--answers` values: the calibrated protocol names of the answer words (`digits`, `yes-no`, `contrast`).
+fn parse_answer_words(s: &str) -> Result<stretto::kv::models::AnswerWords, String> {
+    use stretto::kv::models::FilterProtocol;
+    match FilterProtocol::parse(s) {
+        Ok(p) if p.calibrated => Ok(p.answers),
+        _ => Err(format!("unknown answer words `{s}`: expected digits, yes-no or contrast")),
+    }
 }

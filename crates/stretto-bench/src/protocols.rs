@@ -184,17 +184,33 @@ pub struct ProbeOptions {
     pub eval: usize,
     /// Characters of an item kept (long emails are cut here, the same for every protocol; 0 keeps all).
     pub max_chars: usize,
+    /// Answer words measured (empty: all three); each is measured calibrated and raw. Fewer words ask fewer
+    /// questions of every item: the 1.5B's question passes are most of its run.
+    pub answers: Vec<AnswerWords>,
 }
 
-/// Raw (uncalibrated) log-odds of every item of `items` for every (task, answer words), and of the content-free item.
+impl ProbeOptions {
+    /// The answer words to measure, in the fixed order `digits`, `yes-no`, `contrast`.
+    fn answer_words(&self) -> Vec<AnswerWords> {
+        [AnswerWords::Digits, AnswerWords::YesNo, AnswerWords::Contrast]
+            .into_iter()
+            .filter(|w| self.answers.is_empty() || self.answers.contains(w))
+            .collect()
+    }
+}
+
+/// Raw (uncalibrated) log-odds of every item of `items` for every (task, answer words), and of the content-free
+/// item (the dataset's, as its operators calibrate) and the bare text one ([`CONTENT_FREE`](stretto::ops_text::llm::CONTENT_FREE)).
 struct Scored {
     raw: Vec<Vec<f64>>,
     base: Vec<f64>,
+    bare: Vec<f64>,
 }
 
 fn score(
     dec: &Decoder,
     label: &str,
+    content_free: &str,
     items: &[String],
     prompts: &[stretto::kv::tasks::FilterPrompt],
 ) -> Result<Scored, crate::experiments::Error> {
@@ -209,7 +225,11 @@ fn score(
         Ok(())
     };
     let mut base = vec![0.0; prompts.len()];
-    one(stretto::ops_text::llm::CONTENT_FREE, &mut |k, s| base[k] = s)?;
+    one(content_free, &mut |k, s| base[k] = s)?;
+    let mut bare = base.clone();
+    if content_free != stretto::ops_text::llm::CONTENT_FREE {
+        one(stretto::ops_text::llm::CONTENT_FREE, &mut |k, s| bare[k] = s)?;
+    }
     // A terminal sees every item; a log (no terminal) a line every 25.
     let bar = stretto::models::progress::bar(items.len() as u64, label);
     for (i, item) in items.iter().enumerate() {
@@ -220,7 +240,7 @@ fn score(
         }
     }
     bar.finish_and_clear();
-    Ok(Scored { raw, base })
+    Ok(Scored { raw, base, bare })
 }
 
 /// Whether `positives` of `n` labels hold both classes (without both, AUC is undefined and balanced accuracy says
@@ -255,11 +275,11 @@ pub fn measure(
         let dec = Decoder::load(&ctx.model_home, model, options)?;
         for (dataset, data) in o.datasets.iter().zip(&data) {
             let tasks = &data.tasks;
-            let answer_words = [AnswerWords::Digits, AnswerWords::YesNo, AnswerWords::Contrast];
+            let answer_words = o.answer_words();
             let mut prompts = Vec::new();
             for t in tasks {
                 let statement = stretto::ops_text::llm::about(t.predicate, data.subject);
-                for words in answer_words {
+                for &words in &answer_words {
                     // As the filter asks: a contrast question where the model derives an opposite, Yes/No where not.
                     let p = FilterProtocol { answers: words, calibrated: true };
                     let (prompt, _) = stretto::kv::tasks::protocol_prompt(&dec, p, data.subject, &statement)?;
@@ -284,12 +304,31 @@ pub fn measure(
                 }
                 let items = data.texts(range.clone(), o.max_chars);
                 let label = format!("{model} on {dataset} ({})", slice.name());
-                let scored = score(&dec, &label, &items, &prompts)?;
+                let scored = score(&dec, &label, data.content_free, &items, &prompts)?;
                 for ((ti, t), truth) in tasks.iter().enumerate().zip(truths) {
                     for (wi, words) in answer_words.iter().enumerate() {
                         let question = prompts[ti * answer_words.len() + wi].text.replace('\n', " ");
                         let raw = &scored.raw[ti * answer_words.len() + wi];
                         let base = scored.base[ti * answer_words.len() + wi];
+                        let bare = scored.bare[ti * answer_words.len() + wi];
+                        if bare != base {
+                            // What the bare text item would have made of the same rule, for the record.
+                            let s: Vec<f64> = raw.iter().map(|r| r - bare).collect();
+                            let (accepted, accuracy, balanced) = rule_figures(&s, &truth);
+                            tracing::info!(
+                                model = %model,
+                                dataset = %dataset,
+                                slice = slice.name(),
+                                label = t.label,
+                                protocol = %FilterProtocol { answers: *words, calibrated: true },
+                                base,
+                                bare,
+                                accepted,
+                                accuracy,
+                                balanced,
+                                "calibrated by the bare content-free item instead"
+                            );
+                        }
                         for calibrated in [true, false] {
                             let s: Vec<f64> = raw.iter().map(|r| if calibrated { r - base } else { *r }).collect();
                             let (accepted, accuracy, balanced) = rule_figures(&s, &truth);
@@ -323,6 +362,8 @@ pub(crate) struct LabelledTexts {
     pub(crate) tasks: Vec<ProbeTask>,
     /// What a column reference becomes in a question: "the text above", or the caption bridge's subject.
     pub(crate) subject: &'static str,
+    /// The content-free item its operators calibrate by: "N/A", or the caption bridge's.
+    pub(crate) content_free: &'static str,
     text: arrow::array::StringArray,
     labels: arrow::record_batch::RecordBatch,
 }
@@ -339,7 +380,13 @@ impl LabelledTexts {
             .and_then(|c| c.as_string_opt::<i32>())
             .ok_or_else(|| format!("{dataset}.{} has no text column `{}`", first.table, first.column))?
             .clone();
-        Ok(Self { text, labels: ds.table("labels")?.clone(), tasks, subject: "the text above" })
+        Ok(Self {
+            text,
+            labels: ds.table("labels")?.clone(),
+            tasks,
+            subject: "the text above",
+            content_free: stretto::ops_text::llm::CONTENT_FREE,
+        })
     }
 
     /// The e-commerce products that have a bundled photo, each item its caption as the caption bridge writes it
@@ -357,7 +404,8 @@ impl LabelledTexts {
             .map(|(predicate, label)| task(PHOTOS, "products", "photo", predicate, label))
             .collect();
         let subject = stretto::ops_image::caption::CAPTION_SUBJECT;
-        Ok(Self { text: captions.into_iter().map(Some).collect(), labels, tasks, subject })
+        let content_free = stretto::ops_image::caption::CONTENT_FREE_CAPTION;
+        Ok(Self { text: captions.into_iter().map(Some).collect(), labels, tasks, subject, content_free })
     }
 
     /// Row indices of `slice`, with development and evaluation slices of `dev` and `eval` rows.
@@ -646,8 +694,14 @@ mod tests {
         // A model measured only on such slices gets no choice, and its rows print n/a.
         let only = vec![ProtocolRow { model: "e".into(), ..one_class(p("yes-no")) }];
         assert!(choose(&only).is_empty());
-        let o =
-            ProbeOptions { models: vec!["e".into()], datasets: vec!["email".into()], dev: 10, eval: 0, max_chars: 0 };
+        let o = ProbeOptions {
+            models: vec!["e".into()],
+            datasets: vec!["email".into()],
+            dev: 10,
+            eval: 0,
+            max_chars: 0,
+            answers: Vec::new(),
+        };
         let md = markdown(&only, &[], &o);
         assert!(md.contains("| e | – (no development slice held both classes of a label)"), "{md}");
         assert!(md.contains("| 10 (0) | n/a | 0.500 | 1.000 | n/a |"), "{md}");
