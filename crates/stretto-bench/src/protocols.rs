@@ -199,18 +199,15 @@ impl ProbeOptions {
     }
 }
 
-/// Raw (uncalibrated) log-odds of every item of `items` for every (task, answer words), and of the content-free
-/// item (the dataset's, as its operators calibrate) and the bare text one ([`CONTENT_FREE`](stretto::ops_text::llm::CONTENT_FREE)).
+/// Raw (uncalibrated) log-odds of every item of `items` for every (task, answer words), and of the content-free item.
 struct Scored {
     raw: Vec<Vec<f64>>,
     base: Vec<f64>,
-    bare: Vec<f64>,
 }
 
 fn score(
     dec: &Decoder,
     label: &str,
-    content_free: &str,
     items: &[String],
     prompts: &[stretto::kv::tasks::FilterPrompt],
 ) -> Result<Scored, crate::experiments::Error> {
@@ -225,11 +222,7 @@ fn score(
         Ok(())
     };
     let mut base = vec![0.0; prompts.len()];
-    one(content_free, &mut |k, s| base[k] = s)?;
-    let mut bare = base.clone();
-    if content_free != stretto::ops_text::llm::CONTENT_FREE {
-        one(stretto::ops_text::llm::CONTENT_FREE, &mut |k, s| bare[k] = s)?;
-    }
+    one(stretto::ops_text::llm::CONTENT_FREE, &mut |k, s| base[k] = s)?;
     // A terminal sees every item; a log (no terminal) a line every 25.
     let bar = stretto::models::progress::bar(items.len() as u64, label);
     for (i, item) in items.iter().enumerate() {
@@ -240,7 +233,7 @@ fn score(
         }
     }
     bar.finish_and_clear();
-    Ok(Scored { raw, base, bare })
+    Ok(Scored { raw, base })
 }
 
 /// Whether `positives` of `n` labels hold both classes (without both, AUC is undefined and balanced accuracy says
@@ -304,31 +297,12 @@ pub fn measure(
                 }
                 let items = data.texts(range.clone(), o.max_chars);
                 let label = format!("{model} on {dataset} ({})", slice.name());
-                let scored = score(&dec, &label, data.content_free, &items, &prompts)?;
+                let scored = score(&dec, &label, &items, &prompts)?;
                 for ((ti, t), truth) in tasks.iter().enumerate().zip(truths) {
                     for (wi, words) in answer_words.iter().enumerate() {
                         let question = prompts[ti * answer_words.len() + wi].text.replace('\n', " ");
                         let raw = &scored.raw[ti * answer_words.len() + wi];
                         let base = scored.base[ti * answer_words.len() + wi];
-                        let bare = scored.bare[ti * answer_words.len() + wi];
-                        if bare != base {
-                            // What the bare text item would have made of the same rule, for the record.
-                            let s: Vec<f64> = raw.iter().map(|r| r - bare).collect();
-                            let (accepted, accuracy, balanced) = rule_figures(&s, &truth);
-                            tracing::info!(
-                                model = %model,
-                                dataset = %dataset,
-                                slice = slice.name(),
-                                label = t.label,
-                                protocol = %FilterProtocol { answers: *words, calibrated: true },
-                                base,
-                                bare,
-                                accepted,
-                                accuracy,
-                                balanced,
-                                "calibrated by the bare content-free item instead"
-                            );
-                        }
                         for calibrated in [true, false] {
                             let s: Vec<f64> = raw.iter().map(|r| if calibrated { r - base } else { *r }).collect();
                             let (accepted, accuracy, balanced) = rule_figures(&s, &truth);
@@ -362,8 +336,6 @@ pub(crate) struct LabelledTexts {
     pub(crate) tasks: Vec<ProbeTask>,
     /// What a column reference becomes in a question: "the text above", or the caption bridge's subject.
     pub(crate) subject: &'static str,
-    /// The content-free item its operators calibrate by: "N/A", or the caption bridge's.
-    pub(crate) content_free: &'static str,
     text: arrow::array::StringArray,
     labels: arrow::record_batch::RecordBatch,
 }
@@ -380,13 +352,7 @@ impl LabelledTexts {
             .and_then(|c| c.as_string_opt::<i32>())
             .ok_or_else(|| format!("{dataset}.{} has no text column `{}`", first.table, first.column))?
             .clone();
-        Ok(Self {
-            text,
-            labels: ds.table("labels")?.clone(),
-            tasks,
-            subject: "the text above",
-            content_free: stretto::ops_text::llm::CONTENT_FREE,
-        })
+        Ok(Self { text, labels: ds.table("labels")?.clone(), tasks, subject: "the text above" })
     }
 
     /// The e-commerce products that have a bundled photo, each item its caption as the caption bridge writes it
@@ -404,8 +370,7 @@ impl LabelledTexts {
             .map(|(predicate, label)| task(PHOTOS, "products", "photo", predicate, label))
             .collect();
         let subject = stretto::ops_image::caption::CAPTION_SUBJECT;
-        let content_free = stretto::ops_image::caption::CONTENT_FREE_CAPTION;
-        Ok(Self { text: captions.into_iter().map(Some).collect(), labels, tasks, subject, content_free })
+        Ok(Self { text: captions.into_iter().map(Some).collect(), labels, tasks, subject })
     }
 
     /// Row indices of `slice`, with development and evaluation slices of `dev` and `eval` rows.
@@ -616,6 +581,24 @@ pub fn markdown(rows: &[ProtocolRow], choices: &[Choice], o: &ProbeOptions) -> S
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn answers_select_the_words_measured_in_a_fixed_order() {
+        let o = |answers: Vec<AnswerWords>| ProbeOptions {
+            models: Vec::new(),
+            datasets: Vec::new(),
+            dev: 1,
+            eval: 1,
+            max_chars: 0,
+            answers,
+        };
+        assert_eq!(o(Vec::new()).answer_words(), [AnswerWords::Digits, AnswerWords::YesNo, AnswerWords::Contrast]);
+        assert_eq!(o(vec![AnswerWords::Contrast]).answer_words(), [AnswerWords::Contrast]);
+        assert_eq!(
+            o(vec![AnswerWords::Contrast, AnswerWords::Digits]).answer_words(),
+            [AnswerWords::Digits, AnswerWords::Contrast]
+        );
+    }
 
     #[test]
     fn slices_never_overlap() {

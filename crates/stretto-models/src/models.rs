@@ -117,7 +117,7 @@ impl AnswerWords {
 }
 
 /// How a filter asks a decoder model for a yes/no judgement: the answer words, and whether the log-odds of a
-/// content-free item ("N/A", or a caption filter's caption that names nothing) are subtracted from every item's (contextual calibration). Calibration moves the
+/// content-free item ("N/A") are subtracted from every item's (contextual calibration). Calibration moves the
 /// decision threshold, not the order of the items, so it changes accuracy at the operator's threshold and not AUC.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct FilterProtocol {

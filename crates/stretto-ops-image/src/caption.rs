@@ -24,11 +24,6 @@ pub fn caption(classes: &Classes) -> String {
 /// What a column reference becomes in a caption filter's question: the LLM reads the caption, not the photo.
 pub const CAPTION_SUBJECT: &str = "the photo described above";
 
-/// The content-free caption that calibrates a caption filter's questions: a caption in the bridge's form that
-/// names nothing the classifier recognised (`caption(&[])` would leave an empty list), the caption-shaped
-/// counterpart of the "N/A" text items are calibrated by.
-pub const CONTENT_FREE_CAPTION: &str = "A photo. An image classifier recognises in it: N/A.";
-
 /// The captions of the images at `paths` as the caption operators write them, with the seconds the classifier
 /// took per image (memoised classes report what computing them cost).
 pub fn captions(ctx: &OpContext, paths: &[String]) -> Result<(Vec<String>, Vec<f64>)> {
@@ -49,7 +44,6 @@ pub fn caption_bridge(ctx: &OpContext) -> Bridge {
         subject: CAPTION_SUBJECT,
         family: "caption",
         modality: Modality::Image,
-        content_free: CONTENT_FREE_CAPTION,
     }
 }
 

@@ -4,8 +4,7 @@
 //! its column references written as "the text above". A filter scores the log-odds of its model's answer protocol
 //! (a model setting in the catalog, chosen by measurement: '1' over '0', " Yes" over " No", or the contrast
 //! question below, with Yes/No for a predicate that has no derivable opposite), calibrated where
-//! the protocol says by those of a content-free item ("N/A"; a bridged operator's own, shaped like its items, such as
-//! a caption that names nothing) so that its sign means something for small models
+//! the protocol says by those of a content-free item ("N/A") so that its sign means something for small models
 //! ([`stretto_kv::models::FilterProtocol`]); a map decodes
 //! greedily and reports the answer's probability as its confidence, normalised to the output type.
 //!
@@ -152,19 +151,11 @@ pub struct Bridge {
     pub family: &'static str,
     /// Modality of the items.
     pub modality: Modality,
-    /// The content-free item in the bridge's own form, whose log-odds calibrate a filter question: contextual
-    /// calibration measures a model's lean on an input shaped like the items it reads, so a caption filter is
-    /// calibrated by a caption that names nothing, not by the bare [`CONTENT_FREE`] text items use.
-    pub content_free: &'static str,
 }
 
 impl std::fmt::Debug for Bridge {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Bridge")
-            .field("family", &self.family)
-            .field("subject", &self.subject)
-            .field("content_free", &self.content_free)
-            .finish()
+        f.debug_struct("Bridge").field("family", &self.family).field("subject", &self.subject).finish()
     }
 }
 
@@ -273,9 +264,9 @@ impl LlmOp {
         if let Some(b) = cache.get(key) {
             return Ok(*b);
         }
-        let free = [self.content_free().to_string()];
-        let (base, _) = stretto_kv::tasks::filter_scores_after(dec, &self.source, &free, q, answers, 1)
-            .map_err(kv_err(&self.name))?;
+        let (base, _) =
+            stretto_kv::tasks::filter_scores_after(dec, &self.source, &[CONTENT_FREE.to_string()], q, answers, 1)
+                .map_err(kv_err(&self.name))?;
         cache.insert(key.to_string(), base[0]);
         Ok(base[0])
     }
@@ -299,11 +290,6 @@ impl LlmOp {
         }
         cache.insert(key, question.clone());
         Ok(question)
-    }
-
-    /// The content-free item its filter questions are calibrated by: its bridge's, else [`CONTENT_FREE`].
-    pub fn content_free(&self) -> &'static str {
-        self.bridge.as_ref().map_or(CONTENT_FREE, |b| b.content_free)
     }
 
     /// What column references become in its questions.
@@ -433,12 +419,6 @@ impl PhysicalOp for LlmOp {
 
     fn accept(&self, task: &SemanticTask) -> Result<String> {
         let mut identity = self.identity(task)?;
-        // A bridged filter's calibrated scores depend on the content-free item of its bridge: answers calibrated by
-        // another item (the bare "N/A" captions were calibrated by before bridges had their own) are never read.
-        if task.kind == LogicalKind::Filter && self.content_free() != CONTENT_FREE {
-            identity.push_str("~free:");
-            identity.push_str(self.content_free());
-        }
         // int8-dyn's answers depend on the code range this CPU's conversion has (7-bit without VNNI): answers of
         // the other range, or of conversions made before 7-bit codes existed, are never read for them.
         if self.config.weights == Weights::Int8Dyn && stretto_kv::convert::int8_dyn_code_max() < 127 {
