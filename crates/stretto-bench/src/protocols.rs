@@ -488,7 +488,7 @@ pub fn markdown(rows: &[ProtocolRow], choices: &[Choice], o: &ProbeOptions) -> S
     let mut s = String::from("# Filter protocols per model, against the human labels\n\n");
     let _ = writeln!(
         s,
-        "Written by `stretto bench protocols --models {} --datasets {} --dev {} --eval {}{}`. Development slice: \
+        "Written by `stretto bench protocols --models {} --datasets {} --dev {} --eval {}{}{}`. Development slice: \
          the last {} rows of each table (chooses); evaluation slice: the first {} rows (reports). Answer words by \
          mean development AUC, then calibration by mean development balanced accuracy at the operator's rule \
          (score > 0).\n",
@@ -497,6 +497,13 @@ pub fn markdown(rows: &[ProtocolRow], choices: &[Choice], o: &ProbeOptions) -> S
         o.dev,
         o.eval,
         if o.max_chars > 0 { format!(" --max-chars {}", o.max_chars) } else { String::new() },
+        if o.answers.is_empty() {
+            String::new()
+        } else {
+            let words: Vec<&str> =
+                o.answer_words().iter().map(|&w| FilterProtocol { answers: w, calibrated: true }.name()).collect();
+            format!(" --answers {}", words.join(","))
+        },
         o.dev,
         o.eval
     );
@@ -690,5 +697,10 @@ mod tests {
         assert!(md.contains("| 10 (0) | n/a | 0.500 | 1.000 | n/a |"), "{md}");
         assert!(!md.contains("NaN"), "{md}");
         assert!(csv(&only).ends_with(",dev,10,0,,0.5000,1.0000,\n"), "{}", csv(&only));
+        assert!(md.contains("--eval 0`"), "all answer words measured: no --answers in the command: {md}");
+        // A subset of the answer words is part of the command that reproduces the file.
+        let o = ProbeOptions { answers: vec![AnswerWords::Contrast], ..o };
+        let md = markdown(&only, &[], &o);
+        assert!(md.contains("--eval 0 --answers contrast`"), "{md}");
     }
 }
