@@ -189,13 +189,13 @@ pub struct ProbeOptions {
     pub answers: Vec<AnswerWords>,
 }
 
+/// Every filter's answer words, in the order the bench measures and reports them.
+const ANSWER_WORDS: [AnswerWords; 3] = [AnswerWords::Digits, AnswerWords::YesNo, AnswerWords::Contrast];
+
 impl ProbeOptions {
-    /// The answer words to measure, in the fixed order `digits`, `yes-no`, `contrast`.
+    /// The answer words to measure, in [`ANSWER_WORDS`]' order.
     fn answer_words(&self) -> Vec<AnswerWords> {
-        [AnswerWords::Digits, AnswerWords::YesNo, AnswerWords::Contrast]
-            .into_iter()
-            .filter(|w| self.answers.is_empty() || self.answers.contains(w))
-            .collect()
+        ANSWER_WORDS.into_iter().filter(|w| self.answers.is_empty() || self.answers.contains(w)).collect()
     }
 }
 
@@ -442,7 +442,7 @@ pub fn choose(rows: &[ProtocolRow]) -> Vec<Choice> {
                     .expect("candidates")
             };
             let (words, dev_auc) = best(
-                [AnswerWords::Digits, AnswerWords::YesNo, AnswerWords::Contrast]
+                ANSWER_WORDS
                     .into_iter()
                     .map(|answers| FilterProtocol { answers, calibrated: true })
                     .filter(|&p| dev_rows(rows, m).any(|r| r.protocol == p))
