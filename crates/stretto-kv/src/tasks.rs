@@ -12,18 +12,32 @@ use crate::decoder::{Decoder, KvPast, Step, Want};
 use crate::error::Result;
 use crate::models::{AnswerWords, FilterProtocol};
 
+/// What a text item's column references become in its questions.
+pub const TEXT_SUBJECT: &str = "the text above";
+
 /// The filter question for a predicate whose column references were replaced by "the text above".
 pub fn filter_question(predicate: &str) -> String {
+    filter_question_about(TEXT_SUBJECT, predicate)
+}
+
+/// The '1'/'0' filter question for a predicate whose column references were replaced by `subject` (e.g. "the
+/// photo described above" for a caption): the instruction names the same subject as the question.
+pub fn filter_question_about(subject: &str, predicate: &str) -> String {
     format!(
-        "Answer the question about the text above with 1 for yes or 0 for no.\nQuestion: is it true that {}?",
+        "Answer the question about {subject} with 1 for yes or 0 for no.\nQuestion: is it true that {}?",
         predicate.trim().trim_end_matches(['.', '?'])
     )
 }
 
 /// The Yes/No filter question for a predicate whose column references were replaced by "the text above".
 pub fn yes_no_question(predicate: &str) -> String {
+    yes_no_question_about(TEXT_SUBJECT, predicate)
+}
+
+/// The Yes/No filter question for a predicate whose column references were replaced by `subject`.
+pub fn yes_no_question_about(subject: &str, predicate: &str) -> String {
     format!(
-        "Answer the question about the text above with Yes or No.\nQuestion: is it true that {}?",
+        "Answer the question about {subject} with Yes or No.\nQuestion: is it true that {}?",
         predicate.trim().trim_end_matches(['.', '?'])
     )
 }
@@ -41,10 +55,21 @@ pub struct FilterPrompt {
     pub answers: (u32, u32),
 }
 
-/// The question part of a filter for `predicate` under `protocol` (its calibration is the caller's: see
-/// [`FilterProtocol::calibrated`]). A contrast protocol's question is derived by the model ([`contrast_prompt`]),
-/// so it is a usage error here.
+/// The question part of a filter for `predicate` (about "the text above") under `protocol` (its calibration is the
+/// caller's: see [`FilterProtocol::calibrated`]). A contrast protocol's question is derived by the model
+/// ([`contrast_prompt`]), so it is a usage error here.
 pub fn filter_prompt(dec: &Decoder, protocol: FilterProtocol, predicate: &str) -> Result<FilterPrompt> {
+    filter_prompt_about(dec, protocol, TEXT_SUBJECT, predicate)
+}
+
+/// [`filter_prompt`] for a predicate whose column references were replaced by `subject`: the instruction asks
+/// about that subject, as the question does.
+pub fn filter_prompt_about(
+    dec: &Decoder,
+    protocol: FilterProtocol,
+    subject: &str,
+    predicate: &str,
+) -> Result<FilterPrompt> {
     let Some((yes, no)) = protocol.answers.tokens() else {
         return Err(crate::error::KvError::Usage(format!(
             "the `{protocol}` protocol's question is derived by the model for each predicate: ask for it with \
@@ -53,14 +78,14 @@ pub fn filter_prompt(dec: &Decoder, protocol: FilterProtocol, predicate: &str) -
     };
     let (text, suffix) = match protocol.answers {
         AnswerWords::Digits => {
-            let text = filter_question(predicate);
+            let text = filter_question_about(subject, predicate);
             let suffix = dec.question_suffix(&text);
             (text, suffix)
         }
         // (Contrast was refused above: it has no fixed words.)
         AnswerWords::YesNo | AnswerWords::Contrast => {
             // "Answer:" without the trailing space: the answer word carries its own (" Yes"), as models write it.
-            let text = yes_no_question(predicate);
+            let text = yes_no_question_about(subject, predicate);
             let suffix = dec.answer_suffix(&text, "").trim_end().to_string();
             (text, suffix)
         }
@@ -103,7 +128,7 @@ pub fn protocol_prompt(
         tracing::info!(model = dec.name(), statement, "no usable opposite: the filter asks Yes/No instead");
     }
     let asked = protocol.fallback();
-    Ok((filter_prompt(dec, asked, statement)?, asked))
+    Ok((filter_prompt_about(dec, asked, subject, statement)?, asked))
 }
 
 /// What follows the first text's cached item in a pair prompt: the second text, labelled. The pair's first text is
@@ -437,6 +462,25 @@ pub fn choice_answers(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn fixed_words_questions_name_their_subject_and_keep_the_text_wording() {
+        // A text item's questions are worded as they always were: the memo keeps their answers under that text.
+        assert_eq!(
+            filter_question("the text above is clearly positive."),
+            "Answer the question about the text above with 1 for yes or 0 for no.\nQuestion: is it true that the \
+             text above is clearly positive?"
+        );
+        assert_eq!(yes_no_question("x?"), yes_no_question_about(TEXT_SUBJECT, "x"));
+        // A caption's instruction asks about the photo, as its question does.
+        assert_eq!(
+            yes_no_question_about("the photo described above", "the photo described above shows footwear"),
+            "Answer the question about the photo described above with Yes or No.\nQuestion: is it true that the \
+             photo described above shows footwear?"
+        );
+        assert!(filter_question_about("the photo described above", "p")
+            .starts_with("Answer the question about the photo described above with 1 for yes or 0 for no."));
+    }
 
     #[test]
     fn groups_cover_every_item_once_and_bound_padding() {

@@ -113,6 +113,53 @@ fn caption_bridge_filter_sees_what_the_classifier_saw() {
     assert!(a > 0.5, "AUC {a}");
 }
 
+/// A caption filter's fixed-words question asks about the photo its caption describes: the instruction names "the
+/// photo described above", as the question does (it once said "the text above" whatever the item), and its answers
+/// are memoised under that subject. Calibration subtracts one constant from every score, so the differences between
+/// photos' scores are those of the raw log-odds under the question the filter asked.
+#[test]
+fn a_caption_filter_asks_its_fixed_words_question_about_the_photo() {
+    use stretto_kv::decoder::{Step, Want};
+    use stretto_ops_image::caption::{captions, CAPTION_SUBJECT};
+    setup();
+    let ctx = context();
+    let registry = Registry::discover(&ctx).unwrap();
+    let op = registry.get("caption:smollm2-135m@expected-attention-0.00").unwrap();
+    let (batch, _) = photos(6);
+    let task = SemanticTask::filter("footwear", "{products.photo} shows footwear");
+    let identity = op.inner().accept(&task).unwrap();
+    assert!(identity.contains("#about the photo described above"), "{identity}");
+    let OpOutput::Scores(scores) = op.evaluate(&task, &batch).unwrap() else { panic!("not scores") };
+
+    let dec = stretto_kv::Decoder::load(&ctx.model_home, "smollm2-135m", 1).unwrap();
+    let protocol = stretto_kv::models::filter_protocol("smollm2-135m");
+    let statement = stretto_ops_text::llm::about(&task.prompt, CAPTION_SUBJECT);
+    let (asked, _) = stretto_kv::tasks::protocol_prompt(&dec, protocol, CAPTION_SUBJECT, &statement).unwrap();
+    assert!(asked.text.starts_with("Answer the question about the photo described above with"), "{}", asked.text);
+    let as_text = stretto_kv::tasks::filter_prompt(&dec, protocol.fallback(), &statement).unwrap();
+    assert!(as_text.text.starts_with("Answer the question about the text above with"), "{}", as_text.text);
+
+    let (texts, _) = captions(&ctx, &task.item_texts(&batch).unwrap()).unwrap();
+    let raw = |p: &stretto_kv::tasks::FilterPrompt| -> Vec<f64> {
+        texts
+            .iter()
+            .map(|t| {
+                let (past, _) = dec.prefill(&dec.encode_item(&dec.item_prefix(t)).unwrap(), false).unwrap();
+                let out = dec.run(&[Step { past: Some(&past), tokens: &p.tokens }], Want::default()).unwrap();
+                (out[0].logits[p.answers.0 as usize] - out[0].logits[p.answers.1 as usize]) as f64
+            })
+            .collect()
+    };
+    let gaps = |s: &[f64]| -> Vec<f64> { s.iter().map(|x| x - s[0]).collect() };
+    let off = |a: &[f64], b: &[f64]| gaps(a).iter().zip(gaps(b)).map(|(x, y)| (x - y).abs()).fold(0.0, f64::max);
+    let (about_photo, about_text) = (off(&scores, &raw(&asked)), off(&scores, &raw(&as_text)));
+    eprintln!("score gaps off the photo question's by {about_photo:.4}, off the text question's by {about_text:.4}");
+    assert!(about_photo < 0.01, "{about_photo}");
+    // The two wordings move the photos' log-odds apart by more than the comparison's tolerance, or this test could
+    // not tell which question was asked.
+    assert!(about_text > 0.05, "{about_text}");
+}
+
 #[test]
 fn a_missing_image_is_an_error() {
     setup();

@@ -321,7 +321,7 @@ impl LlmOp {
             Some(c) => (format!("{}\n{}", c.question, c.lead), c.tokens, (c.yes, c.no), calibrated_contrast),
             None => {
                 let asked = self.protocol.fallback();
-                let p = stretto_kv::tasks::filter_prompt(dec, asked, statement).map_err(&kv)?;
+                let p = stretto_kv::tasks::filter_prompt_about(dec, asked, self.subject(), statement).map_err(&kv)?;
                 (p.text, p.tokens, p.answers, asked.calibrated)
             }
         };
@@ -447,13 +447,16 @@ impl LlmOp {
         if task.kind == LogicalKind::Filter && self.protocol.answers == AnswerWords::Contrast {
             return Ok(match self.contrast(self.subject(), &self.question(task))? {
                 Some(c) => format!("{}#{}#{}#{}", self.name, self.protocol, c.question, c.lead),
-                None => format!("{}#{}", self.name, self.protocol.fallback()),
+                None => self.fixed_words(format!("{}#{}", self.name, self.protocol.fallback())),
             });
         }
         // A filter's answers depend on its protocol: answers memoised under another protocol are never read. The
         // default protocol keeps the bare name, which answers memoised before protocols existed were stored under.
         if task.kind == LogicalKind::Filter && self.protocol != FilterProtocol::DEFAULT {
-            return Ok(format!("{}#{}", self.name, self.protocol));
+            return Ok(self.fixed_words(format!("{}#{}", self.name, self.protocol)));
+        }
+        if task.kind == LogicalKind::Filter {
+            return Ok(self.fixed_words(self.name.clone()));
         }
         // A closed-choice map answers by walking its choices, not by free generation: its answers are kept apart
         // from free answers memoised before choices were read.
@@ -461,6 +464,16 @@ impl LlmOp {
             return Ok(map_identity(&self.name, &self.question(task)));
         }
         Ok(self.name.clone())
+    }
+
+    /// The identity of a filter asked a fixed-words question ('1'/'0' or Yes/No). A bridged filter's instruction
+    /// names its subject ("Answer the question about the photo described above…"), where it once said "the text
+    /// above" whatever the item: its answers are kept under that subject, so none asked the old way is read.
+    fn fixed_words(&self, identity: String) -> String {
+        match &self.bridge {
+            Some(b) => format!("{identity}#about {}", b.subject),
+            None => identity,
+        }
     }
 
     /// Its answers to `task` on `items`, with the seconds each took.
