@@ -253,7 +253,16 @@ fn doctor_sizes_the_stores_and_names_what_does_not_verify() {
     let read: Vec<&serde_json::Value> = c.iter().filter(|c| c["read_here"] == true).collect();
     assert_eq!(read.len(), 1, "exactly one code range is read on this CPU: {m}");
     let (read_mb, unread_mb) = if read[0]["bytes"] == 3_000_000 { ("3.0", "2.0") } else { ("2.0", "3.0") };
+    // The CPU's integer-kernel features, and the int8-dyn code range they give: 8-bit only with VNNI's 32-bit sums.
+    let features: Vec<&str> =
+        r["int8_kernel_features"].as_array().unwrap().iter().map(|f| f.as_str().unwrap()).collect();
+    if cfg!(all(target_arch = "x86_64", target_os = "linux")) {
+        let vnni = features.iter().any(|f| f.ends_with("vnni"));
+        assert_eq!(r["int8_dyn_code_max"], if vnni { 127 } else { 63 }, "{r}");
+    }
     let (_, out, _) = doctor(&["--quick"]);
+    let code_max = r["int8_dyn_code_max"].as_i64().unwrap();
+    assert!(out.contains(&format!("{}; int8-dyn codes ±{code_max}", features.join(" "))), "{out}");
     assert!(
         out.contains(&format!("int8-dyn {read_mb} MB,")) || out.contains(&format!("int8-dyn {read_mb} MB)")),
         "{out}"

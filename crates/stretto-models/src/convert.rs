@@ -111,6 +111,24 @@ pub fn int8_dyn_code_max() -> i8 {
     127
 }
 
+/// The x86-64 features that choose ONNX Runtime's integer kernels on this machine, as Linux names them in
+/// `/proc/cpuinfo` (AVX2's 16-bit pair sums, VNNI's exact 32-bit sums, AMX's tiles): what an `int8-dyn` rung's speed
+/// and codes ([`int8_dyn_code_max`]) depend on. Empty where the file is missing or lists none of them.
+pub fn int8_kernel_features() -> Vec<String> {
+    int8_kernel_features_in(&std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default())
+}
+
+/// [`int8_kernel_features`] of a `/proc/cpuinfo` text (its first `flags` line).
+pub fn int8_kernel_features_in(cpuinfo: &str) -> Vec<String> {
+    const WANTED: [&str; 5] = ["avx2", "avx512bw", "avx512_vnni", "avx_vnni", "amx_int8"];
+    let flags: Vec<&str> = cpuinfo
+        .lines()
+        .filter_map(|l| l.split_once(':'))
+        .find(|(k, _)| k.trim() == "flags")
+        .map_or_else(Vec::new, |(_, v)| v.split_whitespace().collect());
+    WANTED.into_iter().filter(|f| flags.contains(f)).map(str::to_string).collect()
+}
+
 /// Quantizes `[rows][cols]` weights (GGUF's `[out][in]`, which is `MatMulNBits`' layout) to 8 bits per value,
 /// symmetric per block of [`INT8_BLOCK`] columns: returns the codes `[rows][blocks][INT8_BLOCK]` (value
 /// `round(w / scale) + 128`, the operator's default zero point; padding decodes to 0) and the scales
@@ -637,6 +655,16 @@ fn build_decoder_graph(g: &Gguf, c: &DecoderConfig, code_max: i8, model_path: &P
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn int8_kernel_features_are_read_from_the_first_flags_line() {
+        let info = "processor\t: 0\nflags\t\t: fpu sse2 avx2 avx512bw avx512_vnni sha_ni\nbugs\t\t: spectre\n\
+                    processor\t: 1\nflags\t\t: amx_int8\n";
+        assert_eq!(int8_kernel_features_in(info), ["avx2", "avx512bw", "avx512_vnni"]);
+        // "flags" must be the key, not the end of another ("vmx flags" on Intel lists other names).
+        assert!(int8_kernel_features_in("vmx flags\t: avx2 amx_int8\n").is_empty());
+        assert!(int8_kernel_features_in("").is_empty());
+    }
 
     /// Decodes [`quantize_int8_blocks`]' output the way `MatMulNBits` does: `(code − 128) · scale`.
     fn dequantize(codes: &[u8], scales: &[f32], rows: usize, cols: usize) -> Vec<f32> {

@@ -458,14 +458,9 @@ fn against_f32(rung: &str, quantized: &[f64], f32: &[f64]) -> (f64, f64) {
 /// The x86-64 features that choose ONNX Runtime's integer kernels (VNNI's exact 32-bit sums, AVX2's 16-bit pair
 /// sums, AMX's tiles), as Linux names them in `/proc/cpuinfo`, e.g. "avx2 avx512bw avx512_vnni".
 fn cpu_features() -> String {
-    let info = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
-    let flags: Vec<&str> = info.lines().find(|l| l.starts_with("flags")).unwrap_or("").split_whitespace().collect();
-    let wanted = ["avx2", "avx512bw", "avx512_vnni", "avx_vnni", "amx_int8"];
-    let found: Vec<&str> = wanted.into_iter().filter(|f| flags.contains(f)).collect();
-    if flags.is_empty() {
-        format!("{} (no /proc/cpuinfo flags)", std::env::consts::ARCH)
-    } else if found.is_empty() {
-        "without AVX2".into()
+    let found = stretto_kv::convert::int8_kernel_features();
+    if found.is_empty() {
+        format!("{} without AVX2, VNNI or AMX flags in /proc/cpuinfo", std::env::consts::ARCH)
     } else {
         found.join(" ")
     }

@@ -4,7 +4,8 @@
 //!
 //! - the **model home**: every catalog model, whether it is prepared, its size on disk (a decoder's ONNX
 //!   conversions, f32 and quantized, sized apart), and (with `verify`) whether each assembled artifact still has the
-//!   SHA-256 the catalog pins; folders of user models; temporaries that a killed preparation left;
+//!   SHA-256 the catalog pins; folders of user models; temporaries that a killed preparation left; and the CPU
+//!   features that choose ONNX Runtime's integer kernels, which an `int8-dyn` rung's speed and codes follow;
 //! - the **KV directory**: bytes and records per repository (one per dataset, `adhoc` for caches computed by
 //!   queries), and (with `verify`) every record read back against its checksum, as `stretto kv verify` does;
 //! - the **memo**: files, answers and bytes per operator, and torn lines (an append cut short by a crash, which
@@ -113,6 +114,12 @@ pub struct DoctorReport {
     pub cost_record_bytes: u64,
     /// Whether models and records were read back and checked (not only listed).
     pub verified: bool,
+    /// This CPU's features that choose ONNX Runtime's integer kernels, as Linux names them
+    /// ([`stretto_models::convert::int8_kernel_features`]: AVX2's 16-bit pair sums, VNNI's exact 32-bit sums,
+    /// AMX's tiles). An `int8-dyn` rung is fast, and its 8-bit codes exact, only with VNNI or AMX.
+    pub int8_kernel_features: Vec<String>,
+    /// The largest weight code of the `int8-dyn` conversions made on this CPU (127, or 63 without VNNI).
+    pub int8_dyn_code_max: i8,
 }
 
 impl DoctorReport {
@@ -188,6 +195,12 @@ impl fmt::Display for DoctorReport {
         if !self.model_temporaries.is_empty() {
             writeln!(f, "  {} temporaries of interrupted preparations (safe to delete)", self.model_temporaries.len())?;
         }
+        let features = if self.int8_kernel_features.is_empty() {
+            "none of avx2, avx512_vnni, avx_vnni, amx_int8".to_string()
+        } else {
+            self.int8_kernel_features.join(" ")
+        };
+        writeln!(f, "  CPU integer kernels: {features}; int8-dyn codes ±{}", self.int8_dyn_code_max)?;
         writeln!(f, "KV directory {}: {}", self.kv_dir.display(), mb(self.kv_bytes()))?;
         for k in &self.kv {
             let state =
@@ -374,5 +387,7 @@ pub fn examine(context: &OpContext, verify: bool) -> Result<DoctorReport> {
         memo,
         cost_record_bytes,
         verified: verify,
+        int8_kernel_features: stretto_models::convert::int8_kernel_features(),
+        int8_dyn_code_max: stretto_models::convert::int8_dyn_code_max(),
     })
 }
