@@ -294,7 +294,7 @@ impl LlmOp {
 
     /// What column references become in its questions.
     fn subject(&self) -> &'static str {
-        self.bridge.as_ref().map_or("the text above", |b| b.subject)
+        self.bridge.as_ref().map_or(stretto_kv::tasks::TEXT_SUBJECT, |b| b.subject)
     }
 
     /// The contrast filter's question for `statement`, or [`CoreError::NotApplicable`] without an opposite:
