@@ -111,6 +111,9 @@ pub fn int8_dyn_code_max() -> i8 {
     127
 }
 
+/// The `/proc/cpuinfo` flags that choose ONNX Runtime's integer kernels on x86-64, in the order they are reported.
+pub const INT8_KERNEL_FLAGS: [&str; 5] = ["avx2", "avx512bw", "avx512_vnni", "avx_vnni", "amx_int8"];
+
 /// The x86-64 features that choose ONNX Runtime's integer kernels on this machine, as Linux names them in
 /// `/proc/cpuinfo` (AVX2's 16-bit pair sums, VNNI's exact 32-bit sums, AMX's tiles): what an `int8-dyn` rung's speed
 /// and codes ([`int8_dyn_code_max`]) depend on. Empty where the file is missing or lists none of them.
@@ -120,13 +123,12 @@ pub fn int8_kernel_features() -> Vec<String> {
 
 /// [`int8_kernel_features`] of a `/proc/cpuinfo` text (its first `flags` line).
 pub fn int8_kernel_features_in(cpuinfo: &str) -> Vec<String> {
-    const WANTED: [&str; 5] = ["avx2", "avx512bw", "avx512_vnni", "avx_vnni", "amx_int8"];
     let flags: Vec<&str> = cpuinfo
         .lines()
         .filter_map(|l| l.split_once(':'))
         .find(|(k, _)| k.trim() == "flags")
         .map_or_else(Vec::new, |(_, v)| v.split_whitespace().collect());
-    WANTED.into_iter().filter(|f| flags.contains(f)).map(str::to_string).collect()
+    INT8_KERNEL_FLAGS.into_iter().filter(|f| flags.contains(f)).map(str::to_string).collect()
 }
 
 /// Quantizes `[rows][cols]` weights (GGUF's `[out][in]`, which is `MatMulNBits`' layout) to 8 bits per value,

@@ -196,7 +196,7 @@ impl fmt::Display for DoctorReport {
             writeln!(f, "  {} temporaries of interrupted preparations (safe to delete)", self.model_temporaries.len())?;
         }
         let features = if self.int8_kernel_features.is_empty() {
-            "none of avx2, avx512_vnni, avx_vnni, amx_int8".to_string()
+            format!("none of {}", stretto_models::convert::INT8_KERNEL_FLAGS.join(", "))
         } else {
             self.int8_kernel_features.join(" ")
         };
