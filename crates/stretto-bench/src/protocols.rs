@@ -352,7 +352,7 @@ impl LabelledTexts {
             .and_then(|c| c.as_string_opt::<i32>())
             .ok_or_else(|| format!("{dataset}.{} has no text column `{}`", first.table, first.column))?
             .clone();
-        Ok(Self { text, labels: ds.table("labels")?.clone(), tasks, subject: "the text above" })
+        Ok(Self { text, labels: ds.table("labels")?.clone(), tasks, subject: stretto::kv::tasks::TEXT_SUBJECT })
     }
 
     /// The e-commerce products that have a bundled photo, each item its caption as the caption bridge writes it
