@@ -333,7 +333,8 @@ pub fn measure(home: &Path, o: &PeerOptions) -> Result<Vec<PeerRow>, PeerError> 
         }
         let protocol = stretto::kv::models::filter_protocol(model);
         for (dataset, table, column, predicate) in CASES {
-            let (prompt, asked) = stretto::kv::tasks::protocol_prompt(&dec, protocol, stretto::kv::tasks::TEXT_SUBJECT, predicate)?;
+            let (prompt, asked) =
+                stretto::kv::tasks::protocol_prompt(&dec, protocol, stretto::kv::tasks::TEXT_SUBJECT, predicate)?;
             // A contrast question's answer words are the first tokens where its two answers differ.
             let decoded;
             let words = match asked.answers.tokens() {
