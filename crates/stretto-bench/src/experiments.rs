@@ -398,6 +398,10 @@ pub struct Outcome {
     /// The plan's warnings, joined by ` | `: why it fell back to gold or why profiling stopped (a pay check's
     /// figures), where it did.
     pub warnings: String,
+    /// The engine's note where the disk budget could not hold every KV cache of the query's input: execution
+    /// prefilled the tuples profiling had not read, and its seconds include that prefill (gold's plan pays it on
+    /// every such tuple). Written to `warnings.csv` and counted in the summary.
+    pub kv_note: Option<String>,
 }
 
 /// Precision, recall and F1 against true labels (`None` where undefined).
@@ -757,6 +761,7 @@ fn run_query_methods(
                 truth: r.truth.as_ref().and_then(|t| TruthFigures::of(&t["plan"])),
                 gold_truth: r.truth.as_ref().and_then(|t| TruthFigures::of(&t["gold"])),
                 warnings: r.plan.warnings.join(" | "),
+                kv_note: profiled.kv_note.clone(),
             });
         }
     }
@@ -887,14 +892,19 @@ fn write_csv(path: &Path, rows: &[Outcome]) -> Result<(), Error> {
     Ok(stretto_core::format::write_atomic(path, s.as_bytes())?)
 }
 
-/// Writes each plan's warnings (why it fell back to gold, or which pay check stopped profiling) beside
-/// `results.csv`, one row per run with any, keyed like it: `results.csv` keeps its columns, which scripts read
-/// from the right.
+/// Writes each plan's warnings (why it fell back to gold, or which pay check stopped profiling, and the engine's
+/// KV-cache note where execution paid deferred prefill) beside `results.csv`, one row per run with any, keyed like
+/// it: `results.csv` keeps its columns, which scripts read from the right.
 fn write_warnings_csv(path: &Path, rows: &[Outcome]) -> Result<(), Error> {
     let quote = |v: &str| format!("\"{}\"", v.replace('"', "\"\"").replace(['\n', '\r'], " "));
     let mut s = String::from("dataset,query,method,target,warnings\n");
-    for r in rows.iter().filter(|r| !r.warnings.is_empty()) {
-        let _ = writeln!(s, "{},{},{},{},{}", r.dataset, quote(&r.query), r.method, r.target, quote(&r.warnings));
+    for r in rows {
+        let all: Vec<&str> =
+            [r.warnings.as_str(), r.kv_note.as_deref().unwrap_or("")].into_iter().filter(|w| !w.is_empty()).collect();
+        if !all.is_empty() {
+            let _ =
+                writeln!(s, "{},{},{},{},{}", r.dataset, quote(&r.query), r.method, r.target, quote(&all.join(" | ")));
+        }
     }
     Ok(stretto_core::format::write_atomic(path, s.as_bytes())?)
 }
@@ -1008,6 +1018,7 @@ pub fn summary(name: &str, methods: &[&str], scale: &Scale, rows: &[Outcome], sk
             pct(&|r| r.fell_back),
         );
     }
+    s.push_str(&deferred_prefill_note(rows));
     // Operator usage: how often each implementation ran in a method's plans (all targets).
     let _ = writeln!(s, "\nOperator usage (plans in which the implementation saw tuples, over all targets):\n");
     let _ = writeln!(s, "| method | implementation | plans |");
@@ -1039,6 +1050,34 @@ pub fn summary(name: &str, methods: &[&str], scale: &Scale, rows: &[Outcome], sk
         }
     }
     s
+}
+
+/// Where the disk budget could not hold every KV cache of some queries' input, a paragraph that says so: those
+/// queries' execution seconds include the prefill of the tuples profiling had not read, which gold's plan pays on
+/// every such tuple, so their totals over gold's execution favour plans that spare the dearest model. Empty where
+/// every cache was built before profiling.
+fn deferred_prefill_note(rows: &[Outcome]) -> String {
+    let mut all = std::collections::BTreeSet::new();
+    let mut deferred = std::collections::BTreeSet::new();
+    for r in rows {
+        all.insert((r.dataset.as_str(), r.query.as_str()));
+        if r.kv_note.is_some() {
+            deferred.insert((r.dataset.as_str(), r.query.as_str()));
+        }
+    }
+    if deferred.is_empty() {
+        return String::new();
+    }
+    format!(
+        "\n**Prefill in execution.** In {} of the {} queries the disk budget could not hold every KV cache of the \
+         input, so only the tuples profiling reads were prefilled before it and execution prefilled the others, \
+         their prefill counted in its seconds (`warnings.csv` has the engine's note). Gold's plan pays that prefill on \
+         every such tuple, a cheaper plan only where its stages reach the model, so on these queries the totals over \
+         gold's execution favour plans that spare the dearest model. A disk budget (`STRETTO_DISK_BUDGET`) that holds \
+         every cache prefills them all before profiling, as the method intends.\n",
+        deferred.len(),
+        all.len()
+    )
 }
 
 /// The filter operators of a dataset's pool that read text columns, as single-operator queries.
@@ -1678,6 +1717,7 @@ mod tests {
             truth: None,
             gold_truth: None,
             warnings: String::new(),
+            kv_note: None,
         }
     }
 
@@ -1748,6 +1788,37 @@ mod tests {
         assert_eq!(rows[0], ["dataset", "query", "method", "target", "warnings"]);
         assert_eq!(rows[1][1], "q, with a comma");
         assert_eq!(rows[1][4], "profiling cannot pay: 3.7 s, \"so\" gold ran first | the test sequence is empty");
+    }
+
+    /// A query whose execution paid deferred prefill says so: the engine's note joins the plan's warnings in
+    /// `warnings.csv`, and the summary counts such queries (once each, whatever the methods and targets); a run
+    /// where every cache was built first has no such paragraph.
+    #[test]
+    fn execution_that_paid_deferred_prefill_is_noted_in_the_warnings_and_the_summary() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("warnings.csv");
+        let note = "the KV caches of all 400 tuples would take about 37.6 GB more on disk";
+        let deferred = |method: &str, target: f64, warnings: &str| Outcome {
+            warnings: warnings.into(),
+            kv_note: Some(note.into()),
+            ..outcome("q1", method, target)
+        };
+        let rows = [
+            deferred("global-as-run", 0.5, "gold ran directly"),
+            deferred("lotus", 0.5, ""),
+            deferred("global-as-run", 0.9, ""),
+            outcome("q2", "global-as-run", 0.5),
+        ];
+        write_warnings_csv(&path, &rows).unwrap();
+        let csv = parse_csv(&std::fs::read_to_string(&path).unwrap());
+        assert_eq!(csv.len(), 1 + 3, "{csv:?}");
+        assert_eq!(csv[1][4], format!("gold ran directly | {note}"));
+        assert_eq!(csv[2][4], note);
+        let scale = Scale::named("tiny").unwrap();
+        let md = summary("x", &["global-as-run", "lotus"], &scale, &rows, &[]);
+        assert!(md.contains("**Prefill in execution.** In 1 of the 2 queries the disk budget"), "{md}");
+        let md = summary("x", &["global-as-run"], &scale, &rows[3..], &[]);
+        assert!(!md.contains("Prefill in execution"), "{md}");
     }
 
     #[test]
