@@ -261,6 +261,33 @@ fn a_query_whose_caches_exceed_the_disk_budget_prefills_only_what_profiling_read
     assert_eq!(records(&stores.join("kv").join("adhoc")).len(), 0, "a 1-byte budget keeps no record");
 }
 
+/// Two logical operators over one column read the same KV records: the check whether the input's caches fit the
+/// disk budget counts each item once per model, not once per operator. The 80 reviews' SmolLM2 records take about
+/// 170 MB (2.13 MB per review at ratios 0, 0.5 and 0.8), so a 250 MB budget holds them, and the filter and the map
+/// of this query prefill every cache before profiling (counted twice, 341 MB, they were deferred to execution), and
+/// keep the records a run without a budget keeps.
+#[test]
+fn operators_over_one_column_count_its_caches_once_against_the_disk_budget() {
+    let root = tempfile::tempdir().unwrap();
+    let run = |budget: Option<&'static str>, name: &str| {
+        let mut args = query_args();
+        args.extend(budget.map(|b| ["--disk-budget", b]).into_iter().flatten());
+        let stores = scratch(root.path(), name);
+        let r = report_of(command(&args, &scratch(root.path(), &format!("{name}-cwd")), &stores).output().unwrap());
+        let kept: Vec<_> = records(&stores.join("kv").join("adhoc"))
+            .into_iter()
+            .map(|p| p.strip_prefix(&stores).unwrap().to_path_buf())
+            .collect();
+        (r, kept)
+    };
+    let (tight, kept) = run(Some("250000000"), "tight");
+    assert!(tight.get("kv_caches").is_none(), "the caches were deferred: {}", tight["kv_caches"]);
+    let (roomy, all) = run(None, "roomy");
+    assert!(kept.len() > 200, "{} records", kept.len());
+    assert_eq!(kept, all, "the budget kept other records than a run without one");
+    assert_eq!(tight["rows"], roomy["rows"]);
+}
+
 /// Under a disk budget too small for every cache, a model other than gold's prefills only the screening tuples
 /// before profiling; the sample's wait until screening shows that profiling can pay, and are never prefilled
 /// where gold runs directly. A rerun after the caches were evicted does not prefill again the sample tuples whose

@@ -1696,13 +1696,23 @@ fn profile_candidates(
         // `batch`, the sample too).
         let mut deferred: Option<RecordBatch> = None;
         if o.fetch.is_none() && !jobs.is_empty() {
-            // What every item's records would add on disk, against what the budget leaves free.
-            let mut missing = 0u64;
+            // What every item's records would add on disk, against what the budget leaves free: per model, each
+            // item once, however many logical operators read it (their caches are the same records).
+            let mut per_model: BTreeMap<&str, (&Arc<stretto_kv::Decoder>, BTreeSet<String>)> = BTreeMap::new();
             for (t, decs) in &jobs {
                 let texts = cached_items(&tasks[*t], &input)?;
                 for dec in decs {
-                    missing += source(dec.name()).missing_bytes(dec, &texts)?.1;
+                    per_model
+                        .entry(dec.name())
+                        .or_insert_with(|| (dec, BTreeSet::new()))
+                        .1
+                        .extend(texts.iter().cloned());
                 }
+            }
+            let mut missing = 0u64;
+            for (name, (dec, texts)) in &per_model {
+                let texts: Vec<String> = texts.iter().cloned().collect();
+                missing += source(name).missing_bytes(dec, &texts)?.1;
             }
             let free = budget.limit()?.saturating_sub(budget.usage()?);
             let mut rows: Vec<usize> = sample.iter().chain(&order[want..want + screen_rows]).copied().collect();
