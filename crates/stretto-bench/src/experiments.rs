@@ -404,7 +404,7 @@ pub struct Outcome {
     pub kv_note: Option<String>,
     /// Wall seconds this row's profile spent building KV caches (before profiling, and where deferred, the
     /// sample's after screening): the prefill the method pays once, offline, which no total counts. The summary
-    /// adds it up per query (0 where the caches were already built).
+    /// adds it up per query (little where the caches were already built: finding them takes some).
     pub kv_seconds: f64,
 }
 

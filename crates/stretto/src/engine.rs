@@ -1710,9 +1710,8 @@ fn profile_candidates(
                 }
             }
             let mut missing = 0u64;
-            for (name, (dec, texts)) in &per_model {
-                let texts: Vec<String> = texts.iter().cloned().collect();
-                missing += source(name).missing_bytes(dec, &texts)?.1;
+            for (name, (dec, texts)) in per_model {
+                missing += source(name).missing_bytes(dec, &texts.into_iter().collect::<Vec<_>>())?.1;
             }
             let free = budget.limit()?.saturating_sub(budget.usage()?);
             let mut rows: Vec<usize> = sample.iter().chain(&order[want..want + screen_rows]).copied().collect();
