@@ -2077,10 +2077,11 @@ fn profile_candidates(
         // item's cached past), for every candidate (but those with a one-off setup, unless `with_setup`) with a
         // figure for every probe tuple; also, per logical operator, whether some candidate had none. `None` where
         // gold has not answered or the record cannot be read. Their outputs are not known, so they serve the pay
-        // check only. Operators keeping no figures (answering in microseconds) are asked; `asked_live` adds up what
-        // they spent.
+        // check only. Operators keeping no figures (answering in microseconds) are asked where `live` (else left
+        // out); `asked_live` adds up what they spent. The record includes this process's figures, so a candidate
+        // that answered the probe for another logical operator over the same items stands in for itself here.
         let asked_live = std::sync::Mutex::new(0.0f64);
-        let recorded = |tried: &[Vec<Tried>], with_setup: bool| -> Option<(Vec<Vec<Tried>>, Vec<bool>)> {
+        let recorded = |tried: &[Vec<Tried>], with_setup: bool, live: bool| -> Option<(Vec<Vec<Tried>>, Vec<bool>)> {
             let mut out = Vec::new();
             let mut lacking = Vec::new();
             for ((task, ops), t) in tasks.iter().zip(&cands).zip(tried) {
@@ -2090,6 +2091,9 @@ fn profile_candidates(
                 let mut lacks = false;
                 for (i, op) in ops.iter().enumerate().skip(1).filter(|(_, op)| with_setup || !op.one_off_setup()) {
                     if !op.records_costs() {
+                        if !live {
+                            continue;
+                        }
                         // An operator answering in microseconds (no figures kept) is asked.
                         match op.evaluate_timed(task, &head) {
                             Ok((_, secs)) => {
@@ -2158,18 +2162,21 @@ fn profile_candidates(
                 })
             })
         };
-        let rec = if pay_check && uncertified.is_none() { recorded(&tried, false) } else { None };
+        let rec = if pay_check && uncertified.is_none() { recorded(&tried, false, true) } else { None };
         // (Without the candidates with a one-off setup: their recorded figures hold the setup's share, which a
         // profiling that sets them up again in this process pays once, as the setup pass below counts it.)
         let recorded_stop = if pay_check && uncertified.is_none() { recorded_check(rec.clone()) } else { None };
         // With a pay check, the candidates answer in rounds, one per logical operator each (uncompressed rungs
         // before compressed ones, so that a compressed rung's parent has answered before it): once those asked
-        // (and those whose costs earlier queries recorded) would cost more to profile than any plan could save,
-        // whatever the others cost, no more are asked.
+        // (and those whose costs are recorded) would cost more to profile than any plan could save, whatever the
+        // others cost, no more are asked. A candidate's figures for another logical operator of the query over the
+        // same items stand in for it as an earlier query's would ([`CostRecord`]), so logical operators over the same
+        // items ask different candidates in a round: where two filters ask about the same column, each round
+        // prices two candidates for both.
         let mut probe_stop = None;
-        // Candidates not asked at all because what earlier queries recorded them to cost on these very tuples
-        // already drops them ([`probe_drops`]: as dear as gold, or no cheaper than their uncompressed parent), with
-        // the reason (logical operator, candidate).
+        // Candidates not asked at all because what is recorded of their cost on these very tuples already drops
+        // them ([`probe_drops`]: as dear as gold, or no cheaper than their uncompressed parent), with the reason
+        // (logical operator, candidate).
         let mut not_asked: Vec<(usize, usize)> = Vec::new();
         if uncertified.is_none() && recorded_stop.is_none() {
             if pay_check {
@@ -2188,31 +2195,47 @@ fn profile_candidates(
                         order
                     })
                     .collect();
+                // Which logical operators' candidates see the same items (same kind, same item texts on the probe
+                // tuples): their figures stand in for one another.
+                let items: Vec<Option<Vec<String>>> = tasks.iter().map(|task| task.item_texts(&head).ok()).collect();
+                let siblings = |t: usize, u: usize| {
+                    t != u && tasks[t].kind == tasks[u].kind && items[t].is_some() && items[t] == items[u]
+                };
                 let askable: usize = order.iter().map(Vec::len).sum();
                 let rounds = order.iter().map(Vec::len).max().unwrap_or(0);
-                for round in 0..rounds {
+                // Per logical operator, the candidates asked so far (or not asked on their record).
+                let mut done: Vec<BTreeSet<usize>> = vec![BTreeSet::new(); order.len()];
+                for _ in 0..rounds {
+                    // The record as it stands, this query's earlier rounds included (operators keeping no figures
+                    // from the first look, which asked them).
+                    let now = recorded(&tried, false, false).map(|(est, _)| est);
+                    let figure = |t: usize, i: usize| {
+                        now.as_ref()
+                            .and_then(|r| r[t].iter().find(|c| c.idx == i))
+                            .or_else(|| rec.as_ref().and_then(|r| r[t].iter().find(|c| c.idx == i)))
+                    };
                     let mut est = tried.clone();
                     let mut unasked = Vec::with_capacity(order.len());
                     let mut from_record = 0;
                     for (t, order) in order.iter().enumerate() {
-                        let figure = |i: &usize| rec.as_ref().and_then(|r| r[t].iter().find(|c| c.idx == *i));
-                        est[t].extend(order[round.min(order.len())..].iter().filter_map(figure).cloned());
+                        let left = order.iter().filter(|i| !done[t].contains(i));
+                        est[t].extend(left.clone().filter_map(|&i| figure(t, i)).cloned());
                         est[t].sort_by_key(|c| c.idx);
                         let orphans = drop_orphans(&cands[t], &mut est[t]);
                         from_record += est[t].len() - tried[t].len();
-                        unasked.push(orphans || order[round.min(order.len())..].iter().any(|i| figure(i).is_none()));
+                        unasked.push(orphans || left.clone().any(|&i| figure(t, i).is_none()));
                     }
                     let mut by_record = Vec::new();
                     probe_drops(&tasks, &cands, &mut est, probe, &mut by_record);
                     let (rest, note) = rest_of(&est, probe);
                     let (cost, saving, free) = pays_with(&est, rest, true, probe, &unasked);
-                    let asked: usize = order.iter().map(|o| o.len().min(round)).sum::<usize>() - not_asked.len();
+                    let asked: usize = done.iter().map(BTreeSet::len).sum::<usize>() - not_asked.len();
                     tracing::debug!(cost, saving, asked, askable, "pay check while probing");
                     if cost >= saving {
                         let recorded = if from_record > 0 {
                             format!(
-                                " (and earlier queries over the same items recorded what {from_record} others cost \
-                                 there)"
+                                " (and what {from_record} others cost there was recorded: by earlier queries over the \
+                                 same items, or by this query's other operators over them)"
                             )
                         } else {
                             String::new()
@@ -2232,19 +2255,37 @@ fn profile_candidates(
                         ));
                         break;
                     }
+                    // This round's candidate per logical operator: the first in its order with no figure yet that no
+                    // operator over the same items asks this round, else the first with no figure, else the first.
+                    let mut pick: Vec<Option<usize>> = vec![None; order.len()];
+                    for (t, order) in order.iter().enumerate() {
+                        let taken = |i: usize| {
+                            (0..t).any(|u| {
+                                siblings(t, u) && pick[u].is_some_and(|j| cands[u][j].name() == cands[t][i].name())
+                            })
+                        };
+                        let left: Vec<usize> = order.iter().copied().filter(|i| !done[t].contains(i)).collect();
+                        pick[t] = left
+                            .iter()
+                            .find(|&&i| figure(t, i).is_none() && !taken(i))
+                            .or_else(|| left.iter().find(|&&i| figure(t, i).is_none()))
+                            .or_else(|| left.first())
+                            .copied();
+                    }
                     // This round's candidates that their recorded costs already drop are not asked: the probe would
                     // measure on the same tuples what was recorded there and drop them on it (a cost, never an
                     // answer, so the certificate's argument is untouched).
                     let skip = skipped_by_record(&tasks, &cands, &by_record, |t, i| {
-                        order[t].get(round) == Some(&i) && has_figure(t, i)
+                        pick[t] == Some(i) && figure(t, i).is_some()
                     });
                     for (t, i, d) in skip.iter().cloned() {
                         not_asked.push((t, i));
                         screening.dropped.push(d);
                     }
-                    let more = probe_pass(&|t, i, setup| {
-                        !setup && order[t].get(round) == Some(&i) && !not_asked.contains(&(t, i))
-                    })?;
+                    for (t, pick) in pick.iter().enumerate() {
+                        done[t].extend(*pick);
+                    }
+                    let more = probe_pass(&|t, i, setup| !setup && pick[t] == Some(i) && !not_asked.contains(&(t, i)))?;
                     for (tried, more) in tried.iter_mut().zip(more) {
                         tried.extend(more);
                         tried.sort_by_key(|t| t.idx);
@@ -2288,7 +2329,7 @@ fn profile_candidates(
                 // As in the rounds: a candidate whose recorded costs on these tuples (its one-off setup's share
                 // included) already drop it is not set up again.
                 let mut by_record = Vec::new();
-                if let Some((mut est, _)) = pay_check.then(|| recorded(&tried, true)).flatten() {
+                if let Some((mut est, _)) = pay_check.then(|| recorded(&tried, true, true)).flatten() {
                     probe_drops(&tasks, &cands, &mut est, probe, &mut by_record);
                 }
                 let skip = skipped_by_record(&tasks, &cands, &by_record, |t, i| cands[t][i].one_off_setup());

@@ -1090,6 +1090,34 @@ fn the_probe_stops_asking_candidates_once_those_asked_cannot_pay() {
     assert!(ops[1..].iter().all(|op| op.asked.load(Ordering::SeqCst) >= 4));
 }
 
+/// Two filters over the same column: what a candidate cost answering the probe for one stands in for it on the
+/// other (the cost of a question over an item hardly depends on the question), so the two ask different candidates
+/// in a round and the probe stops sooner (#21). Each of five candidates would cost 28 s per filter to screen and
+/// profile (beside the built-in operators answering in microseconds, always asked), and no plan can save more than
+/// gold's 120 s on the 40 tuples left: one round, two candidates asked and each standing in for itself on the other
+/// filter, shows it. Without the stand-in it takes a second round, each candidate answering for both filters.
+#[test]
+fn filters_over_the_same_items_share_what_their_probes_cost() {
+    use std::sync::atomic::Ordering;
+    let dir = tempfile::tempdir().unwrap();
+    let mut ops = vec![Fixed::new("gold", 1.5, true)];
+    ops.extend((0..5).map(|i| Fixed::new(&format!("mid{i}"), 0.5, false)));
+    let s = session(dir.path(), 100, 0.15, &ops);
+    let frame = s
+        .table("t")
+        .unwrap()
+        .sem_filter("{t.text} is a multiple of three")
+        .unwrap()
+        .sem_filter("{t.text} is divisible by three")
+        .unwrap();
+    let r = frame.collect(Targets::new(0.5, 0.5, 0.95).unwrap()).unwrap();
+    assert!(r.fell_back_to_gold());
+    let warnings = r.plan().warnings.join(" ");
+    assert!(warnings.contains("would already cost") && warnings.contains("this query's other operators"), "{warnings}");
+    let asked: Vec<usize> = ops[1..].iter().map(|op| op.asked.load(Ordering::SeqCst)).collect();
+    assert_eq!(asked, [4, 4, 0, 0, 0], "two candidates answer the 4 probe tuples once each, the rest nothing");
+}
+
 /// Once gold has answered the probe, gold's plan answers the profiling sample (answers profiling asks anyway, and
 /// execution reuses): where the sample then holds too few gold result rows for any certificate, no other candidate
 /// is asked anything, not even the probe (#21). Here one tuple in three passes: the 4 probe tuples cannot rule out
