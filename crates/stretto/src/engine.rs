@@ -604,6 +604,19 @@ pub fn gold_order_tuples(tasks: &[SemanticTask]) -> usize {
     }
 }
 
+/// The probe tuples `task`'s candidates answer: `head` for a filter; for a map, those of `maps` once set (the probe
+/// tuples gold's filters let through).
+fn probe_rows<'a>(
+    task: &SemanticTask,
+    head: &'a RecordBatch,
+    maps: &'a std::sync::OnceLock<(Vec<usize>, RecordBatch)>,
+) -> &'a RecordBatch {
+    match (task.kind, maps.get()) {
+        (LogicalKind::Map, Some((_, rows))) => rows,
+        _ => head,
+    }
+}
+
 /// A candidate's answers on the screening tuples so far.
 #[derive(Clone)]
 struct Tried {
@@ -1871,6 +1884,10 @@ fn profile_candidates(
         //       but gold can be certified, nothing else is asked, not even gold's maps (a map's answer on a tuple
         //       the filters reject never counts, and execution asks the maps about the rest).
         let head = batch.slice(0, probe);
+        // The probe tuples a map's candidates answer, once gold's filters have: those the filters let through (a
+        // map's value elsewhere never counts: profiling asks a map only the gold result rows, and gold's plan only
+        // the tuples its filters pass), or the first where none is (for its cost per tuple); as positions in `head`.
+        let map_head: std::sync::OnceLock<(Vec<usize>, RecordBatch)> = std::sync::OnceLock::new();
         // Candidates with a one-off setup (a generated program) are probed only once profiling can pay without
         // them: they add to what profiling costs, and a plan can save no more with them than with the cheapest of
         // the others deciding every tuple, which the pay check already assumes.
@@ -1883,7 +1900,7 @@ fn profile_candidates(
                     if !asked(t, i, op.one_off_setup()) {
                         continue;
                     }
-                    match op.evaluate_timed(task, &head) {
+                    match op.evaluate_timed(task, probe_rows(task, &head, &map_head)) {
                         Ok((output, secs)) => out.push(Tried { idx: i, output, secs }),
                         // A decline is dropped again, with its reason, at the profiling stage.
                         Err(stretto_core::CoreError::NotApplicable { .. }) if i > 0 => continue,
@@ -1924,6 +1941,20 @@ fn profile_candidates(
             None
         };
         if uncertified.is_none() {
+            if (0..tasks.len()).any(is_map) {
+                let through = passing(probe, tried.iter().filter_map(|t| t.first()).map(|t| &t.output));
+                let mut rows: Vec<usize> = (0..probe).filter(|&r| through[r]).collect();
+                if rows.is_empty() {
+                    rows.push(0);
+                }
+                let b = take_record_batch(&head, &UInt32Array::from_iter_values(rows.iter().map(|&r| r as u32)))?;
+                tracing::debug!(
+                    through = rows.len(),
+                    probe,
+                    "the probe's maps on the tuples gold's filters let through"
+                );
+                map_head.set((rows, b)).ok();
+            }
             let maps = probe_pass(&|t, i, _| i == 0 && is_map(t))?;
             for (tried, more) in tried.iter_mut().zip(maps) {
                 tried.extend(more);
@@ -2095,7 +2126,7 @@ fn profile_candidates(
                             continue;
                         }
                         // An operator answering in microseconds (no figures kept) is asked.
-                        match op.evaluate_timed(task, &head) {
+                        match op.evaluate_timed(task, probe_rows(task, &head, &map_head)) {
                             Ok((_, secs)) => {
                                 asked_live.lock().map(|mut s| *s += secs.iter().sum::<f64>()).ok()?;
                                 list.push(Tried { idx: i, output: OpOutput::Scores(Vec::new()), secs });
@@ -2105,7 +2136,8 @@ fn profile_candidates(
                             Err(_) => return None,
                         }
                     }
-                    let figures = match op.recorded_costs(task, &head, !o.price_memo_hits) {
+                    let rows = probe_rows(task, &head, &map_head);
+                    let figures = match op.recorded_costs(task, rows, !o.price_memo_hits) {
                         Ok(Some(figures)) => figures,
                         Ok(None) => {
                             lacks = true;
@@ -2114,7 +2146,7 @@ fn profile_candidates(
                         Err(stretto_core::CoreError::NotApplicable { .. }) => continue,
                         Err(_) => return None,
                     };
-                    let gold_then = ops[0].recorded_costs_like(task, &head, &figures, !o.price_memo_hits).ok()?;
+                    let gold_then = ops[0].recorded_costs_like(task, rows, &figures, !o.price_memo_hits).ok()?;
                     let mut secs: Vec<f64> = figures
                         .iter()
                         .zip(gold_then)
@@ -2470,9 +2502,11 @@ fn profile_candidates(
             };
             let filtered = ask_of_kind(false, &tail)?;
             let through = gold_passes(&filtered, tail.num_rows());
-            // The screening tuples a map's candidates answered: the probe's, and those of the rest gold lets through.
+            // The screening tuples a map's candidates answered: the probe's gold's filters let through (or its
+            // first), and those of the rest gold lets through.
+            let probed = map_head.get().map_or_else(|| (0..probe).collect(), |(rows, _)| rows.clone());
             let map_positions: Vec<usize> =
-                (0..probe).chain((0..tail.num_rows()).filter(|&r| through[r]).map(|r| probe + r)).collect();
+                probed.into_iter().chain((0..tail.num_rows()).filter(|&r| through[r]).map(|r| probe + r)).collect();
             let map_rows = take_record_batch(
                 &tail,
                 &UInt32Array::from_iter_values((0..tail.num_rows()).filter(|&r| through[r]).map(|r| r as u32)),
