@@ -1882,7 +1882,8 @@ fn profile_candidates(
         //       as dear as gold go no further, and the pay check runs before the rest of the screening is spent.
         //       Gold answers first, its filters before its maps: where the filters' answers alone show that no plan
         //       but gold can be certified, nothing else is asked, not even gold's maps (a map's answer on a tuple
-        //       the filters reject never counts, and execution asks the maps about the rest).
+        //       the filters reject never counts, and execution asks the maps about the rest). Otherwise the maps'
+        //       candidates answer only the probe tuples gold's filters let through (`map_head`).
         let head = batch.slice(0, probe);
         // The probe tuples a map's candidates answer, once gold's filters have: those the filters let through (a
         // map's value elsewhere never counts: profiling asks a map only the gold result rows, and gold's plan only
