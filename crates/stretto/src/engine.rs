@@ -1944,10 +1944,8 @@ fn profile_candidates(
         if uncertified.is_none() {
             if (0..tasks.len()).any(is_map) {
                 let through = passing(probe, tried.iter().filter_map(|t| t.first()).map(|t| &t.output));
-                let mut rows: Vec<usize> = (0..probe).filter(|&r| through[r]).collect();
-                if rows.is_empty() {
-                    rows.push(0);
-                }
+                let all: Vec<usize> = (0..probe).collect();
+                let rows = profiled_rows(LogicalKind::Map, &all, Some(&through));
                 let b = take_record_batch(&head, &UInt32Array::from_iter_values(rows.iter().map(|&r| r as u32)))?;
                 tracing::debug!(
                     through = rows.len(),
