@@ -12,23 +12,25 @@ import sys
 TARGETS = ['0.5', '0.7', '0.9']
 
 
-def load(dataset, path):
+def load(path, dataset=None):
+    """Per target, the gold plan's execution summed over the queries of `dataset` (every dataset where `None`) in
+    `path`; per (method, target), the summed totals, the plans meeting both targets against gold, and the plans."""
     gold = {}
     tot = collections.defaultdict(float)
     met = collections.Counter()
     n = collections.Counter()
     for r in csv.DictReader(open(path)):
-        if r['dataset'] != dataset:
+        if dataset is not None and r['dataset'] != dataset:
             continue
         t, m = r['target'], r['method']
-        gold[(r['query'], t)] = float(r['gold_cost_seconds'])
+        gold[(r['dataset'], r['query'], t)] = float(r['gold_cost_seconds'])
         if r['total_seconds']:
             tot[(m, t)] += float(r['total_seconds'])
         n[(m, t)] += 1
         if float(r['precision']) >= float(t) and float(r['recall']) >= float(t):
             met[(m, t)] += 1
     g = collections.defaultdict(float)
-    for (_, t), v in gold.items():
+    for (_, _, t), v in gold.items():
         g[t] += v
     return g, tot, met, n
 
@@ -43,18 +45,23 @@ def row(name, g, tot, met, n):
     return '| ' + ' | '.join(cells) + ' |'
 
 
-print('| dataset | ' + ' | '.join(f'target {t}: gold exec, global-as-run total / gold exec' for t in TARGETS) + ' |')
-print('|---' * (len(TARGETS) + 1) + '|')
-all_g, all_tot = collections.defaultdict(float), collections.defaultdict(float)
-all_met, all_n = collections.Counter(), collections.Counter()
-for arg in sys.argv[1:]:
-    dataset, path = arg.split('=', 1)
-    g, tot, met, n = load(dataset, path)
-    print(row(dataset, g, tot, met, n))
-    for k, v in g.items():
-        all_g[k] += v
-    for k, v in tot.items():
-        all_tot[k] += v
-    all_met.update(met)
-    all_n.update(n)
-print(row('**all**', all_g, all_tot, all_met, all_n))
+def main():
+    print('| dataset | ' + ' | '.join(f'target {t}: gold exec, global-as-run total / gold exec' for t in TARGETS) + ' |')
+    print('|---' * (len(TARGETS) + 1) + '|')
+    all_g, all_tot = collections.defaultdict(float), collections.defaultdict(float)
+    all_met, all_n = collections.Counter(), collections.Counter()
+    for arg in sys.argv[1:]:
+        dataset, path = arg.split('=', 1)
+        g, tot, met, n = load(path, dataset)
+        print(row(dataset, g, tot, met, n))
+        for k, v in g.items():
+            all_g[k] += v
+        for k, v in tot.items():
+            all_tot[k] += v
+        all_met.update(met)
+        all_n.update(n)
+    print(row('**all**', all_g, all_tot, all_met, all_n))
+
+
+if __name__ == '__main__':
+    main()
