@@ -1123,7 +1123,9 @@ fn ask(op: &RegisteredOp, task: &SemanticTask, batch: &RecordBatch, rows: &[usiz
 /// Gold's plan over `rows` of `input`: gold's operators of the logical filters `filters`, in that order, each on the
 /// tuples the earlier ones let through. Adds each filter's seconds, tuples asked and tuples passed to `figures` (one
 /// entry per filter, in `filters`' order), books every answer in `spent` (its seconds, and which `logical/physical`
-/// answered which rows: execution reuses them), and returns the rows every filter let through.
+/// answered which rows: execution reuses them) and each answer's verdict in `known`, and returns the rows every
+/// filter let through.
+#[allow(clippy::too_many_arguments)]
 fn gold_plan_on(
     tasks: &[SemanticTask],
     cands: &[Vec<Arc<RegisteredOp>>],
@@ -1132,6 +1134,7 @@ fn gold_plan_on(
     rows: &[usize],
     figures: &mut [(f64, usize, usize)],
     spent: &mut (f64, Vec<(String, Vec<usize>)>),
+    known: &mut GoldVerdicts,
 ) -> Result<Vec<usize>> {
     let mut alive = rows.to_vec();
     for (&t, f) in filters.iter().zip(figures.iter_mut()) {
@@ -1144,9 +1147,41 @@ fn gold_plan_on(
         spent.1.push((format!("{}/{}", tasks[t].name, cands[t][0].name()), alive.clone()));
         let asked = alive.len();
         if let OpOutput::Scores(s) = answers.output {
+            for (&r, v) in alive.iter().zip(&s) {
+                known.entry(r).or_default().insert(t, *v > 0.0);
+            }
             alive = alive.into_iter().zip(s).filter(|(_, v)| *v > 0.0).map(|(r, _)| r).collect();
         }
         *f = (f.0 + seconds, f.1 + asked, f.2 + alive.len());
+    }
+    Ok(alive)
+}
+
+/// [`gold_plan_on`] over `rows`, [`PROBE_TUPLES`] at a time, the filters `filters` (task indices; `figures` theirs,
+/// in the same order) in the order the figures so far give ([`order_on_figures`]) for each chunk: where the first
+/// figures put first a filter that later ones show dearer or less selective, the rows after run in the better
+/// order, and gold's execution, which reorders on the final figures, finds more of its answers there. Returns the
+/// rows every filter let through.
+#[allow(clippy::too_many_arguments)]
+fn gold_plan_in_chunks(
+    tasks: &[SemanticTask],
+    cands: &[Vec<Arc<RegisteredOp>>],
+    input: &RecordBatch,
+    filters: &[usize],
+    rows: &[usize],
+    figures: &mut [(f64, usize, usize)],
+    spent: &mut (f64, Vec<(String, Vec<usize>)>),
+    known: &mut GoldVerdicts,
+) -> Result<Vec<usize>> {
+    let mut alive = Vec::new();
+    for chunk in rows.chunks(PROBE_TUPLES) {
+        let order = order_on_figures(figures);
+        let in_order: Vec<usize> = order.iter().map(|&k| filters[k]).collect();
+        let mut these: Vec<(f64, usize, usize)> = order.iter().map(|&k| figures[k]).collect();
+        alive.extend(gold_plan_on(tasks, cands, input, &in_order, chunk, &mut these, spent, known)?);
+        for (&k, f) in order.iter().zip(these) {
+            figures[k] = f;
+        }
     }
     Ok(alive)
 }
@@ -1158,7 +1193,12 @@ fn gold_plan_on(
 /// through, so its share there is conditional on theirs; the DP takes the filters for independent, where the two
 /// agree.)
 fn order_on_figures(figures: &[(f64, usize, usize)]) -> Vec<usize> {
-    let stages: Vec<stretto_optim::order::OrderStage> = figures
+    stretto_optim::order::best_order(&figure_stages(figures))
+}
+
+/// The ordering's stages of [`order_on_figures`]: one per filter, its figures as cost and pass share.
+fn figure_stages(figures: &[(f64, usize, usize)]) -> Vec<stretto_optim::order::OrderStage> {
+    figures
         .iter()
         .enumerate()
         .map(|(k, &(secs, asked, passed))| stretto_optim::order::OrderStage {
@@ -1167,8 +1207,77 @@ fn order_on_figures(figures: &[(f64, usize, usize)]) -> Vec<usize> {
             sel_inter: (passed as f64 + 1.0) / (asked as f64 + 2.0),
             sel_intra: 0.0,
         })
-        .collect();
-    stretto_optim::order::best_order(&stages)
+        .collect()
+}
+
+/// Gold's verdicts so far, per input row: for each logical filter (task index) gold answered there, whether it let
+/// the row through.
+type GoldVerdicts = BTreeMap<usize, BTreeMap<usize, bool>>;
+
+/// Filters at most this many are ordered counting gold's answers execution reuses ([`gold_execution_order`]); more
+/// are ordered on the figures alone.
+const MAX_REUSE_ORDERED_FILTERS: usize = 6;
+
+/// The order (indices into `figures`, whose filters are the task indices `filters`) gold's execution runs its
+/// filters in, counting what gold already answered (#21). Each order is priced as execution will pay it: on each
+/// row of `known`, the answers it still lacks there (a filter's verdict known is free, and a known rejection ends
+/// the row), at the figures' cost and pass shares where unknown; on each of the `rest` rows nobody asked, the
+/// figures' expected cost ([`model_cost`](stretto_optim::order::model_cost)). The cheapest wins, the figures' own
+/// order ([`order_on_figures`]) on ties: where gold's plan answered the sample in another order, reordering
+/// execution pays again for the answers the new order needs there and leaves unused some it already paid for, and
+/// that is only worth it where the rows outside the sample make up for it.
+fn gold_execution_order(
+    figures: &[(f64, usize, usize)],
+    filters: &[usize],
+    known: &GoldVerdicts,
+    rest: f64,
+) -> Vec<usize> {
+    let by_figures = order_on_figures(figures);
+    if known.is_empty() || figures.len() > MAX_REUSE_ORDERED_FILTERS || figures.len() != filters.len() {
+        return by_figures;
+    }
+    let stages = figure_stages(figures);
+    let cost = |order: &[usize]| -> f64 {
+        let mut total = rest * stretto_optim::order::model_cost(&stages, order);
+        for verdicts in known.values() {
+            let mut reach = 1.0;
+            for &k in order {
+                match verdicts.get(&filters[k]) {
+                    Some(true) => {}
+                    Some(false) => break,
+                    None => {
+                        total += reach * stages[k].cost;
+                        reach *= stages[k].sel_inter;
+                    }
+                }
+            }
+        }
+        total
+    };
+    let mut best = (cost(&by_figures), by_figures);
+    let mut order: Vec<usize> = (0..figures.len()).collect();
+    let on_figures = best.0;
+    permutations(&mut order, 0, &mut |o| {
+        let c = cost(o);
+        if c < best.0 - 1e-9 {
+            best = (c, o.to_vec());
+        }
+    });
+    tracing::debug!(rest, known = known.len(), on_figures, chosen = best.0, order = ?best.1, "gold's execution order");
+    best.1
+}
+
+/// Calls `f` with every permutation of `items[k..]` (after `items[..k]`), in place.
+fn permutations(items: &mut [usize], k: usize, f: &mut impl FnMut(&[usize])) {
+    if k + 1 >= items.len() {
+        f(items);
+        return;
+    }
+    for i in k..items.len() {
+        items.swap(k, i);
+        permutations(items, k + 1, f);
+        items.swap(k, i);
+    }
 }
 
 /// Which sample tuples the gold result holds (every gold filter accepts them), from gold's answers per logical
@@ -1856,6 +1965,8 @@ fn profile_candidates(
     // What gold's plan on the profiling sample spent after gold answered the probe (3a-i'), and which answers it
     // asked (as `logical/physical` and rows), where it then stops profiling: booked as spent and as paid for.
     let mut gold_sample: (f64, Vec<(String, Vec<usize>)>) = (0.0, Vec::new());
+    // Gold's plan's verdicts there, per row: execution reuses them, so gold's order counts them.
+    let mut gold_known = GoldVerdicts::new();
     // The logical filters in the order gold's execution runs them where gold then runs ([`Profiled::gold_order`]).
     let mut gold_order: Vec<String> = Vec::new();
     // Whether the sample is profiled in two phases ([`profile_in_two_phases`]), with the tuples execution will run
@@ -1981,9 +2092,24 @@ fn profile_candidates(
                 })
                 .collect();
             let in_order: Vec<usize> = filters.iter().map(|(t, _)| *t).collect();
-            let alive = gold_plan_on(&tasks, &cands, &input, &in_order, &sample, &mut figures, &mut gold_sample)?;
-            // Gold's execution, where gold runs, orders its filters on these figures, far more than the probe's.
-            gold_order = order_on_figures(&figures).iter().map(|&k| tasks[in_order[k]].name.clone()).collect();
+            let alive = gold_plan_in_chunks(
+                &tasks,
+                &cands,
+                &input,
+                &in_order,
+                &sample,
+                &mut figures,
+                &mut gold_sample,
+                &mut gold_known,
+            )?;
+            // Gold's execution, where gold runs, orders its filters on these figures, far more than the probe's,
+            // counting the verdicts it reuses on the sample (the probe's tuples, every filter answered there, are
+            // free in any order).
+            let rest = n.saturating_sub(want + probe) as f64;
+            gold_order = gold_execution_order(&figures, &in_order, &gold_known, rest)
+                .iter()
+                .map(|&k| tasks[in_order[k]].name.clone())
+                .collect();
             let through = alive.len();
             let passed: BTreeSet<usize> = alive.iter().copied().collect();
             sample_result = Some(sample.iter().map(|r| passed.contains(r)).collect());
@@ -2420,6 +2546,7 @@ fn profile_candidates(
                         None => (gold, "gold's".to_string()),
                     };
                     let saving = seen * (share * versus - c.cost() - prefill[c.idx]).max(0.0);
+                    tracing::debug!(logical = %task.name, operator = %ops[c.idx].name(), per_tuple = c.cost(), versus, share, cost, saving, screening_left, looked, "worth profiling?");
                     if c.idx == 0 || cost < saving {
                         return true;
                     }
@@ -2782,16 +2909,22 @@ fn profile_candidates(
                 (gold.cost * sample.len() as f64, sample.len(), passed)
             })
             .collect();
-        for rows in order_rest.chunks(PROBE_TUPLES) {
-            let order = order_on_figures(&figures);
-            let in_order: Vec<usize> = order.iter().map(|&k| filters[k]).collect();
-            let mut these: Vec<(f64, usize, usize)> = order.iter().map(|&k| figures[k]).collect();
-            gold_plan_on(&tasks, &cands, &input, &in_order, rows, &mut these, &mut gold_sample)?;
-            for (&k, f) in order.iter().zip(these) {
-                figures[k] = f;
-            }
-        }
-        gold_order = order_on_figures(&figures).iter().map(|&k| tasks[filters[k]].name.clone()).collect();
+        gold_plan_in_chunks(
+            &tasks,
+            &cands,
+            &input,
+            &filters,
+            &order_rest,
+            &mut figures,
+            &mut gold_sample,
+            &mut gold_known,
+        )?;
+        // (The profile's tuples, every filter answered there, are free in any order.)
+        let rest = n.saturating_sub(sample.len() + order_rest.len()) as f64;
+        gold_order = gold_execution_order(&figures, &filters, &gold_known, rest)
+            .iter()
+            .map(|&k| tasks[filters[k]].name.clone())
+            .collect();
     }
     let mut profile = Profile {
         format: PROFILE_FORMAT.into(),
@@ -3439,6 +3572,43 @@ pub const DEMO_ROWS: usize = 200;
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn gold_keeps_the_order_its_answers_were_asked_in_unless_the_unasked_rows_win_the_reordering_back() {
+        // Two filters of 1 s a tuple, the first (task 10) asked about 60 sample rows and passing 7, the second
+        // (task 11) asked about those 7 and the 4 probe rows, passing none.
+        let figures = [(64.0, 64, 7), (11.0, 11, 0)];
+        let filters = [10, 11];
+        let mut known = GoldVerdicts::new();
+        for r in 0..60 {
+            known.entry(r).or_default().insert(10, r < 7);
+        }
+        for r in 0..7 {
+            known.entry(r).or_default().insert(11, false);
+        }
+        // On the figures alone the second filter goes first.
+        assert_eq!(order_on_figures(&figures), vec![1, 0]);
+        // With 336 rows left it saves about 17 s there, less than the 53 answers it would ask again on the sample.
+        assert_eq!(gold_execution_order(&figures, &filters, &known, 336.0), vec![0, 1]);
+        // With 3,360 left it saves more.
+        assert_eq!(gold_execution_order(&figures, &filters, &known, 3360.0), vec![1, 0]);
+        // Nothing known: the figures' order.
+        assert_eq!(gold_execution_order(&figures, &filters, &GoldVerdicts::new(), 336.0), vec![1, 0]);
+        // Three filters: every order is weighed, and on the figures alone the DP's stands.
+        let three = [(10.0, 10, 9), (10.0, 10, 1), (30.0, 10, 5)];
+        assert_eq!(gold_execution_order(&three, &[0, 1, 2], &GoldVerdicts::new(), 100.0), order_on_figures(&three));
+    }
+
+    #[test]
+    fn permutations_visits_every_order_once() {
+        let mut seen = BTreeSet::new();
+        let mut items = vec![0, 1, 2, 3];
+        permutations(&mut items, 0, &mut |o| {
+            seen.insert(o.to_vec());
+        });
+        assert_eq!(seen.len(), 24);
+        assert_eq!(items, vec![0, 1, 2, 3]);
+    }
 
     #[test]
     fn a_tuple_pays_a_prefill_where_an_item_some_reader_reads_has_no_stored_cache() {
