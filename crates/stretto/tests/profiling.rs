@@ -739,15 +739,17 @@ fn gold_maps_are_not_probed_where_gold_filters_rule_out_every_certificate() {
     assert!(warnings.contains("on the first 4 screening tuples gold let 0 of 4"), "{warnings}");
     let sc = r.report().screening.clone().expect("the probe ran");
     assert!((sc.seconds - 4.0).abs() < 1e-9, "only gold's filter answered the probe: {sc:?}");
-    // Gold's profile, for the order of its stages, asks the map about one probe tuple (for its cost per tuple,
-    // since none passed), and execution about the one row in a thousand the filter passes (row 0): not about the
-    // other probe tuples.
+    // Gold's profile, for the order of its stages, looks for a tuple the filter lets through among 20 more (none
+    // does), then asks the map about one probe tuple (for its cost per tuple), and execution about the one row in a
+    // thousand the filter passes (row 0): not about the other probe tuples.
     let asked = map.asked();
     assert!(asked.len() == 2 && asked[1] == 0, "the map was asked about tuples the filter rejected: {asked:?}");
     assert!(cheap_map.asked().is_empty() && ops[1].asked.load(std::sync::atomic::Ordering::SeqCst) == 0);
-    // The filter's 4 probe answers, and the map's one.
+    // The filter's 4 probe answers and 20 more, all reused by execution, and the map's one, which is not: the query
+    // costs gold's plan (400 filter answers and the map on row 0) and that one answer.
     let cost = r.report().cost;
-    assert!((cost.profiling_seconds - 6.0).abs() < 1e-9, "{cost:?}");
+    assert!((cost.profiling_seconds - 26.0).abs() < 1e-9 && (cost.reused_seconds - 24.0).abs() < 1e-9, "{cost:?}");
+    assert!((cost.total_seconds - 404.0).abs() < 1e-9, "{cost:?}");
 }
 
 /// A session records what every answer cost per item: a later query over the same items whose pay check fails on
@@ -1263,4 +1265,26 @@ fn candidates_in_no_planned_plan_do_not_answer_the_hold_out() {
     // Gold's answers on the sample, hold-out included, are all reused by its execution.
     let c = r.cost();
     assert!((c.total_seconds - 400.0 - noisy as f64 * 0.005).abs() < 1e-2, "{c:?}");
+}
+
+/// Gold alone over a filter and a map: where gold's filter rejects the profile's tuple, the map answers, for its cost
+/// per tuple, a tuple outside the profile that the filter lets through (looked for among the next of the seeded
+/// order, the filter's answers there reused by execution), not the rejected one (#21). The query then costs exactly
+/// gold's plan: 400 filter answers and the map's 2 s on each of the 58 multiples of 7.
+#[test]
+fn a_gold_only_profile_prices_its_maps_on_a_tuple_the_filters_let_through() {
+    let dir = tempfile::tempdir().unwrap();
+    let ops = [Fixed::new("gold", 1.0, true), Fixed::new("cheap", 0.01, false)];
+    let s = session(dir.path(), 400, 0.3, &ops);
+    let map = FixedMap::new("gold-map", 2.0, true);
+    s.register(map.clone()).unwrap();
+    let frame = filter_then_map(&s, "{t.text} is a multiple of 7");
+    let r = frame.collect_with(Targets::new(0.8, 0.8, 0.95).unwrap(), &stretto::Gold).unwrap();
+    let asked = map.asked();
+    assert!(asked.iter().all(|r| r % 7 == 0), "the map was asked about tuples the filter rejected: {asked:?}");
+    assert_eq!(asked.len(), 58, "{asked:?}");
+    let c = r.cost();
+    assert!((c.total_seconds - 516.0).abs() < 1e-6, "{c:?}");
+    assert!(c.profiling_seconds > 2.0 && (c.profiling_seconds - c.reused_seconds).abs() < 1e-6, "{c:?}");
+    assert_eq!(r.batch().num_rows(), 58);
 }
