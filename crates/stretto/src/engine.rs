@@ -1120,70 +1120,62 @@ fn ask(op: &RegisteredOp, task: &SemanticTask, batch: &RecordBatch, rows: &[usiz
     Ok(Asked { rows: rows.to_vec(), output, secs })
 }
 
-/// Gold's plan over `rows` of `input`: gold's operators of the logical filters `filters`, in that order, each on the
-/// tuples the earlier ones let through. Adds each filter's seconds, tuples asked and tuples passed to `figures` (one
-/// entry per filter, in `filters`' order), books every answer in `spent` (its seconds, and which `logical/physical`
-/// answered which rows: execution reuses them) and each answer's verdict in `known`, and returns the rows every
-/// filter let through.
-#[allow(clippy::too_many_arguments)]
-fn gold_plan_on(
-    tasks: &[SemanticTask],
-    cands: &[Vec<Arc<RegisteredOp>>],
-    input: &RecordBatch,
-    filters: &[usize],
-    rows: &[usize],
-    figures: &mut [(f64, usize, usize)],
-    spent: &mut (f64, Vec<(String, Vec<usize>)>),
-    known: &mut GoldVerdicts,
-) -> Result<Vec<usize>> {
-    let mut alive = rows.to_vec();
-    for (&t, f) in filters.iter().zip(figures.iter_mut()) {
-        if alive.is_empty() {
-            break;
-        }
-        let answers = ask(&cands[t][0], &tasks[t], input, &alive)?;
-        let seconds = answers.seconds();
-        spent.0 += seconds;
-        spent.1.push((format!("{}/{}", tasks[t].name, cands[t][0].name()), alive.clone()));
-        let asked = alive.len();
-        if let OpOutput::Scores(s) = answers.output {
-            for (&r, v) in alive.iter().zip(&s) {
-                known.entry(r).or_default().insert(t, *v > 0.0);
-            }
-            alive = alive.into_iter().zip(s).filter(|(_, v)| *v > 0.0).map(|(r, _)| r).collect();
-        }
-        *f = (f.0 + seconds, f.1 + asked, f.2 + alive.len());
-    }
-    Ok(alive)
+/// What gold's plan runs over: the query's logical operators, their candidates (gold first) and the input.
+#[derive(Clone, Copy)]
+struct GoldOver<'a> {
+    tasks: &'a [SemanticTask],
+    cands: &'a [Vec<Arc<RegisteredOp>>],
+    input: &'a RecordBatch,
 }
 
-/// [`gold_plan_on`] over `rows`, [`PROBE_TUPLES`] at a time, the filters `filters` (task indices; `figures` theirs,
-/// in the same order) in the order the figures so far give ([`order_on_figures`]) for each chunk: where the first
-/// figures put first a filter that later ones show dearer or less selective, the rows after run in the better
-/// order, and gold's execution, which reorders on the final figures, finds more of its answers there. Returns the
-/// rows every filter let through.
-#[allow(clippy::too_many_arguments)]
+/// Where gold's plan books its answers: their seconds and which `logical/physical` answered which rows (execution
+/// reuses them), and each answer's verdict.
+struct GoldBook<'a> {
+    spent: &'a mut (f64, Vec<(String, Vec<usize>)>),
+    known: &'a mut GoldVerdicts,
+}
+
+/// Gold's plan over `rows` of the input, [`PROBE_TUPLES`] at a time: per chunk, gold's operators of the logical
+/// filters `filters` (task indices; `figures` theirs, in the same order) in the order the figures so far give
+/// ([`order_on_figures`]), each on the chunk's tuples the earlier ones let through. Where the first figures put first
+/// a filter that later ones show dearer or less selective, the rows after run in the better order, and gold's
+/// execution, which reorders on the final figures, finds more of its answers there. Adds each filter's seconds,
+/// tuples asked and tuples passed to `figures`, books every answer in `book` (its seconds, and which
+/// `logical/physical` answered which rows: execution reuses them; and its verdict), and returns the rows every filter
+/// let through.
 fn gold_plan_in_chunks(
-    tasks: &[SemanticTask],
-    cands: &[Vec<Arc<RegisteredOp>>],
-    input: &RecordBatch,
+    gold: &GoldOver<'_>,
     filters: &[usize],
     rows: &[usize],
     figures: &mut [(f64, usize, usize)],
-    spent: &mut (f64, Vec<(String, Vec<usize>)>),
-    known: &mut GoldVerdicts,
+    book: &mut GoldBook<'_>,
 ) -> Result<Vec<usize>> {
-    let mut alive = Vec::new();
+    let GoldOver { tasks, cands, input } = *gold;
+    let mut through = Vec::new();
     for chunk in rows.chunks(PROBE_TUPLES) {
-        let order = order_on_figures(figures);
-        let in_order: Vec<usize> = order.iter().map(|&k| filters[k]).collect();
-        let mut these: Vec<(f64, usize, usize)> = order.iter().map(|&k| figures[k]).collect();
-        alive.extend(gold_plan_on(tasks, cands, input, &in_order, chunk, &mut these, spent, known)?);
-        for (&k, f) in order.iter().zip(these) {
-            figures[k] = f;
+        let mut alive = chunk.to_vec();
+        for k in order_on_figures(figures) {
+            let t = filters[k];
+            if alive.is_empty() {
+                break;
+            }
+            let answers = ask(&cands[t][0], &tasks[t], input, &alive)?;
+            let seconds = answers.seconds();
+            book.spent.0 += seconds;
+            book.spent.1.push((format!("{}/{}", tasks[t].name, cands[t][0].name()), alive.clone()));
+            let asked = alive.len();
+            if let OpOutput::Scores(s) = answers.output {
+                for (&r, v) in alive.iter().zip(&s) {
+                    book.known.entry(r).or_default().insert(t, *v > 0.0);
+                }
+                alive = alive.into_iter().zip(s).filter(|(_, v)| *v > 0.0).map(|(r, _)| r).collect();
+            }
+            let f = &mut figures[k];
+            *f = (f.0 + seconds, f.1 + asked, f.2 + alive.len());
         }
+        through.extend(alive);
     }
-    Ok(alive)
+    Ok(through)
 }
 
 /// The order (indices into `figures`) the ordering DP gives filters whose gold answered as `figures` say: per
@@ -2092,16 +2084,9 @@ fn profile_candidates(
                 })
                 .collect();
             let in_order: Vec<usize> = filters.iter().map(|(t, _)| *t).collect();
-            let alive = gold_plan_in_chunks(
-                &tasks,
-                &cands,
-                &input,
-                &in_order,
-                &sample,
-                &mut figures,
-                &mut gold_sample,
-                &mut gold_known,
-            )?;
+            let gold = GoldOver { tasks: &tasks, cands: &cands, input: &input };
+            let mut book = GoldBook { spent: &mut gold_sample, known: &mut gold_known };
+            let alive = gold_plan_in_chunks(&gold, &in_order, &sample, &mut figures, &mut book)?;
             // Gold's execution, where gold runs, orders its filters on these figures, far more than the probe's,
             // counting the verdicts it reuses on the sample (the probe's tuples, every filter answered there, are
             // free in any order).
@@ -2907,16 +2892,9 @@ fn profile_candidates(
                 })
                 .collect();
             for chunk in spare.chunks(PROBE_TUPLES) {
-                let alive = gold_plan_in_chunks(
-                    &tasks,
-                    &cands,
-                    &input,
-                    &filter_tasks,
-                    chunk,
-                    &mut figures,
-                    &mut gold_sample,
-                    &mut gold_known,
-                )?;
+                let over = GoldOver { tasks: &tasks, cands: &cands, input: &input };
+                let mut book = GoldBook { spent: &mut gold_sample, known: &mut gold_known };
+                let alive = gold_plan_in_chunks(&over, &filter_tasks, chunk, &mut figures, &mut book)?;
                 if let Some(&r) = alive.first() {
                     beyond = Some(r);
                     break;
@@ -2987,16 +2965,9 @@ fn profile_candidates(
                 (gold.cost * sample.len() as f64, sample.len(), passed)
             })
             .collect();
-        gold_plan_in_chunks(
-            &tasks,
-            &cands,
-            &input,
-            &filters,
-            &order_rest,
-            &mut figures,
-            &mut gold_sample,
-            &mut gold_known,
-        )?;
+        let gold = GoldOver { tasks: &tasks, cands: &cands, input: &input };
+        let mut book = GoldBook { spent: &mut gold_sample, known: &mut gold_known };
+        gold_plan_in_chunks(&gold, &filters, &order_rest, &mut figures, &mut book)?;
         // (The profile's tuples, every filter answered there, are free in any order.)
         let rest = n.saturating_sub(sample.len() + order_rest.len()) as f64;
         gold_order = gold_execution_order(&figures, &filters, &gold_known, rest)

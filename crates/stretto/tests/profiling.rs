@@ -1161,6 +1161,19 @@ fn gold_on_the_sample_stops_profiling_where_its_result_rows_cannot_certify() {
     assert!((c.profiling_seconds - 124.0).abs() < 1e-2 && (c.reused_seconds - 124.0).abs() < 1e-6, "{c:?}");
 }
 
+/// Gold at 1 s a tuple (and a cheap candidate) over `n` rows, a share `sample` profiled, filtered by "a multiple of 9"
+/// then "a multiple of 50" at targets 0.8: the query, which falls back to gold, and how many answers gold gave.
+fn gold_fallback_over_rare_filters(n: usize, sample: f64) -> (stretto::QueryResult, usize) {
+    let dir = tempfile::tempdir().unwrap();
+    let ops = [Fixed::new("gold", 1.0, true), Fixed::new("cheap", 0.01, false)];
+    let s = session(dir.path(), n, sample, &ops);
+    let frame = two_filters(&s, "{t.text} is a multiple of 9", "{t.text} is a multiple of 50");
+    let r = frame.collect(Targets::new(0.8, 0.8, 0.95).unwrap()).unwrap();
+    assert!(r.fell_back_to_gold());
+    let asked = ops[0].asked.load(std::sync::atomic::Ordering::SeqCst);
+    (r, asked)
+}
+
 /// Where gold runs after its plan answered the sample, its execution orders the filters on the sample's figures (the
 /// selective one first), not on the few probe tuples a gold-only profile holds, and reuses what that plan asked. Here
 /// the probe's tuples pass neither filter, the first filter passes one tuple in 9 and the second one in 50; the
@@ -1168,20 +1181,13 @@ fn gold_on_the_sample_stops_profiling_where_its_result_rows_cannot_certify() {
 /// which the 936 rows outside it more than win back.
 #[test]
 fn a_gold_fallback_orders_its_filters_on_what_its_plan_on_the_sample_showed() {
-    use std::sync::atomic::Ordering;
-    let dir = tempfile::tempdir().unwrap();
-    let ops = [Fixed::new("gold", 1.0, true), Fixed::new("cheap", 0.01, false)];
-    let s = session(dir.path(), 1000, 0.06, &ops);
-    let frame = two_filters(&s, "{t.text} is a multiple of 9", "{t.text} is a multiple of 50");
-    let r = frame.collect(Targets::new(0.8, 0.8, 0.95).unwrap()).unwrap();
-    assert!(r.fell_back_to_gold());
+    let (r, asked) = gold_fallback_over_rare_filters(1000, 0.06);
     assert!(r.plan().warnings.join(" ").contains("profiling sample tuples through"), "{:?}", r.plan().warnings);
     let first = &r.plan().stages[0].physical;
     assert!(first.starts_with("filter_2/"), "{:?}", r.plan().stages);
     // Gold's own plan asks 1,000 + 20 answers. The plan on the sample runs a probe's worth of tuples at a time in
     // the order the figures so far give, so it asks the first filter about fewer sample tuples the second then
     // rejects: 1,048 answers in all (1,084 where it ran the whole sample in the probe's order).
-    let asked = ops[0].asked.load(Ordering::SeqCst);
     assert!(asked <= 1050, "gold answered {asked} times");
     assert_eq!(r.report().result.num_rows(), 3);
 }
@@ -1191,17 +1197,10 @@ fn a_gold_fallback_orders_its_filters_on_what_its_plan_on_the_sample_showed() {
 /// the second filter first than asking it about the 53 sample tuples the first rejected costs.
 #[test]
 fn a_gold_fallback_keeps_the_samples_order_where_reordering_would_not_pay() {
-    use std::sync::atomic::Ordering;
-    let dir = tempfile::tempdir().unwrap();
-    let ops = [Fixed::new("gold", 1.0, true), Fixed::new("cheap", 0.01, false)];
-    let s = session(dir.path(), 400, 0.15, &ops);
-    let frame = two_filters(&s, "{t.text} is a multiple of 9", "{t.text} is a multiple of 50");
-    let r = frame.collect(Targets::new(0.8, 0.8, 0.95).unwrap()).unwrap();
-    assert!(r.fell_back_to_gold());
+    let (r, asked) = gold_fallback_over_rare_filters(400, 0.15);
     let first = &r.plan().stages[0].physical;
     assert!(first.starts_with("filter_1/"), "{:?}", r.plan().stages);
     // 456 answers in all, against 471 where execution reordered on the figures alone.
-    let asked = ops[0].asked.load(Ordering::SeqCst);
     assert!(asked <= 460, "gold answered {asked} times");
     let c = r.cost();
     assert!((c.total_seconds - asked as f64).abs() < 1e-2, "{c:?}");
