@@ -1259,6 +1259,14 @@ fn gold_execution_order(
     best.1
 }
 
+/// How many of the input's `n` rows gold's execution reaches knowing no verdict of gold's there: those neither in
+/// `free` (tuples every filter answered, free in any order) nor among the rows of `known` (each counted once, also
+/// where it is in both).
+fn rows_nobody_asked(n: usize, free: &[usize], known: &GoldVerdicts) -> f64 {
+    let free_only = free.iter().collect::<BTreeSet<_>>().into_iter().filter(|r| !known.contains_key(r)).count();
+    n.saturating_sub(free_only + known.len()) as f64
+}
+
 /// Calls `f` with every permutation of `items[k..]` (after `items[..k]`), in place.
 fn permutations(items: &mut [usize], k: usize, f: &mut impl FnMut(&[usize])) {
     if k + 1 >= items.len() {
@@ -1327,7 +1335,7 @@ fn entry_from(
         output.append(p.output, op.name())?;
         secs.extend(p.secs);
     }
-    let cost = secs.iter().sum::<f64>() / secs.len().max(1) as f64;
+    let cost = per_tuple(&secs);
     let mut scores: Vec<Option<f64>> = vec![None; n];
     let values = match output {
         OpOutput::Scores(s) => {
@@ -1351,6 +1359,30 @@ fn entry_from(
         values,
         gold,
     })
+}
+
+/// An entry of `op`'s cost per tuple alone, from its answers `asked` about tuples outside the `n`-tuple profiling
+/// sample (a gold-only profile's maps, asked about a tuple gold's filters let through): no score or value there.
+fn entry_priced_elsewhere(
+    task: &SemanticTask,
+    op: &RegisteredOp,
+    n: usize,
+    asked: &Asked,
+    gold: bool,
+) -> PhysicalEntry {
+    PhysicalEntry {
+        name: format!("{}/{}", task.name, op.name()),
+        logical: task.name.clone(),
+        cost: per_tuple(&asked.secs).max(1e-9),
+        scores: Some(vec![None; n]),
+        values: matches!(asked.output, OpOutput::Values { .. }).then(|| vec![None; n]),
+        gold,
+    }
+}
+
+/// Mean seconds per answer (0 for none).
+fn per_tuple(secs: &[f64]) -> f64 {
+    secs.iter().sum::<f64>() / secs.len().max(1) as f64
 }
 
 /// The sample tuples an entry has answers for (a map leaves those outside the gold result unasked).
@@ -2090,7 +2122,7 @@ fn profile_candidates(
             // Gold's execution, where gold runs, orders its filters on these figures, far more than the probe's,
             // counting the verdicts it reuses on the sample (the probe's tuples, every filter answered there, are
             // free in any order).
-            let rest = n.saturating_sub(want + probe) as f64;
+            let rest = rows_nobody_asked(n, &rows[..probe], &gold_known);
             gold_order = gold_execution_order(&figures, &in_order, &gold_known, rest)
                 .iter()
                 .map(|&k| tasks[in_order[k]].name.clone())
@@ -2774,9 +2806,9 @@ fn profile_candidates(
     // figures, [`PROBE_TUPLES`] at a time in the order the figures so far give, each filter only on the tuples the
     // earlier ones let through. Execution reuses every answer: gold's own plan would have asked all of them but the
     // later filters' on the profile's tuples, and those a chunk asked in an order the figures then overturned.
-    let filters: Vec<usize> = (0..tasks.len()).filter(|&t| tasks[t].kind != LogicalKind::Map).collect();
+    let gold_filters: Vec<usize> = (0..tasks.len()).filter(|&t| tasks[t].kind != LogicalKind::Map).collect();
     let order_rest: Vec<usize> =
-        if gold_only.is_some() && screening.is_none() && filters.len() > 1 && sample.len() > GOLD_PROFILE_TUPLES {
+        if gold_only.is_some() && screening.is_none() && gold_filters.len() > 1 && sample.len() > GOLD_PROFILE_TUPLES {
             sample.split_off(GOLD_PROFILE_TUPLES)
         } else {
             Vec::new()
@@ -2858,49 +2890,68 @@ fn profile_candidates(
         let gold: Vec<Option<&Asked>> =
             filters.iter().map(|f| f.first().filter(|(i, _)| *i == 0).map(|(_, a)| a)).collect();
         let positive = gold_result(n, &gold);
+        // Per gold filter (in `gold_filters`' order): seconds, tuples asked and tuples passed, the profile's tuples
+        // first, then whatever gold's plan asks next.
+        let mut figures: Vec<(f64, usize, usize)> = gold_filters
+            .iter()
+            .map(|&t| {
+                gold[t].map_or((0.0, 0, 0), |a| {
+                    let passed = match &a.output {
+                        OpOutput::Scores(s) => s.iter().filter(|v| **v > 0.0).count(),
+                        _ => 0,
+                    };
+                    (a.seconds(), a.rows.len(), passed)
+                })
+            })
+            .collect();
+        let over = GoldOver { tasks: &tasks, cands: &cands, input: &input };
+        // Gold's plan on the rest of the sample (gold alone from the start, two filters or more), a probe's worth at
+        // a time, its filters in the order the figures so far give: the rows it lets through.
+        let order_through = if order_rest.is_empty() {
+            Vec::new()
+        } else {
+            let _span = tracing::info_span!("gold_order", tuples = order_rest.len()).entered();
+            let mut book = GoldBook { spent: &mut gold_sample, known: &mut gold_known };
+            gold_plan_in_chunks(&over, &gold_filters, &order_rest, &mut figures, &mut book)?
+        };
         // A gold-only profile whose tuples gold's filters all reject: its maps answer, for their cost per tuple, a
-        // tuple outside it that gold's plan lets through, looked for a probe's worth at a time among the next of the
-        // seeded order (at most [`GOLD_ORDER_TUPLES`]). Execution reuses every answer the search asks, where a map's
-        // answer on a rejected tuple is one it never would (#21).
+        // tuple outside it that gold's plan lets through: the first of the sample's rest that did, whose answers
+        // gold's plan asked anyway; else one looked for a probe's worth at a time among the next of the seeded
+        // order (at most [`GOLD_ORDER_TUPLES`]). Execution reuses every answer either asks, where a map's answer on
+        // a rejected tuple is one it never would (#21).
         let mut beyond: Option<usize> = None;
         let map_tasks = tasks.iter().any(|t| t.kind == LogicalKind::Map);
-        if gold_only.is_some()
-            && o.fetch.is_none()
-            && map_tasks
-            && positive.as_ref().is_some_and(|p| !p.contains(&true))
-        {
-            let _span = tracing::info_span!("gold_map_row").entered();
-            let taken: BTreeSet<usize> = sample
-                .iter()
-                .chain(&order_rest)
-                .chain(screening.as_ref().map_or(&[][..], |s| &s.rows[..]))
-                .copied()
-                .collect();
-            let spare: Vec<usize> =
-                order.iter().copied().filter(|r| !taken.contains(r)).take(GOLD_ORDER_TUPLES).collect();
-            let filter_tasks: Vec<usize> = (0..tasks.len()).filter(|&t| tasks[t].kind != LogicalKind::Map).collect();
-            let mut figures: Vec<(f64, usize, usize)> = filter_tasks
-                .iter()
-                .map(|&t| {
-                    gold[t].map_or((0.0, 0, 0), |a| {
-                        let passed = match &a.output {
-                            OpOutput::Scores(s) => s.iter().filter(|v| **v > 0.0).count(),
-                            _ => 0,
-                        };
-                        (a.seconds(), a.rows.len(), passed)
-                    })
-                })
-                .collect();
-            for chunk in spare.chunks(PROBE_TUPLES) {
-                let over = GoldOver { tasks: &tasks, cands: &cands, input: &input };
-                let mut book = GoldBook { spent: &mut gold_sample, known: &mut gold_known };
-                let alive = gold_plan_in_chunks(&over, &filter_tasks, chunk, &mut figures, &mut book)?;
-                if let Some(&r) = alive.first() {
-                    beyond = Some(r);
-                    break;
+        if gold_only.is_some() && map_tasks && positive.as_ref().is_some_and(|p| !p.contains(&true)) {
+            beyond = order_through.first().copied();
+            if beyond.is_none() && o.fetch.is_none() {
+                let _span = tracing::info_span!("gold_map_row").entered();
+                let taken: BTreeSet<usize> = sample
+                    .iter()
+                    .chain(&order_rest)
+                    .chain(screening.as_ref().map_or(&[][..], |s| &s.rows[..]))
+                    .copied()
+                    .collect();
+                let spare: Vec<usize> =
+                    order.iter().copied().filter(|r| !taken.contains(r)).take(GOLD_ORDER_TUPLES).collect();
+                for chunk in spare.chunks(PROBE_TUPLES) {
+                    let mut book = GoldBook { spent: &mut gold_sample, known: &mut gold_known };
+                    let alive = gold_plan_in_chunks(&over, &gold_filters, chunk, &mut figures, &mut book)?;
+                    if let Some(&r) = alive.first() {
+                        beyond = Some(r);
+                        break;
+                    }
                 }
+                tracing::debug!(found = ?beyond, looked = spare.len(), "a tuple gold's filters let through, for its maps");
             }
-            tracing::debug!(found = ?beyond, looked = spare.len(), "a tuple gold's filters let through, for its maps");
+        }
+        if !order_rest.is_empty() {
+            // Gold's execution orders its filters on every figure gold's plan gave, counting the verdicts it reuses
+            // (the profile's tuples, every filter answered there, are free in any order).
+            let rest = rows_nobody_asked(n, &sample, &gold_known);
+            gold_order = gold_execution_order(&figures, &gold_filters, &gold_known, rest)
+                .iter()
+                .map(|&k| tasks[gold_filters[k]].name.clone())
+                .collect();
         }
         let maps = match beyond {
             // Gold's maps on that tuple, booked with gold's plan's answers (execution reuses them); the entry keeps
@@ -2915,7 +2966,7 @@ fn profile_candidates(
                     let asked = ask(&ops[0], task, &input, &[r])?;
                     gold_sample.0 += asked.seconds();
                     gold_sample.1.push((format!("{}/{}", task.name, ops[0].name()), vec![r]));
-                    maps.push(vec![(0, Asked { rows: vec![0], ..asked })]);
+                    maps.push(vec![(0, asked)]);
                 }
                 maps
             }
@@ -2934,10 +2985,7 @@ fn profile_candidates(
             for (i, asked) in f.into_iter().chain(m) {
                 if elsewhere {
                     // (Asked outside the profile, and booked with gold's plan's answers.)
-                    let mut entry = entry_from(task, &ops[i], n, vec![asked], i == 0)?;
-                    entry.scores = Some(vec![None; n]);
-                    entry.values = Some(vec![None; n]);
-                    list.push(entry);
+                    list.push(entry_priced_elsewhere(task, &ops[i], n, &asked, i == 0));
                     continue;
                 }
                 fresh_seconds += asked
@@ -2953,28 +3001,6 @@ fn profile_candidates(
         }
         (entries, fresh_seconds)
     };
-    if !order_rest.is_empty() {
-        let _span = tracing::info_span!("gold_order", tuples = order_rest.len()).entered();
-        // Per filter (gold is each logical operator's first entry), what it answered on the profile's tuples; then
-        // gold's plan on the rest, a probe's worth at a time, its filters in the order the figures so far give.
-        let mut figures: Vec<(f64, usize, usize)> = filters
-            .iter()
-            .map(|&t| {
-                let gold = &entries[t][0];
-                let passed = gold.scores.iter().flatten().flatten().filter(|v| **v > 0.0).count();
-                (gold.cost * sample.len() as f64, sample.len(), passed)
-            })
-            .collect();
-        let gold = GoldOver { tasks: &tasks, cands: &cands, input: &input };
-        let mut book = GoldBook { spent: &mut gold_sample, known: &mut gold_known };
-        gold_plan_in_chunks(&gold, &filters, &order_rest, &mut figures, &mut book)?;
-        // (The profile's tuples, every filter answered there, are free in any order.)
-        let rest = n.saturating_sub(sample.len() + order_rest.len()) as f64;
-        gold_order = gold_execution_order(&figures, &filters, &gold_known, rest)
-            .iter()
-            .map(|&k| tasks[filters[k]].name.clone())
-            .collect();
-    }
     let mut profile = Profile {
         format: PROFILE_FORMAT.into(),
         query: o.query.clone(),
@@ -3646,6 +3672,20 @@ mod tests {
         // Three filters: every order is weighed, and on the figures alone the DP's stands.
         let three = [(10.0, 10, 9), (10.0, 10, 1), (30.0, 10, 5)];
         assert_eq!(gold_execution_order(&three, &[0, 1, 2], &GoldVerdicts::new(), 100.0), order_on_figures(&three));
+    }
+
+    #[test]
+    fn rows_nobody_asked_counts_each_row_gold_answered_once() {
+        let mut known = GoldVerdicts::new();
+        // Gold's plan on rows 1..20 of the sample and, looking further, on rows 100..104 outside it.
+        for r in (1..20).chain(100..104) {
+            known.entry(r).or_default().insert(0, false);
+        }
+        // Row 0, every filter answered there, is free; the 23 rows gold's plan asked about are known: 376 of 400 left.
+        assert_eq!(rows_nobody_asked(400, &[0], &known), 376.0);
+        // A free row gold's plan also asked about counts once, and so does a free row listed twice.
+        assert_eq!(rows_nobody_asked(400, &[0, 0, 5], &known), 376.0);
+        assert_eq!(rows_nobody_asked(10, &[0], &known), 0.0);
     }
 
     #[test]

@@ -47,6 +47,16 @@ struct Fixed {
     flip: usize,
     /// The variant of its model's weights ([`PhysicalOp::weights_variant`]).
     variant: Option<&'static str>,
+    /// Where it writes the row numbers it is asked about, in order, beside other operators' ([`Asks`]).
+    log: Option<Asks>,
+}
+
+/// Which operators were asked about which row numbers, in the order they were asked (shared between operators).
+type Asks = Arc<std::sync::Mutex<Vec<(String, usize)>>>;
+
+/// The row number of a "row N …" item.
+fn row_of(item: &str) -> Option<usize> {
+    item.trim_start_matches("row ").split(' ').next().and_then(|n| n.parse().ok())
 }
 
 impl Fixed {
@@ -65,7 +75,15 @@ impl Fixed {
             modulus: 3,
             flip: 0,
             variant: None,
+            log: None,
         })
+    }
+
+    /// [`Fixed::new`], writing what it is asked about to `log`.
+    fn logged(name: &str, secs: f64, gold: bool, log: &Asks) -> Arc<Self> {
+        let mut op = Arc::try_unwrap(Self::new(name, secs, gold)).unwrap();
+        op.log = Some(log.clone());
+        Arc::new(op)
     }
 
     /// A filter passing one row in `modulus`.
@@ -134,6 +152,9 @@ impl PhysicalOp for Fixed {
     }
     fn evaluate_items(&self, task: &SemanticTask, items: &[String]) -> stretto::core::Result<(OpOutput, Vec<f64>)> {
         let before = self.asked.fetch_add(items.len(), std::sync::atomic::Ordering::SeqCst);
+        if let Some(log) = &self.log {
+            log.lock().unwrap().extend(items.iter().map(|t| (self.name.clone(), row_of(t).unwrap_or(usize::MAX))));
+        }
         let flip = if before >= self.sour_after { self.flip } else { 0 };
         // A predicate "… a multiple of N" in digits sets the modulus.
         let modulus = task
@@ -144,7 +165,7 @@ impl PhysicalOp for Fixed {
         let scores = items
             .iter()
             .map(|t| {
-                let n: usize = t.trim_start_matches("row ").split(' ').next().and_then(|n| n.parse().ok()).unwrap_or(1);
+                let n = row_of(t).unwrap_or(1);
                 let pass = n.is_multiple_of(modulus) != (flip > 0 && n % flip == 1);
                 if pass {
                     1.0
@@ -886,12 +907,21 @@ struct FixedMap {
     secs: f64,
     /// The row numbers it was asked about, in order.
     asked: std::sync::Mutex<Vec<usize>>,
+    /// Where it also writes them, beside other operators' ([`Asks`]).
+    log: Option<Asks>,
 }
 
 impl FixedMap {
     fn new(name: &str, secs: f64, gold: bool) -> Arc<Self> {
         let props = props(LogicalKind::Map, "fixed-map", secs, gold);
-        Arc::new(Self { name: name.into(), props, secs, asked: Default::default() })
+        Arc::new(Self { name: name.into(), props, secs, asked: Default::default(), log: None })
+    }
+
+    /// [`FixedMap::new`], writing what it is asked about to `log`.
+    fn logged(name: &str, secs: f64, gold: bool, log: &Asks) -> Arc<Self> {
+        let mut op = Arc::try_unwrap(Self::new(name, secs, gold)).unwrap();
+        op.log = Some(log.clone());
+        Arc::new(op)
     }
 
     /// The row numbers it was asked about.
@@ -908,7 +938,10 @@ impl PhysicalOp for FixedMap {
         &self.props
     }
     fn evaluate_items(&self, _: &SemanticTask, items: &[String]) -> stretto::core::Result<(OpOutput, Vec<f64>)> {
-        let rows = items.iter().map(|t| t.trim_start_matches("row ").parse().unwrap_or(usize::MAX));
+        let rows: Vec<usize> = items.iter().map(|t| row_of(t).unwrap_or(usize::MAX)).collect();
+        if let Some(log) = &self.log {
+            log.lock().unwrap().extend(rows.iter().map(|&r| (self.name.clone(), r)));
+        }
         self.asked.lock().unwrap().extend(rows);
         let values = items.iter().map(|_| Some("x".to_string())).collect();
         Ok((OpOutput::Values { values, confidences: vec![1.0; items.len()] }, vec![self.secs; items.len()]))
@@ -1286,4 +1319,40 @@ fn a_gold_only_profile_prices_its_maps_on_a_tuple_the_filters_let_through() {
     assert!((c.total_seconds - 516.0).abs() < 1e-6, "{c:?}");
     assert!(c.profiling_seconds > 2.0 && (c.profiling_seconds - c.reused_seconds).abs() < 1e-6, "{c:?}");
     assert_eq!(r.batch().num_rows(), 58);
+}
+
+/// Gold alone over two filters and a map, where gold's filters reject the profile's tuple: the map answers, for its
+/// cost per tuple, a tuple of the rest of the gold-only sample that gold's plan there let through (answers it asked
+/// anyway), not one outside the sample, and profiling asks gold's filters about no tuple outside it (#21). Before,
+/// gold's plan answered up to 20 tuples outside the sample looking for one, in the order the profile's single tuple
+/// gave, before it answered the sample's rest.
+#[test]
+fn a_gold_only_profile_prices_its_maps_on_a_tuple_its_own_plan_on_the_sample_let_through() {
+    use stretto::engine::{GOLD_ORDER_TUPLES, GOLD_PROFILE_TUPLES};
+    let dir = tempfile::tempdir().unwrap();
+    let log: Asks = Default::default();
+    let ops = [Fixed::logged("gold", 1.0, true, &log), Fixed::new("cheap", 0.01, false)];
+    let s = session(dir.path(), 400, 0.3, &ops);
+    let map = FixedMap::logged("gold-map", 2.0, true, &log);
+    s.register(map.clone()).unwrap();
+    let frame = two_filters(&s, "{t.text} is a multiple of 2", "{t.text} is a multiple of 5");
+    let frame = frame.sem_map("v", "the value of {t.text}", stretto::core::op::ValueType::String).unwrap();
+    let r = frame.collect_with(Targets::new(0.8, 0.8, 0.95).unwrap(), &stretto::Gold).unwrap();
+    assert_eq!(r.report().sample_rows, GOLD_PROFILE_TUPLES);
+    let log = log.lock().unwrap().clone();
+    // What gold's filters were asked before the map's first answer: the profile's tuple (both filters), then the
+    // sample's rest.
+    let first_map = log.iter().position(|(op, _)| op == "gold-map").expect("the map answered");
+    let before: std::collections::BTreeSet<usize> = log[..first_map].iter().map(|(_, r)| *r).collect();
+    let profile_row = log[0].1;
+    assert!(
+        !profile_row.is_multiple_of(10),
+        "the profile's tuple {profile_row} passes both filters: no search to test"
+    );
+    assert_eq!(before.len(), GOLD_ORDER_TUPLES, "gold's filters were asked about {before:?} before the map");
+    let map_row = log[first_map].1;
+    assert!(map_row.is_multiple_of(10) && before.contains(&map_row), "the map was first asked about row {map_row}");
+    // Every answer is gold's plan's: the map on the 40 multiples of 10, once each.
+    assert_eq!(map.asked().len(), 40, "{:?}", map.asked());
+    assert_eq!(r.batch().num_rows(), 40);
 }
