@@ -1139,7 +1139,9 @@ struct GoldBook<'a> {
 /// filters `filters` (task indices; `figures` theirs, in the same order) in the order the figures so far give
 /// ([`order_on_figures`]), each on the chunk's tuples the earlier ones let through. Where the first figures put first
 /// a filter that later ones show dearer or less selective, the rows after run in the better order, and gold's
-/// execution, which reorders on the final figures, finds more of its answers there. Adds each filter's seconds,
+/// execution, which reorders on the final figures, finds more of its answers there. A single filter has no order to
+/// learn: it answers all of `rows` in one call, which its operator batches as execution would (a decoder's batch is
+/// larger than a probe's worth of tuples). Adds each filter's seconds,
 /// tuples asked and tuples passed to `figures`, books every answer in `book` (its seconds, and which
 /// `logical/physical` answered which rows: execution reuses them; and its verdict), and returns the rows every filter
 /// let through.
@@ -1152,7 +1154,8 @@ fn gold_plan_in_chunks(
 ) -> Result<Vec<usize>> {
     let GoldOver { tasks, cands, input } = *gold;
     let mut through = Vec::new();
-    for chunk in rows.chunks(PROBE_TUPLES) {
+    let chunk = if filters.len() > 1 { PROBE_TUPLES } else { rows.len().max(1) };
+    for chunk in rows.chunks(chunk) {
         let mut alive = chunk.to_vec();
         for k in order_on_figures(figures) {
             let t = filters[k];

@@ -49,6 +49,8 @@ struct Fixed {
     variant: Option<&'static str>,
     /// Where it writes the row numbers it is asked about, in order, beside other operators' ([`Asks`]).
     log: Option<Asks>,
+    /// How many tuples each call asked it about, in order.
+    calls: std::sync::Mutex<Vec<usize>>,
 }
 
 /// Which operators were asked about which row numbers, in the order they were asked (shared between operators).
@@ -76,7 +78,13 @@ impl Fixed {
             flip: 0,
             variant: None,
             log: None,
+            calls: Default::default(),
         })
+    }
+
+    /// How many tuples each call asked it about, in order.
+    fn calls(&self) -> Vec<usize> {
+        self.calls.lock().unwrap().clone()
     }
 
     /// [`Fixed::new`], writing what it is asked about to `log`.
@@ -152,6 +160,7 @@ impl PhysicalOp for Fixed {
     }
     fn evaluate_items(&self, task: &SemanticTask, items: &[String]) -> stretto::core::Result<(OpOutput, Vec<f64>)> {
         let before = self.asked.fetch_add(items.len(), std::sync::atomic::Ordering::SeqCst);
+        self.calls.lock().unwrap().push(items.len());
         if let Some(log) = &self.log {
             log.lock().unwrap().extend(items.iter().map(|t| (self.name.clone(), row_of(t).unwrap_or(usize::MAX))));
         }
@@ -1192,6 +1201,24 @@ fn gold_on_the_sample_stops_profiling_where_its_result_rows_cannot_certify() {
     // (Beside the optimizer's own milliseconds.)
     assert!((c.total_seconds - 400.0).abs() < 1e-2, "{c:?}");
     assert!((c.profiling_seconds - 124.0).abs() < 1e-2 && (c.reused_seconds - 124.0).abs() < 1e-6, "{c:?}");
+}
+
+/// A single filter has no order to learn: gold's plan on the profiling sample asks it about the whole sample in one
+/// call, which a decoder batches as execution does, not a probe's worth of tuples at a time (#21). (The query of
+/// [`gold_on_the_sample_stops_profiling_where_its_result_rows_cannot_certify`]: gold answers the 4 probe tuples,
+/// then the 120-tuple sample, then runs.)
+#[test]
+fn gold_on_the_sample_asks_a_single_filter_about_it_in_one_call() {
+    use stretto::engine::PROBE_TUPLES;
+    let dir = tempfile::tempdir().unwrap();
+    let ops = [Fixed::new("gold", 1.0, true), Fixed::new("cheap", 0.01, false)];
+    let s = session(dir.path(), 400, 0.3, &ops);
+    let frame = s.table("t").unwrap().sem_filter("{t.text} is a multiple of three").unwrap();
+    let r = frame.collect(Targets::new(0.9, 0.9, 0.95).unwrap()).unwrap();
+    assert!(r.plan().warnings.join(" ").contains("gold's plan let"), "{:?}", r.plan().warnings);
+    let calls = ops[0].calls();
+    assert_eq!(calls[..2], [PROBE_TUPLES, 120], "gold's calls: {calls:?}");
+    assert_eq!(calls.iter().sum::<usize>(), 400, "gold's calls: {calls:?}");
 }
 
 /// Gold at 1 s a tuple (and a cheap candidate) over `n` rows, a share `sample` profiled, filtered by "a multiple of 9"

@@ -18,13 +18,20 @@ pub struct Probe {
     /// The `reviewtext` column.
     pub text: StringArray,
     /// `is_positive` of the first `n` reviews.
+    #[allow(dead_code)] // (Not every probe reads the labels.)
     pub labels: Vec<bool>,
 }
 
 /// Reads `[N] [MODEL]` (defaults 240, smollm2-135m) and loads the model and the reviews.
+#[allow(dead_code)] // (Not every probe reads the defaults.)
 pub fn load() -> Result<Probe, Box<dyn std::error::Error>> {
-    let n: usize = std::env::args().nth(1).and_then(|v| v.parse().ok()).unwrap_or(240);
-    let model = std::env::args().nth(2).unwrap_or_else(|| "smollm2-135m".into());
+    load_with(240, "smollm2-135m")
+}
+
+/// [`load`] with other defaults.
+pub fn load_with(n: usize, model: &str) -> Result<Probe, Box<dyn std::error::Error>> {
+    let n: usize = std::env::args().nth(1).and_then(|v| v.parse().ok()).unwrap_or(n);
+    let model = std::env::args().nth(2).unwrap_or_else(|| model.into());
     let dec = Decoder::load(&default_home(), &model, 0)?;
     let ds = Dataset::load("movie")?;
     let text = ds.table("reviews")?.column_by_name("reviewtext").ok_or("no reviewtext")?.as_string::<i32>().clone();
