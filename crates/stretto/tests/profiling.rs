@@ -659,11 +659,7 @@ fn a_test_sequence_not_expected_to_pay_for_its_profiling_is_not_profiled() {
 /// error. A 40-tuple sample holds out 20 tuples, so the query runs gold without probing or screening anything.
 #[test]
 fn a_sample_too_small_to_certify_any_plan_runs_gold_without_screening() {
-    let dir = tempfile::tempdir().unwrap();
-    let ops = [Fixed::new("gold", 1.0, true), Fixed::new("cheap", 0.01, false)];
-    let s = session(dir.path(), 400, 0.1, &ops);
-    let frame = s.table("t").unwrap().sem_filter("{t.text} is a multiple of three").unwrap();
-    let r = frame.collect(Targets::new(0.9, 0.9, 0.95).unwrap()).unwrap();
+    let (ops, r) = gold_and_cheap_on_threes(400, 0.1, Targets::new(0.9, 0.9, 0.95).unwrap());
     assert!(r.report().screening.is_none(), "{:?}", r.report().screening);
     assert_eq!(ops[1].asked.load(std::sync::atomic::Ordering::SeqCst), 0, "the cheap candidate never ran");
     let warnings = r.plan().warnings.join(" ");
@@ -672,11 +668,7 @@ fn a_sample_too_small_to_certify_any_plan_runs_gold_without_screening() {
         "{warnings}"
     );
     // At 0.8 a sample of 120 can certify (13 rows), and the cheap candidate is screened and profiled.
-    let dir = tempfile::tempdir().unwrap();
-    let ops = [Fixed::new("gold", 1.0, true), Fixed::new("cheap", 0.01, false)];
-    let s = session(dir.path(), 400, 0.3, &ops);
-    let frame = s.table("t").unwrap().sem_filter("{t.text} is a multiple of three").unwrap();
-    let r = frame.collect(Targets::new(0.8, 0.8, 0.95).unwrap()).unwrap();
+    let (_, r) = gold_and_cheap_on_threes(400, 0.3, Targets::new(0.8, 0.8, 0.95).unwrap());
     assert!(r.report().candidates.values().next().unwrap().contains(&"cheap".to_string()), "{:?}", r.plan().warnings);
 }
 
@@ -1180,11 +1172,7 @@ fn filters_over_the_same_items_share_what_their_probes_cost() {
 #[test]
 fn gold_on_the_sample_stops_profiling_where_its_result_rows_cannot_certify() {
     use std::sync::atomic::Ordering;
-    let dir = tempfile::tempdir().unwrap();
-    let ops = [Fixed::new("gold", 1.0, true), Fixed::new("cheap", 0.01, false)];
-    let s = session(dir.path(), 400, 0.3, &ops);
-    let frame = s.table("t").unwrap().sem_filter("{t.text} is a multiple of three").unwrap();
-    let r = frame.collect(Targets::new(0.9, 0.9, 0.95).unwrap()).unwrap();
+    let (ops, r) = gold_and_cheap_on_threes(400, 0.3, Targets::new(0.9, 0.9, 0.95).unwrap());
     assert!(r.fell_back_to_gold());
     let warnings = r.plan().warnings.join(" ");
     assert!(
@@ -1210,15 +1198,22 @@ fn gold_on_the_sample_stops_profiling_where_its_result_rows_cannot_certify() {
 #[test]
 fn gold_on_the_sample_asks_a_single_filter_about_it_in_one_call() {
     use stretto::engine::PROBE_TUPLES;
-    let dir = tempfile::tempdir().unwrap();
-    let ops = [Fixed::new("gold", 1.0, true), Fixed::new("cheap", 0.01, false)];
-    let s = session(dir.path(), 400, 0.3, &ops);
-    let frame = s.table("t").unwrap().sem_filter("{t.text} is a multiple of three").unwrap();
-    let r = frame.collect(Targets::new(0.9, 0.9, 0.95).unwrap()).unwrap();
+    let (ops, r) = gold_and_cheap_on_threes(400, 0.3, Targets::new(0.9, 0.9, 0.95).unwrap());
     assert!(r.plan().warnings.join(" ").contains("gold's plan let"), "{:?}", r.plan().warnings);
     let calls = ops[0].calls();
     assert_eq!(calls[..2], [PROBE_TUPLES, 120], "gold's calls: {calls:?}");
     assert_eq!(calls.iter().sum::<usize>(), 400, "gold's calls: {calls:?}");
+}
+
+/// Gold at 1 s a tuple and a cheap candidate at 0.01 s, over `n` rows, a share `sample` profiled: "a multiple of
+/// three" collected at `targets`, and the two operators.
+fn gold_and_cheap_on_threes(n: usize, sample: f64, targets: Targets) -> ([Arc<Fixed>; 2], stretto::QueryResult) {
+    let dir = tempfile::tempdir().unwrap();
+    let ops = [Fixed::new("gold", 1.0, true), Fixed::new("cheap", 0.01, false)];
+    let s = session(dir.path(), n, sample, &ops);
+    let frame = s.table("t").unwrap().sem_filter("{t.text} is a multiple of three").unwrap();
+    let r = frame.collect(targets).unwrap();
+    (ops, r)
 }
 
 /// Gold at 1 s a tuple (and a cheap candidate) over `n` rows, a share `sample` profiled, filtered by "a multiple of 9"
