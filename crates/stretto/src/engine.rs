@@ -630,7 +630,7 @@ struct Tried {
 impl Tried {
     /// Mean seconds per tuple.
     fn cost(&self) -> f64 {
-        self.secs.iter().sum::<f64>() / self.secs.len().max(1) as f64
+        per_tuple(&self.secs)
     }
 }
 
@@ -974,7 +974,7 @@ fn screen_out(names: &[String], screened: &[Screened]) -> Vec<(usize, String)> {
 
 /// The screening figures of one candidate's output against gold's.
 fn screened(gold: &OpOutput, output: &OpOutput, secs: &[f64]) -> Screened {
-    let cost = secs.iter().sum::<f64>() / secs.len().max(1) as f64;
+    let cost = per_tuple(secs);
     let quality = match (gold, output) {
         (OpOutput::Scores(g), OpOutput::Scores(s)) => {
             let labels: Vec<bool> = g.iter().map(|&v| v > 0.0).collect();
