@@ -3,7 +3,8 @@
 //! The KV runtime of Stretto's operators: ONNX Runtime loaded from the registry wheel ([`runtime`]), decoders over
 //! KV pasts ([`decoder`], [`tasks`], [`contrast`]), sentence encoders and the image classifier ([`embed`],
 //! [`vision`]), the shared model pool ([`pool`]), the crash-safe KV cache store ([`store`], [`cache`]) with its disk
-//! budget ([`budget`]) and its compression presses ([`press`]). Models are fetched and converted by the toolchain crate `stretto-models`,
+//! budget ([`budget`]), its compression presses ([`press`]) and what compression saves over a column's items
+//! ([`calibration`]). Models are fetched and converted by the toolchain crate `stretto-models`,
 //! re-exported here under its module names ([`models`], [`prepare`], [`convert`]...); a user's Hugging Face ONNX
 //! export ([`export`]) runs on the same decoder and encoder runtimes, which adapt to its outputs (logits at every
 //! position, no query statistics, hidden states to pool).
@@ -27,6 +28,7 @@
 
 pub mod budget;
 pub mod cache;
+pub mod calibration;
 pub mod choice;
 pub mod contrast;
 pub mod decoder;

@@ -328,3 +328,39 @@ fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
     }
     out
 }
+
+/// A calibration times a fixed question over the items' pasts at every ratio, keeps the figures beside the caches,
+/// and reads them back rather than measuring again; over long items a compressed pass costs less than the
+/// uncompressed one.
+#[test]
+fn a_calibration_is_measured_once_and_read_back() {
+    use stretto_kv::calibration::{calibrate, calibration_items, Pass, CALIBRATION_FILE, CALIBRATION_ITEMS};
+    let dec = decoder();
+    let dir = tempfile::tempdir().unwrap();
+    let base = Profile::parse("smollm2-135m@expected-attention-0.00").unwrap();
+    // Ten long items (about 600 tokens each): the calibration takes the eight whose prefix hashes first.
+    let items: Vec<String> = (0..10).map(|i| format!("Item {i}. {}", REVIEWS.join(" ").repeat(8))).collect();
+    let chosen = calibration_items(dec, &items);
+    assert_eq!(chosen.len(), CALIBRATION_ITEMS);
+    let mut reversed = items.clone();
+    reversed.reverse();
+    assert_eq!(calibration_items(dec, &reversed), chosen, "the same items whatever their order");
+    let c = calibrate(dec, dir.path(), &base, &[0.8], &items, 1 << 30, None).unwrap();
+    assert_eq!(c.items, CALIBRATION_ITEMS);
+    for pass in [Pass::Filter, Pass::Map] {
+        let share = c.share_of_parent(pass, 0.8).unwrap();
+        assert!(share > 0.0 && share < 1.0, "{pass:?}: {share}");
+        assert!(c.seconds(pass, 0.5).is_none(), "only the ratios asked");
+    }
+    let path = dir.path().join(CALIBRATION_FILE);
+    let written = std::fs::read_to_string(&path).unwrap();
+    // Two ratios, two passes, eight items.
+    assert_eq!(written.lines().count(), 2 * 2 * CALIBRATION_ITEMS);
+    // Read back: the same figures, and nothing measured or written again.
+    assert_eq!(calibrate(dec, dir.path(), &base, &[0.8], &reversed, 1 << 30, None).unwrap(), c);
+    assert_eq!(std::fs::read_to_string(&path).unwrap(), written);
+    // A ratio not measured yet is measured and added.
+    let more = calibrate(dec, dir.path(), &base, &[0.5, 0.8], &items, 1 << 30, None).unwrap();
+    assert!(more.seconds(Pass::Filter, 0.5).is_some());
+    assert!(std::fs::read_to_string(&path).unwrap().lines().count() > written.lines().count());
+}

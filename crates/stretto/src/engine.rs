@@ -838,6 +838,65 @@ fn drop_compressed_over_short_items(
     dropped
 }
 
+/// The f32 compressed rungs among `ops` (a task's candidates, gold first) that read `model`'s caches and whose
+/// uncompressed parent is a candidate too: those a calibration of `model` can drop ([`drop_compressed_by_calibration`]).
+fn calibrated_rungs(ops: &[Arc<RegisteredOp>], model: &str) -> Vec<usize> {
+    (1..ops.len())
+        .filter(|&i| {
+            ops[i].kv_cache_model() == Some(model)
+                && ops[i].weights_variant().is_none()
+                && (0..ops.len()).any(|j| is_parent_of(ops, j, i))
+        })
+        .collect()
+}
+
+/// Removes from `ops` (a task's candidates, gold first) the compressed rungs that their calibration over the
+/// task's items ([`stretto_kv::calibration`], per model in `calibrated`) shows cannot pay for their profiling, and
+/// says why. A rung can only be less faithful than its uncompressed parent, so what it adds is deciding in the
+/// parent's place (as the screening's pay check prices it): where its pass costs a share `s` of the parent's, that
+/// saves at most `(1 − s)` of the parent's cost on each of the `rest` tuples outside profiling, while profiling it
+/// costs `s` of the parent's cost on each of the `answers(op)` tuples it would answer there. The parent's own cost
+/// cancels out, so the share alone decides, before the probe asks anything. A rung costing at least
+/// [`COMPRESSED_SAVING`] of its parent is dropped whatever the input's size.
+fn drop_compressed_by_calibration(
+    task: &SemanticTask,
+    ops: &mut Vec<Arc<RegisteredOp>>,
+    calibrated: &BTreeMap<String, stretto_kv::calibration::Calibration>,
+    answers: impl Fn(&RegisteredOp) -> f64,
+    rest: f64,
+) -> Vec<Dropped> {
+    use stretto_kv::calibration::Pass;
+    let pass = if task.kind == LogicalKind::Map { Pass::Map } else { Pass::Filter };
+    let mut out = Vec::new();
+    let mut gone = BTreeSet::new();
+    for (model, c) in calibrated {
+        for i in calibrated_rungs(ops, model) {
+            let Some(ratio) = ops[i].properties().compression else { continue };
+            let Some(share) = c.share_of_parent(pass, ratio) else { continue };
+            let profiling = share * answers(&ops[i]);
+            let saving = (1.0 - share) * rest;
+            if share < COMPRESSED_SAVING && profiling < saving {
+                continue;
+            }
+            let reason = format!(
+                "calibrated over {} of these items where their caches were built, its {} pass costs {:.0}% of its \
+                 uncompressed parent's: profiling it would cost {profiling:.1} of the parent's answers, and deciding \
+                 in the parent's place the other {rest:.0} tuples would save at most {saving:.1} of them{}",
+                c.items,
+                if pass == Pass::Map { "map" } else { "filter" },
+                100.0 * share,
+                if share >= COMPRESSED_SAVING { " (compression saves almost nothing here)" } else { "" }
+            );
+            tracing::info!(operator = %ops[i].name(), task = %task.name, reason = %reason, "dropped");
+            out.push(Dropped { logical: task.name.clone(), operator: ops[i].name().to_string(), reason });
+            gone.insert(i);
+        }
+    }
+    let mut index = 0..;
+    ops.retain(|_| !gone.contains(&index.next().unwrap_or(usize::MAX)));
+    out
+}
+
 /// The uncompressed parent of candidate `idx` (same family, model and weights, compression 0) among the probed `costs`
 /// (candidate index, seconds per tuple), with its cost; `None` for an uncompressed candidate or one whose parent
 /// was not probed.
@@ -1973,6 +2032,49 @@ fn profile_candidates(
                     "; a prefill took per item {}, priced into the pay checks and the profiled costs",
                     each.join(", ")
                 ));
+            }
+        }
+        // What compression saves over these items, per model, as calibrated where their caches were built (measured
+        // now where no earlier query or build did): a compressed rung that cannot pay for its profiling by deciding
+        // in its uncompressed parent's place is not offered, so the probe does not ask it.
+        if pay_check && gold_only.is_none() && o.fetch.is_none() {
+            let rest = n.saturating_sub(want + screen_rows) as f64;
+            let look_up = !o.price_memo_hits;
+            let mut profiled: Vec<usize> = sample.iter().chain(&order[want..want + screen_rows]).copied().collect();
+            profiled.sort_unstable();
+            let profiled = rows_of(&mut profiled.into_iter())?;
+            for (t, decs) in &jobs {
+                let task = &tasks[*t];
+                if task.is_join() || modality_of(task, &input)? != Modality::Text {
+                    continue;
+                }
+                let mut calibrated: BTreeMap<String, stretto_kv::calibration::Calibration> = BTreeMap::new();
+                for dec in decs {
+                    let ratios: Vec<f64> = calibrated_rungs(&cands[*t], dec.name())
+                        .into_iter()
+                        .filter_map(|i| cands[*t][i].properties().compression)
+                        .collect();
+                    if ratios.is_empty() {
+                        continue;
+                    }
+                    let s = source(dec.name());
+                    match stretto_kv::calibration::calibrate(
+                        dec,
+                        &ctx.kv_dir,
+                        s.profile(),
+                        &ratios,
+                        &cached_items(task, &input)?,
+                        s.memory_budget(),
+                        Some(budget.clone()),
+                    ) {
+                        Ok(c) => {
+                            calibrated.insert(dec.name().to_string(), c);
+                        }
+                        Err(e) => tracing::warn!(model = dec.name(), error = %e, "compression not calibrated"),
+                    }
+                }
+                let answers = |op: &RegisteredOp| unanswered(op, task, &profiled, look_up) as f64;
+                short_items.extend(drop_compressed_by_calibration(task, &mut cands[*t], &calibrated, answers, rest));
             }
         }
     }
@@ -3675,6 +3777,88 @@ mod tests {
         // Three filters: every order is weighed, and on the figures alone the DP's stands.
         let three = [(10.0, 10, 9), (10.0, 10, 1), (30.0, 10, 5)];
         assert_eq!(gold_execution_order(&three, &[0, 1, 2], &GoldVerdicts::new(), 100.0), order_on_figures(&three));
+    }
+
+    use stretto_core::op::{OpProperties, PhysicalOp};
+
+    /// A rung of model `m` for the calibration tests: compressed at `ratio` (0 for the parent).
+    #[derive(Debug)]
+    struct Rung(String, OpProperties, Option<&'static str>);
+
+    impl PhysicalOp for Rung {
+        fn name(&self) -> &str {
+            &self.0
+        }
+        fn properties(&self) -> &OpProperties {
+            &self.1
+        }
+        fn kv_cache_model(&self) -> Option<&str> {
+            Some("m")
+        }
+        fn weights_variant(&self) -> Option<&str> {
+            self.2
+        }
+        fn evaluate_items(&self, _: &SemanticTask, items: &[String]) -> stretto_core::Result<(OpOutput, Vec<f64>)> {
+            Ok((OpOutput::Scores(vec![0.0; items.len()]), vec![0.0; items.len()]))
+        }
+    }
+
+    fn rung(name: &str, ratio: f64, gold: bool, weights: Option<&'static str>) -> Arc<RegisteredOp> {
+        let props = OpProperties {
+            kind: LogicalKind::Filter,
+            family: "llm-filter".into(),
+            modality: Modality::Text,
+            model: Some(if gold { "big".into() } else { "m".into() }),
+            compression: Some(ratio),
+            tunable: true,
+            gold,
+            cost_hint: 1.0,
+            score_range: (-10.0, 10.0),
+        };
+        Arc::new(RegisteredOp::new(Arc::new(Rung(name.into(), props, weights)), stretto_core::MemoPolicy::Off))
+    }
+
+    #[test]
+    fn a_compressed_rung_is_dropped_before_the_probe_where_its_calibrated_share_cannot_pay() {
+        use stretto_kv::calibration::{Calibration, Pass};
+        let task = SemanticTask::filter("f", "{t.text} is long");
+        let ladder = || {
+            vec![
+                rung("gold", 0.0, true, None),
+                rung("m@0", 0.0, false, None),
+                rung("m@0.5", 0.5, false, None),
+                rung("m@0.8", 0.8, false, None),
+                rung("m@0.8+int8", 0.8, false, Some("int8")),
+            ]
+        };
+        let calibration = |half: f64, most: f64| {
+            let seconds =
+                vec![(Pass::Filter, 0.0, 0.2), (Pass::Filter, 0.5, 0.2 * half), (Pass::Filter, 0.8, 0.2 * most)];
+            BTreeMap::from([("m".to_string(), Calibration { items: 8, seconds })])
+        };
+        let names = |ops: &[Arc<RegisteredOp>]| ops.iter().map(|o| o.name().to_string()).collect::<Vec<_>>();
+        // 60 answers in profiling, 324 tuples after it: a rung pays only under 324 / 384 = 84% of its parent.
+        let mut ops = ladder();
+        let dropped = drop_compressed_by_calibration(&task, &mut ops, &calibration(0.9, 0.6), |_| 60.0, 324.0);
+        assert_eq!(names(&ops), ["gold", "m@0", "m@0.8", "m@0.8+int8"]);
+        assert_eq!(dropped.len(), 1);
+        assert!(dropped[0].reason.contains("costs 90% of its uncompressed parent's"), "{}", dropped[0].reason);
+        // Fewer tuples after profiling: the 60% rung no longer pays (60 × 0.6 = 36 > 0.4 × 40 = 16).
+        let mut ops = ladder();
+        drop_compressed_by_calibration(&task, &mut ops, &calibration(0.9, 0.6), |_| 60.0, 40.0);
+        assert_eq!(names(&ops), ["gold", "m@0", "m@0.8+int8"], "the quantized rung is not calibrated by f32 figures");
+        // No saving at all: dropped whatever the input.
+        let mut ops = ladder();
+        let dropped = drop_compressed_by_calibration(&task, &mut ops, &calibration(0.97, 0.5), |_| 1.0, 1e6);
+        assert_eq!(names(&ops), ["gold", "m@0", "m@0.8", "m@0.8+int8"]);
+        assert!(dropped[0].reason.contains("compression saves almost nothing"), "{}", dropped[0].reason);
+        // Without a calibration, or without the parent among the candidates, nothing is dropped.
+        let mut ops = ladder();
+        assert!(drop_compressed_by_calibration(&task, &mut ops, &BTreeMap::new(), |_| 60.0, 40.0).is_empty());
+        let mut orphans: Vec<_> = ladder().into_iter().filter(|o| o.name() != "m@0").collect();
+        assert!(
+            drop_compressed_by_calibration(&task, &mut orphans, &calibration(0.99, 0.99), |_| 60.0, 40.0).is_empty()
+        );
     }
 
     #[test]

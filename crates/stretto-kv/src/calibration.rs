@@ -1,0 +1,286 @@
+//! What compression saves over a column's items, per model: measured once where the items' caches are built, and
+//! kept beside the caches, so that a query knows before it asks a compressed rung anything whether the rung can be
+//! cheaper than its uncompressed parent over these items (#21).
+//!
+//! A compressed past is shorter, so a question over it attends over fewer positions; how much that saves depends on
+//! the items' length and on the model (on a CPU the weights' matrix products dominate a short past). A query
+//! otherwise learns it by asking every compressed rung about its probe tuples, which costs what the rung costs.
+//! Here a fixed, query-agnostic question runs over a few of the items ([`CALIBRATION_ITEMS`], the same ones for
+//! every query over them: those whose cached prefix hashes first) at every ratio of the ladder, in both of the ways
+//! operators ask: a filter's one question pass, and a map's question pass followed by one-token steps
+//! ([`MAP_STEPS`], a fixed number, so that answers of different lengths do not weigh on the figure). Each item's
+//! seconds (the best of two runs) are added to [`CALIBRATION_FILE`] in the cache directory, one JSON line each (the
+//! file rewritten and renamed into place), and read back by later queries; a foreign line is skipped.
+//!
+//! ```no_run
+//! use stretto_kv::calibration::{calibrate, Pass};
+//! use stretto_kv::store::Profile;
+//! use stretto_kv::Decoder;
+//! let dec = Decoder::load(&stretto_core::context::default_home(), "smollm2-135m", 0)?;
+//! let base = Profile::parse("smollm2-135m@expected-attention-0.00")?;
+//! let items: Vec<String> = vec!["A long product description…".into(); 1];
+//! let c = calibrate(&dec, std::path::Path::new("/tmp/kv"), &base, &[0.5, 0.8], &items, 1 << 30, None)?;
+//! println!("a filter at 0.5 costs {:?} of its uncompressed parent", c.share_of_parent(Pass::Filter, 0.5));
+//! # Ok::<(), stretto_kv::KvError>(())
+//! ```
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Instant;
+
+use serde::{Deserialize, Serialize};
+
+use crate::budget::DiskBudget;
+use crate::cache::PastSource;
+use crate::decoder::{Decoder, KvPast, Step, Want};
+use crate::error::{KvError, Result};
+use crate::models::FilterProtocol;
+use crate::store::{sha256_text, write_atomic, Profile};
+
+/// Items a calibration measures (fewer where the column has fewer).
+pub const CALIBRATION_ITEMS: usize = 8;
+
+/// One-token steps after a map's question pass in its calibration.
+pub const MAP_STEPS: usize = 4;
+
+/// The file, in the cache directory, that calibration figures are appended to.
+pub const CALIBRATION_FILE: &str = "calibration.jsonl";
+
+/// The statement the calibration's filter question asks about every item: any statement would do, since only the
+/// time of the pass is kept.
+pub const CALIBRATION_STATEMENT: &str = "the text above names a person, a product or a place";
+
+/// Which way of asking a figure times.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Pass {
+    /// A filter's question pass (one run over the question's tokens).
+    Filter,
+    /// A map's question pass and [`MAP_STEPS`] one-token steps.
+    Map,
+}
+
+/// One line of [`CALIBRATION_FILE`].
+#[derive(Serialize, Deserialize)]
+struct Line {
+    /// The cache profile's id ([`Profile::id`]).
+    profile: String,
+    pass: Pass,
+    /// SHA-256 of the item's cached prefix ([`Decoder::item_prefix`]), as the cache records name it.
+    item: String,
+    seconds: f64,
+}
+
+/// What a calibration measured over some items: per pass and ratio, the mean seconds per item.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Calibration {
+    /// Items measured.
+    pub items: usize,
+    /// (pass, ratio, mean seconds per item).
+    pub seconds: Vec<(Pass, f64, f64)>,
+}
+
+impl Calibration {
+    /// Mean seconds per item of `pass` over pasts compressed at `ratio`.
+    pub fn seconds(&self, pass: Pass, ratio: f64) -> Option<f64> {
+        self.seconds.iter().find(|(p, r, _)| *p == pass && (r - ratio).abs() < 1e-9).map(|s| s.2)
+    }
+
+    /// What `pass` over pasts compressed at `ratio` costs as a share of the same pass over the uncompressed pasts.
+    pub fn share_of_parent(&self, pass: Pass, ratio: f64) -> Option<f64> {
+        let parent = self.seconds(pass, 0.0).filter(|s| *s > 0.0)?;
+        Some(self.seconds(pass, ratio)? / parent)
+    }
+}
+
+/// The items of `items` a calibration measures: up to [`CALIBRATION_ITEMS`] distinct ones, those whose cached
+/// prefix (under `dec`'s chat template) hashes first, so that every query over a column measures the same ones.
+/// Returns (prefix SHA-256, item) pairs.
+pub fn calibration_items(dec: &Decoder, items: &[String]) -> Vec<(String, String)> {
+    let mut by_sha: Vec<(String, String)> =
+        items.iter().map(|i| (sha256_text(&dec.item_prefix(i)), i.clone())).collect();
+    by_sha.sort();
+    by_sha.dedup_by(|a, b| a.0 == b.0);
+    by_sha.truncate(CALIBRATION_ITEMS);
+    by_sha
+}
+
+/// Reads the figures of [`CALIBRATION_FILE`] in `kv_dir`: (profile id, pass, item SHA-256) to seconds, the latest
+/// line winning. A missing file is an empty record; a torn or foreign line is skipped.
+fn read_figures(path: &Path) -> Result<HashMap<(String, Pass, String), f64>> {
+    let mut out = HashMap::new();
+    let f = match File::open(path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(out),
+        Err(e) => return Err(KvError::io(path, e)),
+    };
+    for line in BufReader::new(f).lines() {
+        let Ok(line) = line else { break };
+        let Ok(l) = serde_json::from_str::<Line>(&line) else { continue };
+        if l.seconds.is_finite() && l.seconds > 0.0 {
+            out.insert((l.profile, l.pass, l.item), l.seconds);
+        }
+    }
+    Ok(out)
+}
+
+/// The calibration of `base`'s model (its press and positions) over `items` at ratio 0 and at each of `ratios`:
+/// read from [`CALIBRATION_FILE`] in `kv_dir` where every figure is there, else measured (the chosen items'
+/// pasts prefilled where missing, within `budget`) and appended. `memory_budget` bounds a run's working memory as
+/// for the operators' own passes.
+pub fn calibrate(
+    dec: &Decoder,
+    kv_dir: &Path,
+    base: &Profile,
+    ratios: &[f64],
+    items: &[String],
+    memory_budget: u64,
+    budget: Option<Arc<DiskBudget>>,
+) -> Result<Calibration> {
+    let _span = tracing::info_span!("kv_calibration", model = dec.name(), items = items.len()).entered();
+    let chosen = calibration_items(dec, items);
+    let mut ladder: Vec<f64> = std::iter::once(0.0).chain(ratios.iter().copied().filter(|r| *r > 0.0)).collect();
+    ladder.sort_by(f64::total_cmp);
+    ladder.dedup();
+    let path = kv_dir.join(CALIBRATION_FILE);
+    let mut figures = read_figures(&path)?;
+    let profiles: Vec<Profile> = ladder.iter().map(|&ratio| Profile { ratio, ..base.clone() }).collect();
+    let passes = [Pass::Filter, Pass::Map];
+    let known = |figures: &HashMap<(String, Pass, String), f64>| {
+        profiles.iter().all(|p| {
+            passes.iter().all(|&pass| chosen.iter().all(|(sha, _)| figures.contains_key(&(p.id(), pass, sha.clone()))))
+        })
+    };
+    if !chosen.is_empty() && !known(&figures) {
+        let texts: Vec<String> = chosen.iter().map(|(_, t)| t.clone()).collect();
+        let source = |p: &Profile| {
+            let s = PastSource::new(p.clone(), kv_dir.to_path_buf()).with_memory_budget(memory_budget);
+            match &budget {
+                Some(b) => s.with_budget(b.clone()),
+                None => s,
+            }
+        };
+        // Every ratio's record is written where the uncompressed one is prefilled (the ladder).
+        source(&profiles[0]).ensure(dec, &texts)?;
+        let question = crate::tasks::filter_prompt(dec, FilterProtocol::DEFAULT, CALIBRATION_STATEMENT)?;
+        let loaded: Vec<Vec<KvPast>> =
+            profiles.iter().map(|p| source(p).get(dec, &texts).map(|(pasts, _)| pasts)).collect::<Result<_>>()?;
+        // A first run warms the runtime (allocations, thread pools) so that no ratio pays for it.
+        time_filter(dec, &loaded[0][..1], &question.tokens)?;
+        let mut text = String::new();
+        for (p, pasts) in profiles.iter().zip(&loaded) {
+            for pass in passes {
+                let best = (0..2)
+                    .map(|_| match pass {
+                        Pass::Filter => time_filter(dec, pasts, &question.tokens),
+                        Pass::Map => time_map(dec, pasts, &question.tokens),
+                    })
+                    .collect::<Result<Vec<f64>>>()?
+                    .into_iter()
+                    .fold(f64::INFINITY, f64::min);
+                let each = best / pasts.len() as f64;
+                for (sha, _) in &chosen {
+                    figures.insert((p.id(), pass, sha.clone()), each);
+                    let line = Line { profile: p.id(), pass, item: sha.clone(), seconds: each };
+                    text.push_str(&serde_json::to_string(&line).map_err(|e| KvError::Runtime(e.to_string()))?);
+                    text.push('\n');
+                }
+            }
+        }
+        append(&path, &text)?;
+        tracing::info!(model = dec.name(), items = chosen.len(), "compression calibrated over the items' caches");
+    }
+    let mut seconds = Vec::new();
+    for p in &profiles {
+        for pass in passes {
+            let each: Vec<f64> =
+                chosen.iter().filter_map(|(sha, _)| figures.get(&(p.id(), pass, sha.clone())).copied()).collect();
+            if !each.is_empty() {
+                seconds.push((pass, p.ratio, each.iter().sum::<f64>() / each.len() as f64));
+            }
+        }
+    }
+    Ok(Calibration { items: chosen.len(), seconds })
+}
+
+/// Seconds of one filter question pass over `pasts`, batched as an operator batches them.
+fn time_filter(dec: &Decoder, pasts: &[KvPast], q: &[u32]) -> Result<f64> {
+    let steps: Vec<Step<'_>> = pasts.iter().map(|p| Step { past: Some(p), tokens: q }).collect();
+    let start = Instant::now();
+    dec.run(&steps, Want::default())?;
+    Ok(start.elapsed().as_secs_f64())
+}
+
+/// Seconds of a map's question pass over `pasts` and [`MAP_STEPS`] one-token steps (the most likely token fed
+/// back, whatever it is, so that every item takes the same number of steps).
+fn time_map(dec: &Decoder, pasts: &[KvPast], q: &[u32]) -> Result<f64> {
+    let start = Instant::now();
+    let steps: Vec<Step<'_>> = pasts.iter().map(|p| Step { past: Some(p), tokens: q }).collect();
+    let mut outs = dec.run(&steps, Want { present: true, query_stats: false })?;
+    for _ in 0..MAP_STEPS {
+        let next: Vec<u32> = outs.iter().map(|o| argmax(&o.logits)).collect();
+        let presents: Vec<KvPast> = outs
+            .into_iter()
+            .map(|o| o.present.ok_or_else(|| KvError::Runtime("the decoder returned no extended past".into())))
+            .collect::<Result<_>>()?;
+        let steps: Vec<Step<'_>> =
+            presents.iter().zip(&next).map(|(p, t)| Step { past: Some(p), tokens: std::slice::from_ref(t) }).collect();
+        outs = dec.run(&steps, Want { present: true, query_stats: false })?;
+    }
+    Ok(start.elapsed().as_secs_f64())
+}
+
+fn argmax(logits: &[f32]) -> u32 {
+    logits.iter().enumerate().fold((0, f32::NEG_INFINITY), |b, (i, &x)| if x > b.1 { (i, x) } else { b }).0 as u32
+}
+
+/// Adds `text` (whole lines) to the file at `path` by rewriting it whole and renaming it into place
+/// ([`write_atomic`]): a crash leaves the old file or the new one, never half a line. Two processes calibrating
+/// at once may each keep only their own lines; the other's figures are then measured again.
+fn append(path: &Path, text: &str) -> Result<()> {
+    let mut old = match std::fs::read_to_string(path) {
+        Ok(s) => s,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
+        Err(e) => return Err(KvError::io(path, e)),
+    };
+    if !old.is_empty() && !old.ends_with('\n') {
+        old.push('\n');
+    }
+    old.push_str(text);
+    write_atomic(path, old.as_bytes())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_latest_line_wins_and_torn_or_foreign_lines_are_skipped() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(CALIBRATION_FILE);
+        let line = |s: f64| {
+            serde_json::to_string(&Line { profile: "m@p-0.00".into(), pass: Pass::Map, item: "ab".into(), seconds: s })
+                .unwrap()
+        };
+        std::fs::write(&path, format!("{}\nnot json\n{}\n{{\"profile\":\"m@p-0.00\",\"pa", line(0.5), line(0.25)))
+            .unwrap();
+        let figures = read_figures(&path).unwrap();
+        assert_eq!(figures.len(), 1);
+        assert_eq!(figures[&("m@p-0.00".to_string(), Pass::Map, "ab".to_string())], 0.25);
+        assert!(read_figures(&dir.path().join("absent.jsonl")).unwrap().is_empty());
+    }
+
+    #[test]
+    fn a_share_is_the_compressed_pass_over_the_uncompressed_one() {
+        let c = Calibration {
+            items: 8,
+            seconds: vec![(Pass::Filter, 0.0, 0.2), (Pass::Filter, 0.5, 0.15), (Pass::Map, 0.5, 0.1)],
+        };
+        assert_eq!(c.share_of_parent(Pass::Filter, 0.5), Some(0.75));
+        assert_eq!(c.share_of_parent(Pass::Filter, 0.8), None, "no figure at 0.8");
+        assert_eq!(c.share_of_parent(Pass::Map, 0.5), None, "no uncompressed map figure");
+    }
+}
