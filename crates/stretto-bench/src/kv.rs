@@ -103,6 +103,7 @@ pub fn repair(kv_dir: &Path, dataset: &str, memory_budget: u64) -> Result<(Vec<S
         total.built += r.built;
         total.skipped += r.skipped;
         total.cleaned += r.cleaned;
+        total.calibrated += r.calibrated;
         total.seconds += r.seconds;
         total.longest_chunk = total.longest_chunk.max(r.longest_chunk);
     }

@@ -1480,8 +1480,8 @@ fn run_kv(action: KvAction) -> Result<(), BoxError> {
             let r = kv::build(&dir(kv_dir), &dataset, &column, &models, &ratios, &press, rerotate, limit, budget)?;
             println!(
                 "built {} items, {} already present, {} stray temporary files removed, {:.1} s; prefill runs of at \
-                 most {} tokens (memory budget {budget} bytes)",
-                r.built, r.skipped, r.cleaned, r.seconds, r.longest_chunk
+                 most {} tokens (memory budget {budget} bytes); compression calibrated for {} models",
+                r.built, r.skipped, r.cleaned, r.seconds, r.longest_chunk, r.calibrated
             );
         }
         KvAction::Verify { dataset, kv_dir } => {

@@ -35,6 +35,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::budget::DiskBudget;
 use crate::cache::PastSource;
+use crate::convert::DecoderConfig;
 use crate::decoder::{Decoder, KvPast, Step, Want};
 use crate::error::{KvError, Result};
 use crate::models::FilterProtocol;
@@ -97,11 +98,11 @@ impl Calibration {
 }
 
 /// The items of `items` a calibration measures: up to [`CALIBRATION_ITEMS`] distinct ones, those whose cached
-/// prefix (under `dec`'s chat template) hashes first, so that every query over a column measures the same ones.
-/// Returns (prefix SHA-256, item) pairs.
-pub fn calibration_items(dec: &Decoder, items: &[String]) -> Vec<(String, String)> {
+/// prefix (under `config`'s chat template, [`crate::decoder::item_prefix`]) hashes first, so that every query over a
+/// column measures the same ones. Returns (prefix SHA-256, item) pairs.
+pub fn calibration_items(config: &DecoderConfig, items: &[String]) -> Vec<(String, String)> {
     let mut by_sha: Vec<(String, String)> =
-        items.iter().map(|i| (sha256_text(&dec.item_prefix(i)), i.clone())).collect();
+        items.iter().map(|i| (sha256_text(&crate::decoder::item_prefix(config, i)), i.clone())).collect();
     by_sha.sort();
     by_sha.dedup_by(|a, b| a.0 == b.0);
     by_sha.truncate(CALIBRATION_ITEMS);
@@ -127,10 +128,62 @@ fn read_figures(path: &Path) -> Result<HashMap<(String, Pass, String), f64>> {
     Ok(out)
 }
 
+/// The ladder a calibration of `ratios` measures: 0 and the positive ratios, ascending, each once.
+fn ladder_of(ratios: &[f64]) -> Vec<f64> {
+    let mut ladder: Vec<f64> = std::iter::once(0.0).chain(ratios.iter().copied().filter(|r| *r > 0.0)).collect();
+    ladder.sort_by(f64::total_cmp);
+    ladder.dedup();
+    ladder
+}
+
+const PASSES: [Pass; 2] = [Pass::Filter, Pass::Map];
+
+/// What `figures` hold of `profiles` over `chosen`: per pass and ratio, the mean over the items with a figure.
+fn summary(
+    figures: &HashMap<(String, Pass, String), f64>,
+    profiles: &[Profile],
+    chosen: &[(String, String)],
+) -> Calibration {
+    let mut seconds = Vec::new();
+    for p in profiles {
+        for pass in PASSES {
+            let each: Vec<f64> =
+                chosen.iter().filter_map(|(sha, _)| figures.get(&(p.id(), pass, sha.clone())).copied()).collect();
+            if !each.is_empty() {
+                seconds.push((pass, p.ratio, each.iter().sum::<f64>() / each.len() as f64));
+            }
+        }
+    }
+    Calibration { items: chosen.len(), seconds }
+}
+
+/// Whether `figures` hold every figure of `profiles` over `chosen`.
+fn complete(figures: &HashMap<(String, Pass, String), f64>, profiles: &[Profile], chosen: &[(String, String)]) -> bool {
+    profiles.iter().all(|p| {
+        PASSES.iter().all(|&pass| chosen.iter().all(|(sha, _)| figures.contains_key(&(p.id(), pass, sha.clone()))))
+    })
+}
+
+/// The calibration of `base`'s model over `items` at ratio 0 and at each of `ratios` as [`CALIBRATION_FILE`] in
+/// `kv_dir` holds it, without measuring anything (`config` is the model's, for its chat template): `None` unless
+/// every figure is there.
+pub fn recorded(
+    kv_dir: &Path,
+    config: &DecoderConfig,
+    base: &Profile,
+    ratios: &[f64],
+    items: &[String],
+) -> Result<Option<Calibration>> {
+    let chosen = calibration_items(config, items);
+    let profiles: Vec<Profile> = ladder_of(ratios).into_iter().map(|ratio| Profile { ratio, ..base.clone() }).collect();
+    let figures = read_figures(&kv_dir.join(CALIBRATION_FILE))?;
+    Ok(complete(&figures, &profiles, &chosen).then(|| summary(&figures, &profiles, &chosen)))
+}
+
 /// The calibration of `base`'s model (its press and positions) over `items` at ratio 0 and at each of `ratios`:
-/// read from [`CALIBRATION_FILE`] in `kv_dir` where every figure is there, else measured (the chosen items'
-/// pasts prefilled where missing, within `budget`) and appended. `memory_budget` bounds a run's working memory as
-/// for the operators' own passes.
+/// read from [`CALIBRATION_FILE`] in `kv_dir` where every figure is there ([`recorded`]), else measured (the chosen
+/// items' pasts prefilled where missing, within `budget`) and added. `memory_budget` bounds a run's working memory
+/// as for the operators' own passes.
 pub fn calibrate(
     dec: &Decoder,
     kv_dir: &Path,
@@ -141,20 +194,11 @@ pub fn calibrate(
     budget: Option<Arc<DiskBudget>>,
 ) -> Result<Calibration> {
     let _span = tracing::info_span!("kv_calibration", model = dec.name(), items = items.len()).entered();
-    let chosen = calibration_items(dec, items);
-    let mut ladder: Vec<f64> = std::iter::once(0.0).chain(ratios.iter().copied().filter(|r| *r > 0.0)).collect();
-    ladder.sort_by(f64::total_cmp);
-    ladder.dedup();
+    let chosen = calibration_items(dec.config(), items);
     let path = kv_dir.join(CALIBRATION_FILE);
     let mut figures = read_figures(&path)?;
-    let profiles: Vec<Profile> = ladder.iter().map(|&ratio| Profile { ratio, ..base.clone() }).collect();
-    let passes = [Pass::Filter, Pass::Map];
-    let known = |figures: &HashMap<(String, Pass, String), f64>| {
-        profiles.iter().all(|p| {
-            passes.iter().all(|&pass| chosen.iter().all(|(sha, _)| figures.contains_key(&(p.id(), pass, sha.clone()))))
-        })
-    };
-    if !chosen.is_empty() && !known(&figures) {
+    let profiles: Vec<Profile> = ladder_of(ratios).into_iter().map(|ratio| Profile { ratio, ..base.clone() }).collect();
+    if !chosen.is_empty() && !complete(&figures, &profiles, &chosen) {
         let texts: Vec<String> = chosen.iter().map(|(_, t)| t.clone()).collect();
         let source = |p: &Profile| {
             let s = PastSource::new(p.clone(), kv_dir.to_path_buf()).with_memory_budget(memory_budget);
@@ -172,7 +216,7 @@ pub fn calibrate(
         time_filter(dec, &loaded[0][..1], &question.tokens)?;
         let mut text = String::new();
         for (p, pasts) in profiles.iter().zip(&loaded) {
-            for pass in passes {
+            for pass in PASSES {
                 let best = (0..2)
                     .map(|_| match pass {
                         Pass::Filter => time_filter(dec, pasts, &question.tokens),
@@ -193,17 +237,7 @@ pub fn calibrate(
         append(&path, &text)?;
         tracing::info!(model = dec.name(), items = chosen.len(), "compression calibrated over the items' caches");
     }
-    let mut seconds = Vec::new();
-    for p in &profiles {
-        for pass in passes {
-            let each: Vec<f64> =
-                chosen.iter().filter_map(|(sha, _)| figures.get(&(p.id(), pass, sha.clone())).copied()).collect();
-            if !each.is_empty() {
-                seconds.push((pass, p.ratio, each.iter().sum::<f64>() / each.len() as f64));
-            }
-        }
-    }
-    Ok(Calibration { items: chosen.len(), seconds })
+    Ok(summary(&figures, &profiles, &chosen))
 }
 
 /// Seconds of one filter question pass over `pasts`, batched as an operator batches them.

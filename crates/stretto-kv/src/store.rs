@@ -305,6 +305,8 @@ pub struct BuildReport {
     pub cleaned: usize,
     /// Wall time.
     pub seconds: f64,
+    /// Models whose compression was calibrated over the items now ([`crate::calibration`]).
+    pub calibrated: usize,
     /// Most tokens one prefill run took: items longer than this were prefilled in chunks that fit the build's
     /// memory budget ([`crate::decoder::prefill_chunk`]). 0 when nothing was built.
     pub longest_chunk: usize,
@@ -478,6 +480,22 @@ impl KvStore {
                 report.built += 1;
             }
             bar.finish_and_clear();
+            // What the compressed ratios save over these items, measured now so that no query has to
+            // (`crate::calibration`; nothing is measured where an earlier build or query did).
+            let compressed: Vec<f64> = profiles.iter().map(|p| p.ratio).filter(|r| *r > 0.0).collect();
+            let Some(base) = profiles.first().map(|p| Profile { ratio: 0.0, ..p.clone() }) else { continue };
+            let kv_dir = self.root.parent().unwrap_or(&self.root);
+            let texts: Vec<String> = items.iter().map(|(_, t)| t.clone()).collect();
+            if !compressed.is_empty()
+                && crate::calibration::recorded(kv_dir, &config, &base, &compressed, &texts)?.is_none()
+            {
+                if decoder.is_none() {
+                    decoder = Some(Decoder::load(home, model, threads)?);
+                }
+                let dec = decoder.as_ref().ok_or_else(|| KvError::Runtime("decoder missing".into()))?;
+                crate::calibration::calibrate(dec, kv_dir, &base, &compressed, &texts, memory_budget, None)?;
+                report.calibrated += 1;
+            }
         }
         report.seconds = start.elapsed().as_secs_f64();
         Ok(report)

@@ -42,6 +42,13 @@ fn a_ratio_zero_record_reproduces_the_uncompressed_logits() {
     };
     let report = store.build(&default_home(), &spec, &items, 2).unwrap();
     assert_eq!(report.built, 3);
+    // The build calibrated the compressed ratio over its items (beside the caches), once.
+    assert_eq!(report.calibrated, 1);
+    let texts: Vec<String> = items.iter().map(|(_, t)| t.clone()).collect();
+    let calibration =
+        stretto_kv::calibration::recorded(dir.path(), dec.config(), &spec.profiles()[0], &[0.5], &texts).unwrap();
+    assert!(calibration.is_some_and(|c| c.items == 3), "the build's calibration is read back");
+    assert_eq!(store.build(&default_home(), &spec, &items, 2).unwrap().calibrated, 0, "nothing measured again");
     let q = dec.encode(&dec.question_suffix("Is this review clearly positive? Answer 1 or 0.")).unwrap();
     let zero = &spec.profiles()[0];
     for (i, text) in &items {
@@ -334,19 +341,21 @@ fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
 /// uncompressed one.
 #[test]
 fn a_calibration_is_measured_once_and_read_back() {
-    use stretto_kv::calibration::{calibrate, calibration_items, Pass, CALIBRATION_FILE, CALIBRATION_ITEMS};
+    use stretto_kv::calibration::{calibrate, calibration_items, recorded, Pass, CALIBRATION_FILE, CALIBRATION_ITEMS};
     let dec = decoder();
     let dir = tempfile::tempdir().unwrap();
     let base = Profile::parse("smollm2-135m@expected-attention-0.00").unwrap();
     // Ten long items (about 600 tokens each): the calibration takes the eight whose prefix hashes first.
     let items: Vec<String> = (0..10).map(|i| format!("Item {i}. {}", REVIEWS.join(" ").repeat(8))).collect();
-    let chosen = calibration_items(dec, &items);
+    let chosen = calibration_items(dec.config(), &items);
     assert_eq!(chosen.len(), CALIBRATION_ITEMS);
     let mut reversed = items.clone();
     reversed.reverse();
-    assert_eq!(calibration_items(dec, &reversed), chosen, "the same items whatever their order");
+    assert_eq!(calibration_items(dec.config(), &reversed), chosen, "the same items whatever their order");
+    assert_eq!(recorded(dir.path(), dec.config(), &base, &[0.8], &items).unwrap(), None, "nothing measured yet");
     let c = calibrate(dec, dir.path(), &base, &[0.8], &items, 1 << 30, None).unwrap();
     assert_eq!(c.items, CALIBRATION_ITEMS);
+    assert_eq!(recorded(dir.path(), dec.config(), &base, &[0.8], &reversed).unwrap().as_ref(), Some(&c));
     for pass in [Pass::Filter, Pass::Map] {
         let share = c.share_of_parent(pass, 0.8).unwrap();
         assert!(share > 0.0 && share < 1.0, "{pass:?}: {share}");
