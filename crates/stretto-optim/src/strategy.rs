@@ -76,7 +76,11 @@
 //! earlier queries recorded them to cost on the same tuples (`stretto_core::memo::CostRecord`) already shows that
 //! profiling cannot pay: that reads costs, never answers, and ends in gold; and a single candidate whose recorded
 //! cost there already drops it (as dear as gold, or no cheaper than its parent) is not asked: a cost again, read on
-//! screening tuples. After the probe, the rest of the screening asks a map only about the tuples gold's filters let
+//! screening tuples. Before the probe, a compressed rung whose calibrated cost over the query's items
+//! (`stretto_kv::calibration`: a fixed question's seconds over a few items' caches at each ratio, measured where the
+//! caches are built) shows it cannot pay for its profiling in its uncompressed parent's place is not offered: that
+//! reads seconds of a question no query asked, never an answer, so it is a smaller candidate set fixed before any
+//! tuple is looked at. After the probe, the rest of the screening asks a map only about the tuples gold's filters let
 //! through: which tuples those are is read off gold's answers on screening tuples, outside the sample. Once gold has answered the probe, gold's
 //! plan answers the profiling sample before any other candidate answers anything, and where the sample's count of gold result rows leaves
 //! the hold-out too few for any certificate, profiling ends in gold: that reads gold's answers only, whose count
