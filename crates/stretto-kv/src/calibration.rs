@@ -311,7 +311,7 @@ mod tests {
     fn a_share_is_the_compressed_pass_over_the_uncompressed_one() {
         let c = Calibration {
             items: 8,
-            seconds: vec![(Pass::Filter, 0.0, 0.2), (Pass::Filter, 0.5, 0.15), (Pass::Map, 0.5, 0.1)],
+            seconds: vec![(Pass::Filter, 0.0, 0.5), (Pass::Filter, 0.5, 0.375), (Pass::Map, 0.5, 0.25)],
         };
         assert_eq!(c.share_of_parent(Pass::Filter, 0.5), Some(0.75));
         assert_eq!(c.share_of_parent(Pass::Filter, 0.8), None, "no figure at 0.8");
