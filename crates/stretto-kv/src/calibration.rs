@@ -40,6 +40,7 @@ use crate::decoder::{Decoder, KvPast, Step, Want};
 use crate::error::{KvError, Result};
 use crate::models::FilterProtocol;
 use crate::store::{sha256_text, write_atomic, Profile};
+use crate::tasks::group_chars;
 
 /// Items a calibration measures (fewer where the column has fewer).
 pub const CALIBRATION_ITEMS: usize = 8;
@@ -210,22 +211,33 @@ pub fn calibrate(
         // Every ratio's record is written where the uncompressed one is prefilled (the ladder).
         source(&profiles[0]).ensure(dec, &texts)?;
         let question = crate::tasks::filter_prompt(dec, FilterProtocol::DEFAULT, CALIBRATION_STATEMENT)?;
-        let loaded: Vec<Vec<KvPast>> =
-            profiles.iter().map(|p| source(p).get(dec, &texts).map(|(pasts, _)| pasts)).collect::<Result<_>>()?;
+        // Within the memory budget as the operators' own passes: groups of items whose pasts fit it, each loaded
+        // from its record when it runs (the loading counts, as it does in an operator's seconds).
+        let groups = crate::tasks::groups_within(&texts, CALIBRATION_ITEMS, group_chars(dec.config(), memory_budget));
+        let timed = |src: &PastSource, pass: Pass| -> Result<f64> {
+            let mut total = 0.0;
+            for group in &groups {
+                let items: Vec<String> = group.iter().map(|&i| texts[i].clone()).collect();
+                let start = Instant::now();
+                let (pasts, _) = src.get(dec, &items)?;
+                match pass {
+                    Pass::Filter => run_filter(dec, &pasts, &question.tokens)?,
+                    Pass::Map => run_map(dec, &pasts, &question.tokens)?,
+                }
+                total += start.elapsed().as_secs_f64();
+            }
+            Ok(total)
+        };
         // A first run warms the runtime (allocations, thread pools) so that no ratio pays for it.
-        time_filter(dec, &loaded[0][..1], &question.tokens)?;
+        let (first, _) = source(&profiles[0]).get(dec, &texts[..1])?;
+        run_filter(dec, &first, &question.tokens)?;
+        drop(first);
         let mut text = String::new();
-        for (p, pasts) in profiles.iter().zip(&loaded) {
+        for p in &profiles {
+            let src = source(p);
             for pass in PASSES {
-                let best = (0..2)
-                    .map(|_| match pass {
-                        Pass::Filter => time_filter(dec, pasts, &question.tokens),
-                        Pass::Map => time_map(dec, pasts, &question.tokens),
-                    })
-                    .collect::<Result<Vec<f64>>>()?
-                    .into_iter()
-                    .fold(f64::INFINITY, f64::min);
-                let each = best / pasts.len() as f64;
+                let best = timed(&src, pass)?.min(timed(&src, pass)?);
+                let each = best / texts.len() as f64;
                 for (sha, _) in &chosen {
                     figures.insert((p.id(), pass, sha.clone()), each);
                     let line = Line { profile: p.id(), pass, item: sha.clone(), seconds: each };
@@ -240,18 +252,16 @@ pub fn calibrate(
     Ok(summary(&figures, &profiles, &chosen))
 }
 
-/// Seconds of one filter question pass over `pasts`, batched as an operator batches them.
-fn time_filter(dec: &Decoder, pasts: &[KvPast], q: &[u32]) -> Result<f64> {
+/// One filter question pass over `pasts`, batched as an operator batches them.
+fn run_filter(dec: &Decoder, pasts: &[KvPast], q: &[u32]) -> Result<()> {
     let steps: Vec<Step<'_>> = pasts.iter().map(|p| Step { past: Some(p), tokens: q }).collect();
-    let start = Instant::now();
     dec.run(&steps, Want::default())?;
-    Ok(start.elapsed().as_secs_f64())
+    Ok(())
 }
 
-/// Seconds of a map's question pass over `pasts` and [`MAP_STEPS`] one-token steps (the most likely token fed
-/// back, whatever it is, so that every item takes the same number of steps).
-fn time_map(dec: &Decoder, pasts: &[KvPast], q: &[u32]) -> Result<f64> {
-    let start = Instant::now();
+/// A map's question pass over `pasts` and [`MAP_STEPS`] one-token steps (the most likely token fed back, whatever
+/// it is, so that every item takes the same number of steps).
+fn run_map(dec: &Decoder, pasts: &[KvPast], q: &[u32]) -> Result<()> {
     let steps: Vec<Step<'_>> = pasts.iter().map(|p| Step { past: Some(p), tokens: q }).collect();
     let mut outs = dec.run(&steps, Want { present: true, query_stats: false })?;
     for _ in 0..MAP_STEPS {
@@ -264,7 +274,7 @@ fn time_map(dec: &Decoder, pasts: &[KvPast], q: &[u32]) -> Result<f64> {
             presents.iter().zip(&next).map(|(p, t)| Step { past: Some(p), tokens: std::slice::from_ref(t) }).collect();
         outs = dec.run(&steps, Want { present: true, query_stats: false })?;
     }
-    Ok(start.elapsed().as_secs_f64())
+    Ok(())
 }
 
 fn argmax(logits: &[f32]) -> u32 {
