@@ -36,7 +36,7 @@ use serde::{Deserialize, Serialize};
 use crate::budget::DiskBudget;
 use crate::cache::PastSource;
 use crate::convert::DecoderConfig;
-use crate::decoder::{Decoder, KvPast, Step, Want};
+use crate::decoder::{argmax, Decoder, KvPast, Step, Want};
 use crate::error::{KvError, Result};
 use crate::models::FilterProtocol;
 use crate::store::{sha256_text, write_atomic, Profile};
@@ -275,10 +275,6 @@ fn run_map(dec: &Decoder, pasts: &[KvPast], q: &[u32]) -> Result<()> {
         outs = dec.run(&steps, Want { present: true, query_stats: false })?;
     }
     Ok(())
-}
-
-fn argmax(logits: &[f32]) -> u32 {
-    logits.iter().enumerate().fold((0, f32::NEG_INFINITY), |b, (i, &x)| if x > b.1 { (i, x) } else { b }).0 as u32
 }
 
 /// Adds `text` (whole lines) to the file at `path` by rewriting it whole and renaming it into place

@@ -320,7 +320,8 @@ fn layer_of(p: &KvPast, l: usize, pick: usize) -> &[f32] {
     }
 }
 
-fn argmax(v: &[f32]) -> u32 {
+/// The index of the largest logit (the greedy token).
+pub(crate) fn argmax(v: &[f32]) -> u32 {
     v.iter().enumerate().max_by(|a, b| a.1.total_cmp(b.1)).map(|(i, _)| i as u32).unwrap_or(0)
 }
 

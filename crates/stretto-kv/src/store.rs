@@ -484,11 +484,12 @@ impl KvStore {
             // (`crate::calibration`; nothing is measured where an earlier build or query did).
             let compressed: Vec<f64> = profiles.iter().map(|p| p.ratio).filter(|r| *r > 0.0).collect();
             let Some(base) = profiles.first().map(|p| Profile { ratio: 0.0, ..p.clone() }) else { continue };
+            if compressed.is_empty() {
+                continue;
+            }
             let kv_dir = self.root.parent().unwrap_or(&self.root);
             let texts: Vec<String> = items.iter().map(|(_, t)| t.clone()).collect();
-            if !compressed.is_empty()
-                && crate::calibration::recorded(kv_dir, &config, &base, &compressed, &texts)?.is_none()
-            {
+            if crate::calibration::recorded(kv_dir, &config, &base, &compressed, &texts)?.is_none() {
                 if decoder.is_none() {
                     decoder = Some(Decoder::load(home, model, threads)?);
                 }

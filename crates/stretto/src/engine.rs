@@ -2040,15 +2040,15 @@ fn profile_candidates(
         if pay_check && gold_only.is_none() && o.fetch.is_none() {
             let rest = n.saturating_sub(want + screen_rows) as f64;
             let look_up = !o.price_memo_hits;
-            let mut profiled: Vec<usize> = sample.iter().chain(&order[want..want + screen_rows]).copied().collect();
-            profiled.sort_unstable();
-            let profiled = rows_of(&mut profiled.into_iter())?;
+            // The rows profiling would read (sample and screening), taken only where some rung can be dropped.
+            let mut profiled: Option<RecordBatch> = None;
             for (t, decs) in &jobs {
                 let task = &tasks[*t];
                 if task.is_join() || modality_of(task, &input)? != Modality::Text {
                     continue;
                 }
                 let mut calibrated: BTreeMap<String, stretto_kv::calibration::Calibration> = BTreeMap::new();
+                let mut items: Option<Vec<String>> = None;
                 for dec in decs {
                     let ratios: Vec<f64> = calibrated_rungs(&cands[*t], dec.name())
                         .into_iter()
@@ -2057,13 +2057,17 @@ fn profile_candidates(
                     if ratios.is_empty() {
                         continue;
                     }
+                    let items = match &mut items {
+                        Some(items) => items,
+                        None => items.insert(cached_items(task, &input)?),
+                    };
                     let s = source(dec.name());
                     match stretto_kv::calibration::calibrate(
                         dec,
                         &ctx.kv_dir,
                         s.profile(),
                         &ratios,
-                        &cached_items(task, &input)?,
+                        items,
                         s.memory_budget(),
                         Some(budget.clone()),
                     ) {
@@ -2073,7 +2077,19 @@ fn profile_candidates(
                         Err(e) => tracing::warn!(model = dec.name(), error = %e, "compression not calibrated"),
                     }
                 }
-                let answers = |op: &RegisteredOp| unanswered(op, task, &profiled, look_up) as f64;
+                if calibrated.is_empty() {
+                    continue;
+                }
+                let profiled = match &mut profiled {
+                    Some(b) => b,
+                    None => {
+                        let mut rows: Vec<usize> =
+                            sample.iter().chain(&order[want..want + screen_rows]).copied().collect();
+                        rows.sort_unstable();
+                        profiled.insert(rows_of(&mut rows.into_iter())?)
+                    }
+                };
+                let answers = |op: &RegisteredOp| unanswered(op, task, profiled, look_up) as f64;
                 short_items.extend(drop_compressed_by_calibration(task, &mut cands[*t], &calibrated, answers, rest));
             }
         }
