@@ -6,20 +6,23 @@
 //! the items' length and on the model (on a CPU the weights' matrix products dominate a short past). A query
 //! otherwise learns it by asking every compressed rung about its probe tuples, which costs what the rung costs.
 //! Here a fixed, query-agnostic question runs over a few of the items ([`CALIBRATION_ITEMS`], the same ones for
-//! every query over them: those whose cached prefix hashes first) at every ratio of the ladder, in both of the ways
-//! operators ask: a filter's one question pass, and a map's question pass followed by one-token steps
-//! ([`MAP_STEPS`], a fixed number, so that answers of different lengths do not weigh on the figure). Each item's
-//! seconds (the best of two runs) are added to [`CALIBRATION_FILE`] in the cache directory, one JSON line each (the
+//! every query over them: those whose cached prefix hashes first) at every ratio of the ladder, in the ways asked of
+//! the two that operators ask: a filter's one question pass, and a map's question pass followed by one-token steps
+//! ([`MAP_STEPS`], a fixed number, so that answers of different lengths do not weigh on the figure). A query
+//! measures only the way its operator asks (a first query over new items pays for its own figures, not for another
+//! kind's); `stretto kv build` measures both ([`Pass::ALL`]). Each item's
+//! seconds (one run, after an untimed run warms the runtime) are added to [`CALIBRATION_FILE`] in the cache directory, one JSON line each (the
 //! file rewritten and renamed into place), and read back by later queries; a foreign line is skipped.
 //!
 //! ```no_run
-//! use stretto_kv::calibration::{calibrate, Pass};
+//! use stretto_kv::calibration::{calibrate, Pass, Rungs};
 //! use stretto_kv::store::Profile;
 //! use stretto_kv::Decoder;
 //! let dec = Decoder::load(&stretto_core::context::default_home(), "smollm2-135m", 0)?;
 //! let base = Profile::parse("smollm2-135m@expected-attention-0.00")?;
 //! let items: Vec<String> = vec!["A long product description…".into(); 1];
-//! let c = calibrate(&dec, std::path::Path::new("/tmp/kv"), &base, &[0.5, 0.8], &items, 1 << 30, None)?;
+//! let rungs = Rungs { base: &base, ratios: &[0.5, 0.8], passes: &[Pass::Filter] };
+//! let c = calibrate(&dec, std::path::Path::new("/tmp/kv"), &rungs, &items, 1 << 30, None)?;
 //! println!("a filter at 0.5 costs {:?} of its uncompressed parent", c.share_of_parent(Pass::Filter, 0.5));
 //! # Ok::<(), stretto_kv::KvError>(())
 //! ```
@@ -63,6 +66,30 @@ pub enum Pass {
     Filter,
     /// A map's question pass and [`MAP_STEPS`] one-token steps.
     Map,
+}
+
+impl Pass {
+    /// Both ways, as a build measures them.
+    pub const ALL: [Pass; 2] = [Pass::Filter, Pass::Map];
+}
+
+/// What a calibration measures: `base`'s model (its press and positions) at ratio 0 and at each of `ratios`, in
+/// each of `passes`.
+#[derive(Debug, Clone, Copy)]
+pub struct Rungs<'a> {
+    /// The uncompressed profile (its ratio is ignored: 0 is always measured, as every share's denominator).
+    pub base: &'a Profile,
+    /// The compressed ratios (0 and duplicates are ignored).
+    pub ratios: &'a [f64],
+    /// The ways of asking to time.
+    pub passes: &'a [Pass],
+}
+
+impl Rungs<'_> {
+    /// The profiles measured: 0 and the positive ratios, ascending, each once.
+    fn profiles(&self) -> Vec<Profile> {
+        ladder_of(self.ratios).into_iter().map(|ratio| Profile { ratio, ..self.base.clone() }).collect()
+    }
 }
 
 /// One line of [`CALIBRATION_FILE`].
@@ -137,17 +164,17 @@ fn ladder_of(ratios: &[f64]) -> Vec<f64> {
     ladder
 }
 
-const PASSES: [Pass; 2] = [Pass::Filter, Pass::Map];
-
-/// What `figures` hold of `profiles` over `chosen`: per pass and ratio, the mean over the items with a figure.
+/// What `figures` hold of `profiles` in `passes` over `chosen`: per pass and ratio, the mean over the items with a
+/// figure.
 fn summary(
     figures: &HashMap<(String, Pass, String), f64>,
     profiles: &[Profile],
+    passes: &[Pass],
     chosen: &[(String, String)],
 ) -> Calibration {
     let mut seconds = Vec::new();
     for p in profiles {
-        for pass in PASSES {
+        for &pass in passes {
             let each: Vec<f64> =
                 chosen.iter().filter_map(|(sha, _)| figures.get(&(p.id(), pass, sha.clone())).copied()).collect();
             if !each.is_empty() {
@@ -158,38 +185,43 @@ fn summary(
     Calibration { items: chosen.len(), seconds }
 }
 
-/// Whether `figures` hold every figure of `profiles` over `chosen`.
-fn complete(figures: &HashMap<(String, Pass, String), f64>, profiles: &[Profile], chosen: &[(String, String)]) -> bool {
-    profiles.iter().all(|p| {
-        PASSES.iter().all(|&pass| chosen.iter().all(|(sha, _)| figures.contains_key(&(p.id(), pass, sha.clone()))))
-    })
+/// The passes of `passes` for which `figures` lack a figure of some profile of `profiles` over some item of
+/// `chosen`.
+fn missing(
+    figures: &HashMap<(String, Pass, String), f64>,
+    profiles: &[Profile],
+    passes: &[Pass],
+    chosen: &[(String, String)],
+) -> Vec<Pass> {
+    let lacks = |pass: Pass| {
+        profiles.iter().any(|p| chosen.iter().any(|(sha, _)| !figures.contains_key(&(p.id(), pass, sha.clone()))))
+    };
+    passes.iter().copied().filter(|&pass| lacks(pass)).collect()
 }
 
-/// The calibration of `base`'s model over `items` at ratio 0 and at each of `ratios` as [`CALIBRATION_FILE`] in
-/// `kv_dir` holds it, without measuring anything (`config` is the model's, for its chat template): `None` unless
-/// every figure is there.
+/// The calibration of `rungs` over `items` as [`CALIBRATION_FILE`] in `kv_dir` holds it, without measuring
+/// anything (`config` is the model's, for its chat template): `None` unless every figure is there.
 pub fn recorded(
     kv_dir: &Path,
     config: &DecoderConfig,
-    base: &Profile,
-    ratios: &[f64],
+    rungs: &Rungs<'_>,
     items: &[String],
 ) -> Result<Option<Calibration>> {
     let chosen = calibration_items(config, items);
-    let profiles: Vec<Profile> = ladder_of(ratios).into_iter().map(|ratio| Profile { ratio, ..base.clone() }).collect();
+    let profiles = rungs.profiles();
     let figures = read_figures(&kv_dir.join(CALIBRATION_FILE))?;
-    Ok(complete(&figures, &profiles, &chosen).then(|| summary(&figures, &profiles, &chosen)))
+    let complete = missing(&figures, &profiles, rungs.passes, &chosen).is_empty();
+    Ok(complete.then(|| summary(&figures, &profiles, rungs.passes, &chosen)))
 }
 
-/// The calibration of `base`'s model (its press and positions) over `items` at ratio 0 and at each of `ratios`:
-/// read from [`CALIBRATION_FILE`] in `kv_dir` where every figure is there ([`recorded`]), else measured (the chosen
-/// items' pasts prefilled where missing, within `budget`) and added. `memory_budget` bounds a run's working memory
-/// as for the operators' own passes.
+/// The calibration of `rungs` over `items`: read from [`CALIBRATION_FILE`] in `kv_dir` where every figure is there
+/// ([`recorded`]), else measured and added: every ratio of each pass that lacks some figure (so that a share's
+/// two figures come from one run), the chosen items' pasts prefilled where missing, within `budget`. `memory_budget` bounds a run's working memory as for the
+/// operators' own passes.
 pub fn calibrate(
     dec: &Decoder,
     kv_dir: &Path,
-    base: &Profile,
-    ratios: &[f64],
+    rungs: &Rungs<'_>,
     items: &[String],
     memory_budget: u64,
     budget: Option<Arc<DiskBudget>>,
@@ -198,8 +230,9 @@ pub fn calibrate(
     let chosen = calibration_items(dec.config(), items);
     let path = kv_dir.join(CALIBRATION_FILE);
     let mut figures = read_figures(&path)?;
-    let profiles: Vec<Profile> = ladder_of(ratios).into_iter().map(|ratio| Profile { ratio, ..base.clone() }).collect();
-    if !chosen.is_empty() && !complete(&figures, &profiles, &chosen) {
+    let profiles = rungs.profiles();
+    let lacking = if chosen.is_empty() { Vec::new() } else { missing(&figures, &profiles, rungs.passes, &chosen) };
+    if !lacking.is_empty() {
         let texts: Vec<String> = chosen.iter().map(|(_, t)| t.clone()).collect();
         let source = |p: &Profile| {
             let s = PastSource::new(p.clone(), kv_dir.to_path_buf()).with_memory_budget(memory_budget);
@@ -228,16 +261,15 @@ pub fn calibrate(
             }
             Ok(total)
         };
-        // A first run warms the runtime (allocations, thread pools) so that no ratio pays for it.
-        let (first, _) = source(&profiles[0]).get(dec, &texts[..1])?;
-        run_filter(dec, &first, &question.tokens)?;
-        drop(first);
+        // A first, untimed run of the first group warms the runtime (allocations at the batch's shapes, thread
+        // pools) so that no ratio pays for it: over 8 e-commerce descriptions a first run took 1.6–2.5× the runs
+        // after it, which agreed within 15% of each other; each figure is then one run.
+        timed(&source(&profiles[0]), Pass::Filter)?;
         let mut text = String::new();
         for p in &profiles {
             let src = source(p);
-            for pass in PASSES {
-                let best = timed(&src, pass)?.min(timed(&src, pass)?);
-                let each = best / texts.len() as f64;
+            for &pass in &lacking {
+                let each = timed(&src, pass)? / texts.len() as f64;
                 for (sha, _) in &chosen {
                     figures.insert((p.id(), pass, sha.clone()), each);
                     let line = Line { profile: p.id(), pass, item: sha.clone(), seconds: each };
@@ -249,7 +281,7 @@ pub fn calibrate(
         append(&path, &text)?;
         tracing::info!(model = dec.name(), items = chosen.len(), "compression calibrated over the items' caches");
     }
-    Ok(summary(&figures, &profiles, &chosen))
+    Ok(summary(&figures, &profiles, rungs.passes, &chosen))
 }
 
 /// One filter question pass over `pasts`, batched as an operator batches them.

@@ -489,12 +489,15 @@ impl KvStore {
             }
             let kv_dir = self.root.parent().unwrap_or(&self.root);
             let texts: Vec<String> = items.iter().map(|(_, t)| t.clone()).collect();
-            if crate::calibration::recorded(kv_dir, &config, &base, &compressed, &texts)?.is_none() {
+            // Both ways of asking, so that a later query of either kind reads its figures.
+            let rungs =
+                crate::calibration::Rungs { base: &base, ratios: &compressed, passes: &crate::calibration::Pass::ALL };
+            if crate::calibration::recorded(kv_dir, &config, &rungs, &texts)?.is_none() {
                 if decoder.is_none() {
                     decoder = Some(Decoder::load(home, model, threads)?);
                 }
                 let dec = decoder.as_ref().ok_or_else(|| KvError::Runtime("decoder missing".into()))?;
-                crate::calibration::calibrate(dec, kv_dir, &base, &compressed, &texts, memory_budget, None)?;
+                crate::calibration::calibrate(dec, kv_dir, &rungs, &texts, memory_budget, None)?;
                 report.calibrated += 1;
             }
         }

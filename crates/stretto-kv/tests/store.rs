@@ -46,7 +46,8 @@ fn a_ratio_zero_record_reproduces_the_uncompressed_logits() {
     assert_eq!(report.calibrated, 1);
     let texts: Vec<String> = items.iter().map(|(_, t)| t.clone()).collect();
     let calibration =
-        stretto_kv::calibration::recorded(dir.path(), dec.config(), &spec.profiles()[0], &[0.5], &texts).unwrap();
+        stretto_kv::calibration::recorded(dir.path(), dec.config(), &both(&spec.profiles()[0], &[0.5]), &texts)
+            .unwrap();
     assert!(calibration.is_some_and(|c| c.items == 3), "the build's calibration is read back");
     assert_eq!(store.build(&default_home(), &spec, &items, 2).unwrap().calibrated, 0, "nothing measured again");
     let q = dec.encode(&dec.question_suffix("Is this review clearly positive? Answer 1 or 0.")).unwrap();
@@ -336,11 +337,18 @@ fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
     out
 }
 
-/// A calibration times a fixed question over the items' pasts at every ratio, keeps the figures beside the caches,
-/// and reads them back rather than measuring again.
+/// The calibration of `base`'s model at `ratios`, in both ways of asking (as `stretto kv build` measures it).
+fn both<'a>(base: &'a Profile, ratios: &'a [f64]) -> stretto_kv::calibration::Rungs<'a> {
+    stretto_kv::calibration::Rungs { base, ratios, passes: &stretto_kv::calibration::Pass::ALL }
+}
+
+/// A calibration times a fixed question over the items' pasts at every ratio, in the ways asked, keeps the figures
+/// beside the caches, and reads them back rather than measuring again.
 #[test]
 fn a_calibration_is_measured_once_and_read_back() {
-    use stretto_kv::calibration::{calibrate, calibration_items, recorded, Pass, CALIBRATION_FILE, CALIBRATION_ITEMS};
+    use stretto_kv::calibration::{
+        calibrate, calibration_items, recorded, Pass, Rungs, CALIBRATION_FILE, CALIBRATION_ITEMS,
+    };
     let dec = decoder();
     let dir = tempfile::tempdir().unwrap();
     let base = Profile::parse("smollm2-135m@expected-attention-0.00").unwrap();
@@ -351,25 +359,39 @@ fn a_calibration_is_measured_once_and_read_back() {
     let mut reversed = items.clone();
     reversed.reverse();
     assert_eq!(calibration_items(dec.config(), &reversed), chosen, "the same items whatever their order");
-    assert_eq!(recorded(dir.path(), dec.config(), &base, &[0.8], &items).unwrap(), None, "nothing measured yet");
-    let c = calibrate(dec, dir.path(), &base, &[0.8], &items, 1 << 30, None).unwrap();
+    let filter = Rungs { base: &base, ratios: &[0.8], passes: &[Pass::Filter] };
+    assert_eq!(recorded(dir.path(), dec.config(), &filter, &items).unwrap(), None, "nothing measured yet");
+    // A filter's query measures the filter pass alone.
+    let c = calibrate(dec, dir.path(), &filter, &items, 1 << 30, None).unwrap();
     assert_eq!(c.items, CALIBRATION_ITEMS);
-    assert_eq!(recorded(dir.path(), dec.config(), &base, &[0.8], &reversed).unwrap().as_ref(), Some(&c));
-    for pass in [Pass::Filter, Pass::Map] {
-        let share = c.share_of_parent(pass, 0.8).unwrap();
-        // (How much compression saves is a timing, measured by the engine's runs, not asserted here.)
-        assert!(share.is_finite() && share > 0.0, "{pass:?}: {share}");
-        assert!(c.seconds(pass, 0.5).is_none(), "only the ratios asked");
-    }
+    assert_eq!(recorded(dir.path(), dec.config(), &filter, &reversed).unwrap().as_ref(), Some(&c));
+    let share = c.share_of_parent(Pass::Filter, 0.8).unwrap();
+    // (How much compression saves is a timing, measured by the engine's runs, not asserted here.)
+    assert!(share.is_finite() && share > 0.0, "{share}");
+    assert!(c.seconds(Pass::Filter, 0.5).is_none(), "only the ratios asked");
+    assert!(c.seconds(Pass::Map, 0.8).is_none() && c.seconds(Pass::Map, 0.0).is_none(), "only the pass asked");
+    assert_eq!(recorded(dir.path(), dec.config(), &both(&base, &[0.8]), &items).unwrap(), None, "no map figures");
     let path = dir.path().join(CALIBRATION_FILE);
     let written = std::fs::read_to_string(&path).unwrap();
-    // Two ratios, two passes, eight items.
-    assert_eq!(written.lines().count(), 2 * 2 * CALIBRATION_ITEMS);
+    // Two ratios, one pass, eight items.
+    assert_eq!(written.lines().count(), 2 * CALIBRATION_ITEMS);
     // Read back: the same figures, and nothing measured or written again.
-    assert_eq!(calibrate(dec, dir.path(), &base, &[0.8], &reversed, 1 << 30, None).unwrap(), c);
+    assert_eq!(calibrate(dec, dir.path(), &filter, &reversed, 1 << 30, None).unwrap(), c);
     assert_eq!(std::fs::read_to_string(&path).unwrap(), written);
-    // A ratio not measured yet is measured and added.
-    let more = calibrate(dec, dir.path(), &base, &[0.5, 0.8], &items, 1 << 30, None).unwrap();
+    // Both ways (as a build asks): the map pass is measured and added, the filter figures kept as they were.
+    let all = calibrate(dec, dir.path(), &both(&base, &[0.8]), &items, 1 << 30, None).unwrap();
+    assert_eq!(all.seconds(Pass::Filter, 0.8), c.seconds(Pass::Filter, 0.8), "the filter pass not measured again");
+    assert!(all.share_of_parent(Pass::Map, 0.8).is_some_and(|s| s.is_finite() && s > 0.0));
+    let after_map = std::fs::read_to_string(&path).unwrap();
+    assert_eq!(after_map.lines().count(), 2 * 2 * CALIBRATION_ITEMS);
+    assert!(after_map.starts_with(&written), "the filter lines are kept as they were");
+    // A ratio not measured yet is measured, at every ratio of the passes asked (a share's two figures from one run).
+    let more = calibrate(dec, dir.path(), &filter_at(&base, &[0.5, 0.8]), &items, 1 << 30, None).unwrap();
     assert!(more.seconds(Pass::Filter, 0.5).is_some());
-    assert!(std::fs::read_to_string(&path).unwrap().lines().count() > written.lines().count());
+    assert_eq!(std::fs::read_to_string(&path).unwrap().lines().count(), (2 * 2 + 3) * CALIBRATION_ITEMS);
+}
+
+/// The calibration of `base`'s model at `ratios`, the filter pass alone (as a filter's query measures it).
+fn filter_at<'a>(base: &'a Profile, ratios: &'a [f64]) -> stretto_kv::calibration::Rungs<'a> {
+    stretto_kv::calibration::Rungs { base, ratios, passes: &[stretto_kv::calibration::Pass::Filter] }
 }

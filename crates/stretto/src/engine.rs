@@ -850,6 +850,14 @@ fn calibrated_rungs(ops: &[Arc<RegisteredOp>], model: &str) -> Vec<usize> {
         .collect()
 }
 
+/// The way `task`'s operators ask, as a calibration times it: a map's pass and steps, else a filter's pass.
+fn calibration_pass(task: &SemanticTask) -> stretto_kv::calibration::Pass {
+    match task.kind {
+        LogicalKind::Map => stretto_kv::calibration::Pass::Map,
+        _ => stretto_kv::calibration::Pass::Filter,
+    }
+}
+
 /// Removes from `ops` (a task's candidates, gold first) the compressed rungs that their calibration over the
 /// task's items ([`stretto_kv::calibration`], per model in `calibrated`) shows cannot pay for their profiling, and
 /// says why. A rung can only be less faithful than its uncompressed parent, so what it adds is deciding in the
@@ -866,7 +874,7 @@ fn drop_compressed_by_calibration(
     rest: f64,
 ) -> Vec<Dropped> {
     use stretto_kv::calibration::Pass;
-    let pass = if task.kind == LogicalKind::Map { Pass::Map } else { Pass::Filter };
+    let pass = calibration_pass(task);
     let mut out = Vec::new();
     let mut gone = BTreeSet::new();
     for (model, c) in calibrated {
@@ -2062,11 +2070,17 @@ fn profile_candidates(
                         None => items.insert(cached_items(task, &input)?),
                     };
                     let s = source(dec.name());
+                    // Only the way this task's operators ask: a first query over new items pays for its own
+                    // figures, not for another kind's.
+                    let rungs = stretto_kv::calibration::Rungs {
+                        base: s.profile(),
+                        ratios: &ratios,
+                        passes: &[calibration_pass(task)],
+                    };
                     match stretto_kv::calibration::calibrate(
                         dec,
                         &ctx.kv_dir,
-                        s.profile(),
-                        &ratios,
+                        &rungs,
                         items,
                         s.memory_budget(),
                         Some(budget.clone()),
