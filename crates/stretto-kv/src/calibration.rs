@@ -42,7 +42,7 @@ use crate::convert::DecoderConfig;
 use crate::decoder::{argmax, Decoder, KvPast, Step, Want};
 use crate::error::{KvError, Result};
 use crate::models::FilterProtocol;
-use crate::store::{sha256_text, write_atomic, Profile};
+use crate::store::{append_lines, sha256_text, Profile};
 use crate::tasks::group_chars;
 
 /// Items a calibration measures (fewer where the column has fewer).
@@ -278,7 +278,7 @@ pub fn calibrate(
                 }
             }
         }
-        append(&path, &text)?;
+        append_lines(&path, &text)?;
         tracing::info!(model = dec.name(), items = chosen.len(), "compression calibrated over the items' caches");
     }
     Ok(summary(&figures, &profiles, rungs.passes, &chosen))
@@ -307,22 +307,6 @@ fn run_map(dec: &Decoder, pasts: &[KvPast], q: &[u32]) -> Result<()> {
         outs = dec.run(&steps, Want { present: true, query_stats: false })?;
     }
     Ok(())
-}
-
-/// Adds `text` (whole lines) to the file at `path` by rewriting it whole and renaming it into place
-/// ([`write_atomic`]): a crash leaves the old file or the new one, never half a line. Two processes calibrating
-/// at once may each keep only their own lines; the other's figures are then measured again.
-fn append(path: &Path, text: &str) -> Result<()> {
-    let mut old = match std::fs::read_to_string(path) {
-        Ok(s) => s,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
-        Err(e) => return Err(KvError::io(path, e)),
-    };
-    if !old.is_empty() && !old.ends_with('\n') {
-        old.push('\n');
-    }
-    old.push_str(text);
-    write_atomic(path, old.as_bytes())
 }
 
 #[cfg(test)]

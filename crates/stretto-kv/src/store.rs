@@ -141,6 +141,22 @@ fn corrupt(path: &Path, message: impl Into<String>) -> KvError {
     KvError::Corrupt { path: path.to_path_buf(), message: message.into() }
 }
 
+/// Adds `text` (whole lines) to the file at `path` by rewriting it whole and renaming it into place
+/// ([`write_atomic`]): a crash leaves the old file or the new one, never half a line. Two processes adding at once
+/// may each keep only their own lines (what the other added is then computed again where it is needed).
+pub(crate) fn append_lines(path: &Path, text: &str) -> Result<()> {
+    let mut old = match fs::read_to_string(path) {
+        Ok(s) => s,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
+        Err(e) => return Err(KvError::io(path, e)),
+    };
+    if !old.is_empty() && !old.ends_with('\n') {
+        old.push('\n');
+    }
+    old.push_str(text);
+    write_atomic(path, old.as_bytes())
+}
+
 /// Writes `bytes` to `path` atomically: temporary file in the same folder, sync, rename, folder sync.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
     let dir = path.parent().ok_or_else(|| KvError::Usage(format!("{} has no parent folder", path.display())))?;
