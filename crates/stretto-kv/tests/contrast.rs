@@ -95,3 +95,41 @@ fn a_near_synonym_offered_as_an_opposite_is_refused_on_the_way_back() {
     assert_eq!(one_way, "the text above describes a shoe");
     assert_eq!(derive_opposite(&dec, SUBJECT, statement).unwrap(), None);
 }
+
+/// A derived opposite is kept in the memo directory and read back rather than derived again; a torn line is
+/// skipped, and without a directory nothing is kept.
+#[test]
+fn a_derived_opposite_is_kept_and_read_back() {
+    use stretto_kv::contrast::{derive_question_kept, OPPOSITES_FILE};
+    let dec = Decoder::load(&default_home(), "smollm2-135m", 2).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let memo = dir.path().join("memo");
+    let statement = "the text above is clearly positive";
+    let q = derive_question_kept(&dec, Some(&memo), SUBJECT, statement).unwrap().expect("an opposite");
+    assert_eq!(q.question, "Question: is the text above clearly positive or clearly negative?");
+    let path = memo.join(OPPOSITES_FILE);
+    let kept = std::fs::read_to_string(&path).unwrap();
+    assert_eq!(kept.lines().count(), 1, "{kept}");
+    assert!(kept.contains("\"the text above is clearly negative\""), "{kept}");
+    // Read back, not derived again: the question follows what the file keeps.
+    std::fs::write(&path, kept.replace("clearly negative", "clearly lukewarm")).unwrap();
+    let q = derive_question_kept(&dec, Some(&memo), SUBJECT, statement).unwrap().unwrap();
+    assert_eq!(q.question, "Question: is the text above clearly positive or clearly lukewarm?");
+    assert_eq!(std::fs::read_to_string(&path).unwrap().lines().count(), 1, "nothing added");
+    // Without a directory the model derives its own, and nothing is written.
+    let q = derive_question_kept(&dec, None, SUBJECT, statement).unwrap().unwrap();
+    assert_eq!(q.question, "Question: is the text above clearly positive or clearly negative?");
+    // A torn line is skipped; another statement's derivation is added after it, and its absence kept too.
+    let mut torn = std::fs::read_to_string(&path).unwrap();
+    torn.push_str("{\"model\":\"smollm2-135m\",\"deriv");
+    std::fs::write(&path, torn).unwrap();
+    let other = "the text above mentions a price";
+    let derived = stretto_kv::contrast::derive_opposite(&dec, SUBJECT, other).unwrap();
+    let kept = derive_question_kept(&dec, Some(&memo), SUBJECT, other).unwrap();
+    assert_eq!(kept.is_some(), derived.is_some());
+    let lines: Vec<String> = std::fs::read_to_string(&path).unwrap().lines().map(String::from).collect();
+    assert_eq!(lines.len(), 3, "{lines:?}");
+    assert!(lines[2].contains(&format!("\"opposite\":{}", serde_json::to_string(&derived).unwrap())), "{lines:?}");
+    assert_eq!(derive_question_kept(&dec, Some(&memo), SUBJECT, other).unwrap(), kept);
+    assert_eq!(std::fs::read_to_string(&path).unwrap().lines().count(), 3, "read back, nothing added");
+}

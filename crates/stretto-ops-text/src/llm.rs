@@ -19,6 +19,7 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, OnceLock};
 
+use stretto_core::context::MemoPolicy;
 use stretto_core::op::{
     parse_config, LogicalKind, Modality, OpOutput, OpProperties, OperatorFactory, PhysicalOp, SemanticTask, ValueType,
 };
@@ -283,7 +284,12 @@ impl LlmOp {
         }
         let kv = kv_err(&self.name);
         let dec = crate::decoder(&self.ctx, &self.config.model, Weights::F32).map_err(&kv)?;
-        let question = stretto_kv::contrast::derive_question(&dec, subject, statement).map_err(&kv)?;
+        // Kept beside the memoised answers, so that a later query asking the same contrast does not derive it again.
+        let dir = match &self.ctx.memo {
+            MemoPolicy::Dir(dir) => Some(dir.as_path()),
+            MemoPolicy::Off => None,
+        };
+        let question = stretto_kv::contrast::derive_question_kept(&dec, dir, subject, statement).map_err(&kv)?;
         match &question {
             Some(q) => tracing::info!(op = %self.name, question = %q.question, lead = %q.lead, "contrastive question"),
             None => tracing::info!(op = %self.name, statement, "the model derived no usable opposite"),

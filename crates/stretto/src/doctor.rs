@@ -353,10 +353,11 @@ pub fn examine(context: &OpContext, verify: bool) -> Result<DoctorReport> {
                 Err(e) => return Err(stretto_core::CoreError::io(dir, e).into()),
             };
             paths.retain(|p| p.extension().is_some_and(|e| e == "jsonl"));
-            // The cost record beside the answers is no memo file.
+            // The cost record beside the answers is no memo file, nor are the contrasts' kept opposites.
             let costs = dir.join(stretto_core::memo::COSTS_FILE);
             cost_record_bytes = fs::metadata(&costs).map_or(0, |m| m.len());
-            paths.retain(|p| *p != costs);
+            let opposites = dir.join(stretto_kv::contrast::OPPOSITES_FILE);
+            paths.retain(|p| *p != costs && *p != opposites);
             paths.sort();
             for file in paths {
                 let f = fs::File::open(&file).map_err(|e| stretto_core::CoreError::io(&file, e))?;
