@@ -207,6 +207,12 @@ fn doctor_sizes_the_stores_and_names_what_does_not_verify() {
         "{\"op\":\"embed:minilm\",\"item\":\"00\",\"task\":\"00\",\"seconds\":0.1}\n",
     )
     .unwrap();
+    // Nor are the contrasts' kept opposites.
+    std::fs::write(
+        memo.join(stretto::kv::contrast::OPPOSITES_FILE),
+        "{\"model\":\"smollm2-135m\",\"derivation\":1,\"prompt\":\"00\",\"opposite\":null}\n",
+    )
+    .unwrap();
     let minilm = home.join("models/minilm");
     std::fs::create_dir_all(&minilm).unwrap();
     std::fs::write(minilm.join("manifest.json"), "{}").unwrap();

@@ -6,13 +6,15 @@
 //! the items' length and on the model (on a CPU the weights' matrix products dominate a short past). A query
 //! otherwise learns it by asking every compressed rung about its probe tuples, which costs what the rung costs.
 //! Here a fixed, query-agnostic question runs over a few of the items ([`CALIBRATION_ITEMS`], the same ones for
-//! every query over them: those whose cached prefix hashes first) at every ratio of the ladder, in the ways asked of
-//! the two that operators ask: a filter's one question pass, and a map's question pass followed by one-token steps
-//! ([`MAP_STEPS`], a fixed number, so that answers of different lengths do not weigh on the figure). A query
+//! every query over them: those whose cached prefix hashes first) at every ratio of the ladder, in one or both of
+//! the ways operators ask ([`Pass`]): a filter's one question pass, and a map's question pass followed by one-token
+//! steps ([`MAP_STEPS`], a fixed number, so that answers of different lengths do not weigh on the figure). A query
 //! measures only the way its operator asks (a first query over new items pays for its own figures, not for another
-//! kind's); `stretto kv build` measures both ([`Pass::ALL`]). Each item's
-//! seconds (one run, after an untimed run warms the runtime) are added to [`CALIBRATION_FILE`] in the cache directory, one JSON line each (the
-//! file rewritten and renamed into place), and read back by later queries; a foreign line is skipped.
+//! kind's); `stretto kv build` measures both ([`Pass::ALL`]). A way lacking a figure is measured at every ratio asked
+//! and every ratio already on record, so that all of a way's figures come from one run. Each item's seconds (one
+//! run, after an untimed run warms the runtime and every ratio's pasts are read once) are added to
+//! [`CALIBRATION_FILE`] in the cache directory, one JSON line each (the file rewritten and renamed into place), and
+//! read back by later queries; a foreign line is skipped.
 //!
 //! ```no_run
 //! use stretto_kv::calibration::{calibrate, Pass, Rungs};
@@ -215,9 +217,9 @@ pub fn recorded(
 }
 
 /// The calibration of `rungs` over `items`: read from [`CALIBRATION_FILE`] in `kv_dir` where every figure is there
-/// ([`recorded`]), else measured and added: every ratio of each pass that lacks some figure (so that a share's
-/// two figures come from one run), the chosen items' pasts prefilled where missing, within `budget`. `memory_budget` bounds a run's working memory as for the
-/// operators' own passes.
+/// ([`recorded`]), else measured and added: each pass that lacks some figure, at every ratio asked and every ratio
+/// on record (so that a share's two figures come from one run), the chosen items' pasts prefilled where missing,
+/// within `budget`. `memory_budget` bounds a run's working memory as for the operators' own passes.
 pub fn calibrate(
     dec: &Decoder,
     kv_dir: &Path,
@@ -233,6 +235,19 @@ pub fn calibrate(
     let profiles = rungs.profiles();
     let lacking = if chosen.is_empty() { Vec::new() } else { missing(&figures, &profiles, rungs.passes, &chosen) };
     if !lacking.is_empty() {
+        // Every ratio on record for these items and a lacking way is measured again with those asked: a share's two
+        // figures must come from one run, and a new ratio-0 figure replaces the old one.
+        let on_record: Vec<f64> = figures
+            .keys()
+            .filter(|(_, pass, sha)| lacking.contains(pass) && chosen.iter().any(|(c, _)| c == sha))
+            .filter_map(|(id, _, _)| Profile::parse(id).ok())
+            .filter(|p| Profile { ratio: p.ratio, ..rungs.base.clone() }.id() == p.id())
+            .map(|p| p.ratio)
+            .collect();
+        let measured: Vec<Profile> = ladder_of(&[rungs.ratios, &on_record].concat())
+            .into_iter()
+            .map(|ratio| Profile { ratio, ..rungs.base.clone() })
+            .collect();
         let texts: Vec<String> = chosen.iter().map(|(_, t)| t.clone()).collect();
         let source = |p: &Profile| {
             let s = PastSource::new(p.clone(), kv_dir.to_path_buf()).with_memory_budget(memory_budget);
@@ -242,14 +257,14 @@ pub fn calibrate(
             }
         };
         // Every ratio's record is written where the uncompressed one is prefilled (the ladder).
-        source(&profiles[0]).ensure(dec, &texts)?;
+        source(&measured[0]).ensure(dec, &texts)?;
         let question = crate::tasks::filter_prompt(dec, FilterProtocol::DEFAULT, CALIBRATION_STATEMENT)?;
         // Within the memory budget as the operators' own passes: groups of items whose pasts fit it, each loaded
         // from its record when it runs (the loading counts, as it does in an operator's seconds).
         let groups = crate::tasks::groups_within(&texts, CALIBRATION_ITEMS, group_chars(dec.config(), memory_budget));
-        let timed = |src: &PastSource, pass: Pass| -> Result<f64> {
+        let timed = |src: &PastSource, pass: Pass, groups: &[Vec<usize>]| -> Result<f64> {
             let mut total = 0.0;
-            for group in &groups {
+            for group in groups {
                 let items: Vec<String> = group.iter().map(|&i| texts[i].clone()).collect();
                 let start = Instant::now();
                 let (pasts, _) = src.get(dec, &items)?;
@@ -263,13 +278,28 @@ pub fn calibrate(
         };
         // A first, untimed run of the first group warms the runtime (allocations at the batch's shapes, thread
         // pools) so that no ratio pays for it: over 8 e-commerce descriptions a first run took 1.6–2.5× the runs
-        // after it, which agreed within 15% of each other; each figure is then one run.
-        timed(&source(&profiles[0]), Pass::Filter)?;
+        // after it, which agreed within 15% of each other; each figure is then one run. A map's run warms both
+        // ways (its steps start with the question pass). Every ratio's records are read once first, so that none
+        // is timed from a cold disk while another comes from the page cache.
+        let warm = if lacking.contains(&Pass::Map) { Pass::Map } else { Pass::Filter };
+        timed(&source(&measured[0]), warm, &groups[..groups.len().min(1)])?;
+        for p in &measured {
+            let src = source(p);
+            for group in &groups {
+                let items: Vec<String> = group.iter().map(|&i| texts[i].clone()).collect();
+                src.get(dec, &items)?;
+            }
+        }
         let mut text = String::new();
-        for p in &profiles {
+        for p in &measured {
             let src = source(p);
             for &pass in &lacking {
-                let each = timed(&src, pass)? / texts.len() as f64;
+                let each = timed(&src, pass, &groups)? / texts.len() as f64;
+                // As a later read of the file will see it (JSON's float parsing may differ in the last bit), so that
+                // this query and the next decide on the same figure.
+                let each: f64 = serde_json::to_string(&each)
+                    .and_then(|t| serde_json::from_str(&t))
+                    .map_err(|e| KvError::Runtime(e.to_string()))?;
                 for (sha, _) in &chosen {
                     figures.insert((p.id(), pass, sha.clone()), each);
                     let line = Line { profile: p.id(), pass, item: sha.clone(), seconds: each };

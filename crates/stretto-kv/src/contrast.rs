@@ -15,8 +15,8 @@
 //! and the `contrast` filter protocol asks Yes/No instead). [`ContrastQuestion::new`] then forms the question and the two answer
 //! tokens from the token sequences of both answers, so it needs no assumption about how the tokenizer merges words.
 //! Deriving takes the model two generations (measured on 2 cores: 2.5 s for Qwen2.5-Coder-0.5B, 0.8 s for
-//! SmolLM2-135M), so operators call [`derive_question_kept`], which keeps each model's opposite (or its absence) in
-//! [`OPPOSITES_FILE`] in the memo directory and reads it back in later queries.
+//! SmolLM2-135M), so the LLM filters of `stretto-ops-text` call [`derive_question_kept`], which keeps each model's
+//! opposite (or its absence) in [`OPPOSITES_FILE`] in the memo directory and reads it back in later queries.
 //!
 //! ```no_run
 //! use stretto_kv::contrast::{derive_opposite, ContrastQuestion};
@@ -42,8 +42,9 @@ use crate::store::{append_lines, sha256_text};
 /// The file, in a memo directory, where [`derive_question_kept`] keeps the opposites models derived.
 pub const OPPOSITES_FILE: &str = "opposites.jsonl";
 
-/// The version of the derivation's checks ([`parse_opposite`], [`round_trips`]): a kept opposite of another
-/// version is derived again. (A change of the prompt changes its digest, which the kept lines are keyed by.)
+/// The version of the derivation (its checks, [`parse_opposite`] and [`round_trips`], and its generation, e.g.
+/// `MAX_TOKENS`): a kept opposite of another version is derived again. (A change of the prompt changes its digest,
+/// which the kept lines are keyed by.) Raise it with any change that can change a derived opposite.
 const DERIVATION: u32 = 1;
 
 /// The few-shot pairs of [`opposite_prompt`], as (statement, opposite) predicates after the subject. None is a
@@ -133,7 +134,8 @@ pub fn derive_question(dec: &Decoder, subject: &str, statement: &str) -> Result<
 /// [`derive_question`], with the opposite (or its absence) kept in [`OPPOSITES_FILE`] in `dir`: read from there where
 /// an earlier derivation by the same model of the same prompt left it, else derived and added. Deriving costs the
 /// model two generations (seconds on a CPU for each query that asks a contrast otherwise). `None` for `dir`
-/// derives without keeping anything. A torn or foreign line of the file is skipped.
+/// derives without keeping anything. A torn or foreign line of the file is skipped. Lines are keyed by the model's
+/// name: call it with the f32 decoder, as the operators do (a quantized rung asks its f32 model's question).
 pub fn derive_question_kept(
     dec: &Decoder,
     dir: Option<&Path>,
@@ -165,8 +167,9 @@ struct Kept {
 fn kept_opposite(dec: &Decoder, dir: &Path, subject: &str, statement: &str) -> Result<Option<String>> {
     let path = dir.join(OPPOSITES_FILE);
     let prompt = sha256_text(&opposite_prompt(subject, statement));
-    let text = match std::fs::read_to_string(&path) {
-        Ok(text) => text,
+    // (Read lossily: a line of damaged bytes is skipped as foreign, not an error for every later query.)
+    let text = match std::fs::read(&path) {
+        Ok(bytes) => String::from_utf8_lossy(&bytes).into_owned(),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
         Err(e) => return Err(KvError::io(&path, e)),
     };

@@ -145,8 +145,9 @@ fn corrupt(path: &Path, message: impl Into<String>) -> KvError {
 /// ([`write_atomic`]): a crash leaves the old file or the new one, never half a line. Two processes adding at once
 /// may each keep only their own lines (what the other added is then computed again where it is needed).
 pub(crate) fn append_lines(path: &Path, text: &str) -> Result<()> {
-    let mut old = match fs::read_to_string(path) {
-        Ok(s) => s,
+    // (Lossily: damaged bytes in an old line must not stop new lines from being added.)
+    let mut old = match fs::read(path) {
+        Ok(bytes) => String::from_utf8_lossy(&bytes).into_owned(),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
         Err(e) => return Err(KvError::io(path, e)),
     };

@@ -385,10 +385,17 @@ fn a_calibration_is_measured_once_and_read_back() {
     let after_map = std::fs::read_to_string(&path).unwrap();
     assert_eq!(after_map.lines().count(), 2 * 2 * CALIBRATION_ITEMS);
     assert!(after_map.starts_with(&written), "the filter lines are kept as they were");
-    // A ratio not measured yet is measured, at every ratio of the passes asked (a share's two figures from one run).
-    let more = calibrate(dec, dir.path(), &filter_at(&base, &[0.5, 0.8]), &items, 1 << 30, None).unwrap();
+    // A ratio not measured yet is measured, with 0 and the ratio on record (0.8) for the pass asked, so that every
+    // filter share's two figures come from one run; the map figures stay.
+    let more = calibrate(dec, dir.path(), &filter_at(&base, &[0.5]), &items, 1 << 30, None).unwrap();
     assert!(more.seconds(Pass::Filter, 0.5).is_some());
-    assert_eq!(std::fs::read_to_string(&path).unwrap().lines().count(), (2 * 2 + 3) * CALIBRATION_ITEMS);
+    let lines = std::fs::read_to_string(&path).unwrap();
+    assert_eq!(lines.lines().count(), (2 * 2 + 3) * CALIBRATION_ITEMS);
+    let added: Vec<&str> = lines.lines().skip(2 * 2 * CALIBRATION_ITEMS).collect();
+    for ratio in ["0.00", "0.50", "0.80"] {
+        let at = format!("@expected-attention-{ratio}\",\"pass\":\"filter\"");
+        assert_eq!(added.iter().filter(|l| l.contains(&at)).count(), CALIBRATION_ITEMS, "{ratio}: {added:?}");
+    }
 }
 
 /// The calibration of `base`'s model at `ratios`, the filter pass alone (as a filter's query measures it).
