@@ -244,10 +244,8 @@ pub fn calibrate(
             .filter(|p| Profile { ratio: p.ratio, ..rungs.base.clone() }.id() == p.id())
             .map(|p| p.ratio)
             .collect();
-        let measured: Vec<Profile> = ladder_of(&[rungs.ratios, &on_record].concat())
-            .into_iter()
-            .map(|ratio| Profile { ratio, ..rungs.base.clone() })
-            .collect();
+        let all = [rungs.ratios, &on_record].concat();
+        let measured = Rungs { ratios: &all, ..*rungs }.profiles();
         let texts: Vec<String> = chosen.iter().map(|(_, t)| t.clone()).collect();
         let source = |p: &Profile| {
             let s = PastSource::new(p.clone(), kv_dir.to_path_buf()).with_memory_budget(memory_budget);
@@ -261,13 +259,16 @@ pub fn calibrate(
         let question = crate::tasks::filter_prompt(dec, FilterProtocol::DEFAULT, CALIBRATION_STATEMENT)?;
         // Within the memory budget as the operators' own passes: groups of items whose pasts fit it, each loaded
         // from its record when it runs (the loading counts, as it does in an operator's seconds).
-        let groups = crate::tasks::groups_within(&texts, CALIBRATION_ITEMS, group_chars(dec.config(), memory_budget));
-        let timed = |src: &PastSource, pass: Pass, groups: &[Vec<usize>]| -> Result<f64> {
+        let batches: Vec<Vec<String>> =
+            crate::tasks::groups_within(&texts, CALIBRATION_ITEMS, group_chars(dec.config(), memory_budget))
+                .into_iter()
+                .map(|group| group.into_iter().map(|i| texts[i].clone()).collect())
+                .collect();
+        let timed = |src: &PastSource, pass: Pass, batches: &[Vec<String>]| -> Result<f64> {
             let mut total = 0.0;
-            for group in groups {
-                let items: Vec<String> = group.iter().map(|&i| texts[i].clone()).collect();
+            for items in batches {
                 let start = Instant::now();
-                let (pasts, _) = src.get(dec, &items)?;
+                let (pasts, _) = src.get(dec, items)?;
                 match pass {
                     Pass::Filter => run_filter(dec, &pasts, &question.tokens)?,
                     Pass::Map => run_map(dec, &pasts, &question.tokens)?,
@@ -282,19 +283,18 @@ pub fn calibrate(
         // ways (its steps start with the question pass). Every ratio's records are read once first, so that none
         // is timed from a cold disk while another comes from the page cache.
         let warm = if lacking.contains(&Pass::Map) { Pass::Map } else { Pass::Filter };
-        timed(&source(&measured[0]), warm, &groups[..groups.len().min(1)])?;
+        timed(&source(&measured[0]), warm, &batches[..batches.len().min(1)])?;
         for p in &measured {
             let src = source(p);
-            for group in &groups {
-                let items: Vec<String> = group.iter().map(|&i| texts[i].clone()).collect();
-                src.get(dec, &items)?;
+            for items in &batches {
+                src.get(dec, items)?;
             }
         }
         let mut text = String::new();
         for p in &measured {
             let src = source(p);
             for &pass in &lacking {
-                let each = timed(&src, pass, &groups)? / texts.len() as f64;
+                let each = timed(&src, pass, &batches)? / texts.len() as f64;
                 // As a later read of the file will see it (JSON's float parsing may differ in the last bit), so that
                 // this query and the next decide on the same figure.
                 let each: f64 = serde_json::to_string(&each)
