@@ -16,7 +16,9 @@
 //! tokens from the token sequences of both answers, so it needs no assumption about how the tokenizer merges words.
 //! Deriving takes the model two generations (measured on 2 cores: 2.5 s for Qwen2.5-Coder-0.5B, 0.8 s for
 //! SmolLM2-135M), so the LLM filters of `stretto-ops-text` call [`derive_question_kept`], which keeps each model's
-//! opposite (or its absence) in [`OPPOSITES_FILE`] in the memo directory and reads it back in later queries.
+//! opposite (or its absence) in [`OPPOSITES_FILE`] in the memo directory and reads it back in later queries; the
+//! joins' side projections keep theirs there too ([`property_question_kept`]: a property's values, then their
+//! opposite, three generations).
 //!
 //! ```no_run
 //! use stretto_kv::contrast::{derive_opposite, ContrastQuestion};
@@ -39,12 +41,14 @@ use crate::decoder::{Decoder, Step};
 use crate::error::{KvError, Result};
 use crate::store::{append_lines, sha256_text};
 
-/// The file, in a memo directory, where [`derive_question_kept`] keeps the opposites models derived.
+/// The file, in a memo directory, where [`derive_question_kept`] and [`property_question_kept`] keep what models
+/// derived: opposites, and a property's two values.
 pub const OPPOSITES_FILE: &str = "opposites.jsonl";
 
-/// The version of the derivation (its checks, [`parse_opposite`] and [`round_trips`], and its generation, e.g.
-/// `MAX_TOKENS`): a kept opposite of another version is derived again. (A change of the prompt changes its digest,
-/// which the kept lines are keyed by.) Raise it with any change that can change a derived opposite.
+/// The version of the derivations (their checks, [`parse_opposite`], [`round_trips`] and [`parse_values`], and their
+/// generation, e.g. `MAX_TOKENS`): a kept opposite or pair of values of another version is derived again. (A change
+/// of a prompt changes its digest, which the kept lines are keyed by.) Raise it with any change that can change a
+/// derived opposite or pair of values.
 const DERIVATION: u32 = 1;
 
 /// The few-shot pairs of [`opposite_prompt`], as (statement, opposite) predicates after the subject. None is a
@@ -152,42 +156,70 @@ pub fn derive_question_kept(
     }
 }
 
-/// One line of [`OPPOSITES_FILE`].
+/// One line of [`OPPOSITES_FILE`]: what one model derived from one prompt (an opposite's, or a property's values').
 #[derive(Serialize, Deserialize)]
 struct Kept {
     model: String,
     derivation: u32,
-    /// SHA-256 of [`opposite_prompt`] for the statement.
+    /// SHA-256 of the prompt: [`opposite_prompt`] for the statement, or [`values_prompt`] for the property.
     prompt: String,
+    /// The opposite (of an [`opposite_prompt`] line), or `None` where the model derived none.
     opposite: Option<String>,
+    /// The two values (of a [`values_prompt`] line), or `None` where the model named none. Absent from the lines
+    /// of opposites.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    values: Option<(String, String)>,
 }
 
-/// The opposite `dec` derives for `statement`, as [`OPPOSITES_FILE`] in `dir` keeps it (the latest line wins), or
-/// derived now and added.
-fn kept_opposite(dec: &Decoder, dir: &Path, subject: &str, statement: &str) -> Result<Option<String>> {
+/// The latest line of [`OPPOSITES_FILE`] in `dir` that `dec` derived from the prompt whose digest is `prompt`, if any.
+fn kept_line(dec: &Decoder, dir: &Path, prompt: &str) -> Result<Option<Kept>> {
     let path = dir.join(OPPOSITES_FILE);
-    let prompt = sha256_text(&opposite_prompt(subject, statement));
     // (Read lossily: a line of damaged bytes is skipped as foreign, not an error for every later query.)
     let text = match std::fs::read(&path) {
         Ok(bytes) => String::from_utf8_lossy(&bytes).into_owned(),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
         Err(e) => return Err(KvError::io(&path, e)),
     };
-    let found = text
+    Ok(text
         .lines()
         .filter_map(|l| serde_json::from_str::<Kept>(l).ok())
         .filter(|k| k.model == dec.name() && k.derivation == DERIVATION && k.prompt == prompt)
-        .last();
-    if let Some(k) = found {
+        .last())
+}
+
+/// Adds `line` to [`OPPOSITES_FILE`] in `dir`.
+fn keep_line(dir: &Path, line: &Kept) -> Result<()> {
+    let mut text = serde_json::to_string(line).map_err(|e| KvError::Runtime(e.to_string()))?;
+    text.push('\n');
+    append_lines(&dir.join(OPPOSITES_FILE), &text)
+}
+
+/// The opposite `dec` derives for `statement`, as [`OPPOSITES_FILE`] in `dir` keeps it (the latest line wins), or
+/// derived now and added.
+fn kept_opposite(dec: &Decoder, dir: &Path, subject: &str, statement: &str) -> Result<Option<String>> {
+    let prompt = sha256_text(&opposite_prompt(subject, statement));
+    if let Some(k) = kept_line(dec, dir, &prompt)? {
         tracing::debug!(model = dec.name(), statement, opposite = ?k.opposite, "opposite read back");
         return Ok(k.opposite);
     }
     let opposite = derive_opposite(dec, subject, statement)?;
-    let line = Kept { model: dec.name().to_string(), derivation: DERIVATION, prompt, opposite: opposite.clone() };
-    let mut line = serde_json::to_string(&line).map_err(|e| KvError::Runtime(e.to_string()))?;
-    line.push('\n');
-    append_lines(&path, &line)?;
-    Ok(opposite)
+    let line = Kept { model: dec.name().to_string(), derivation: DERIVATION, prompt, opposite, values: None };
+    keep_line(dir, &line)?;
+    Ok(line.opposite)
+}
+
+/// The two values `dec` names for `property`, as [`OPPOSITES_FILE`] in `dir` keeps them, or derived now
+/// ([`derive_values`]) and added.
+fn kept_values(dec: &Decoder, dir: &Path, property: &str) -> Result<Option<(String, String)>> {
+    let prompt = sha256_text(&values_prompt(property));
+    if let Some(k) = kept_line(dec, dir, &prompt)? {
+        tracing::debug!(model = dec.name(), property, values = ?k.values, "values read back");
+        return Ok(k.values);
+    }
+    let values = derive_values(dec, property)?;
+    let line = Kept { model: dec.name().to_string(), derivation: DERIVATION, prompt, opposite: None, values };
+    keep_line(dir, &line)?;
+    Ok(line.values)
 }
 
 /// The model's one-way opposite of `statement`: its completion of [`opposite_prompt`], if usable
@@ -313,10 +345,31 @@ pub fn derive_values(dec: &Decoder, property: &str) -> Result<Option<(String, St
 /// way back), so that a property with many values ("genre" → "fiction or non-fiction") is not squeezed onto two.
 /// `None` when the model names no usable values, they are not opposites, or the two answers share every token.
 pub fn property_question(dec: &Decoder, item: &str, property: &str) -> Result<Option<ContrastQuestion>> {
-    let Some((a, b)) = derive_values(dec, property)? else { return Ok(None) };
+    property_question_kept(dec, None, item, property)
+}
+
+/// [`property_question`], with the values and the opposite it derives (or their absence) kept in
+/// [`OPPOSITES_FILE`] in `dir` and read back from there by later calls, as [`derive_question_kept`] keeps an
+/// opposite: deriving costs the model three generations. `None` for `dir` derives without keeping anything.
+pub fn property_question_kept(
+    dec: &Decoder,
+    dir: Option<&Path>,
+    item: &str,
+    property: &str,
+) -> Result<Option<ContrastQuestion>> {
+    let _span = tracing::info_span!("property_question", model = dec.name(), property).entered();
+    let values = match dir {
+        Some(dir) => kept_values(dec, dir, property)?,
+        None => derive_values(dec, property)?,
+    };
+    let Some((a, b)) = values else { return Ok(None) };
     let subject = format!("the {} of {item}", clean(property));
     let (first, second) = (format!("{subject} is {a}"), format!("{subject} is {b}"));
-    match derive_opposite(dec, &subject, &first)? {
+    let opposite = match dir {
+        Some(dir) => kept_opposite(dec, dir, &subject, &first)?,
+        None => derive_opposite(dec, &subject, &first)?,
+    };
+    match opposite {
         Some(o) if words(&o) == words(&second) => ContrastQuestion::new(dec, &subject, &first, &second),
         _ => Ok(None),
     }

@@ -133,3 +133,33 @@ fn a_derived_opposite_is_kept_and_read_back() {
     assert_eq!(derive_question_kept(&dec, Some(&memo), SUBJECT, other).unwrap(), kept);
     assert_eq!(std::fs::read_to_string(&path).unwrap().lines().count(), 3, "read back, nothing added");
 }
+
+/// A join's side projection keeps what it derived (the property's two values, then their opposite) in the same
+/// file, and a later call reads both back rather than generating again; without a directory nothing is kept.
+#[test]
+fn a_property_question_keeps_its_values_and_opposite_and_reads_them_back() {
+    use stretto_kv::contrast::{property_question, property_question_kept, OPPOSITES_FILE};
+    let dec = Decoder::load(&default_home(), "smollm2-135m", 2).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let memo = dir.path().join("memo");
+    let derived = property_question(&dec, SUBJECT, "sentiment").unwrap().expect("two values");
+    assert!(!memo.exists(), "property_question keeps nothing");
+    let q = property_question_kept(&dec, Some(&memo), SUBJECT, "sentiment").unwrap();
+    assert_eq!(q.as_ref(), Some(&derived));
+    let path = memo.join(OPPOSITES_FILE);
+    let kept = std::fs::read_to_string(&path).unwrap();
+    let lines: Vec<&str> = kept.lines().collect();
+    assert_eq!(lines.len(), 2, "the values, then their opposite: {kept}");
+    assert!(lines[0].contains("\"values\":[\"positive\",\"negative\"]"), "{kept}");
+    assert!(lines[1].contains("\"opposite\":\"the sentiment of the text above is negative\""), "{kept}");
+    // Read back, not derived again: the question follows what the file keeps (the kept opposite must still be the
+    // second value, so both are changed alike).
+    std::fs::write(&path, kept.replace("negative", "lukewarm")).unwrap();
+    let q = property_question_kept(&dec, Some(&memo), SUBJECT, "sentiment").unwrap().expect("kept values");
+    assert_eq!(q.question, "Question: is the sentiment of the text above positive or lukewarm?");
+    assert_eq!(std::fs::read_to_string(&path).unwrap().lines().count(), 2, "nothing added");
+    // A property the file keeps no values for: derived, and its values line added.
+    let colour = property_question(&dec, SUBJECT, "colour").unwrap();
+    assert_eq!(property_question_kept(&dec, Some(&memo), SUBJECT, "colour").unwrap(), colour);
+    assert!(std::fs::read_to_string(&path).unwrap().lines().count() >= 3);
+}

@@ -520,7 +520,8 @@ impl ProjectPair {
     }
 
     /// How this operator's model projects a side onto `property`: the contrast between the property's two values
-    /// as the model names them, derived once per model and property in the process ([`projections`]).
+    /// as the model names them, derived once per model and property in the process ([`projections`]) and kept
+    /// beside the memoised answers for later queries (none with memo off).
     fn projection(&self, property: &str) -> Result<Option<ContrastQuestion>> {
         let mut cache =
             projections().lock().map_err(|_| CoreError::operator(&self.name, "projection lock poisoned"))?;
@@ -530,7 +531,11 @@ impl ProjectPair {
         }
         let kv = kv_err(&self.name);
         let dec = crate::decoder(&self.ctx, &self.config.model, stretto_kv::convert::Weights::F32).map_err(&kv)?;
-        let q = stretto_kv::contrast::property_question(&dec, "the text above", property).map_err(&kv)?;
+        let dir = match &self.ctx.memo {
+            stretto_core::context::MemoPolicy::Dir(dir) => Some(dir.as_path()),
+            stretto_core::context::MemoPolicy::Off => None,
+        };
+        let q = stretto_kv::contrast::property_question_kept(&dec, dir, "the text above", property).map_err(&kv)?;
         match &q {
             Some(q) => tracing::info!(op = %self.name, question = %q.question, lead = %q.lead, "side projection"),
             None => tracing::info!(op = %self.name, property, "no two values named: each side's answer is compared"),
