@@ -226,7 +226,7 @@ fn kept_values(dec: &Decoder, dir: &Path, property: &str) -> Result<Option<(Stri
 /// ([`parse_opposite`]).
 pub fn propose_opposite(dec: &Decoder, subject: &str, statement: &str) -> Result<Option<String>> {
     let ids = dec.encode(&opposite_prompt(subject, statement))?;
-    let out = dec.generate(&[Step { past: None, tokens: &ids }], MAX_TOKENS)?;
+    let out = dec.generate_line(&[Step { past: None, tokens: &ids }], MAX_TOKENS)?;
     Ok(out.first().and_then(|g| parse_opposite(subject, statement, &g.text)))
 }
 
@@ -335,7 +335,7 @@ pub fn parse_values(completion: &str) -> Option<(String, String)> {
 pub fn derive_values(dec: &Decoder, property: &str) -> Result<Option<(String, String)>> {
     let _span = tracing::info_span!("derive_values", model = dec.name(), property).entered();
     let ids = dec.encode(&values_prompt(property))?;
-    let out = dec.generate(&[Step { past: None, tokens: &ids }], MAX_TOKENS)?;
+    let out = dec.generate_line(&[Step { past: None, tokens: &ids }], MAX_TOKENS)?;
     Ok(out.first().and_then(|g| parse_values(&g.text)))
 }
 

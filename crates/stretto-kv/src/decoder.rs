@@ -119,7 +119,8 @@ pub struct Generation {
     /// Probability of the whole answer under the model (product of the chosen tokens' probabilities, the stop
     /// token included when it was reached).
     pub confidence: f64,
-    /// Whether a stop token ended it (rather than the token limit).
+    /// Whether a stop token ended it (or, in [`Decoder::generate_line`], the end of its first line) rather than the
+    /// token limit.
     pub stopped: bool,
 }
 
@@ -734,7 +735,20 @@ impl Decoder {
 
     /// Greedy decoding of each row (a past, possibly empty, then prompt tokens), batched, up to `max_tokens`.
     pub fn generate(&self, rows: &[Step<'_>], max_tokens: usize) -> Result<Vec<Generation>> {
-        let _span = tracing::info_span!("generate", model = %self.name, rows = rows.len()).entered();
+        self.generate_until(rows, max_tokens, false)
+    }
+
+    /// [`Decoder::generate`] for callers that read only the first non-empty line of each answer (a map's value, a
+    /// derived opposite): a row stops at the token that ends that line, as at a stop token, so a model that goes on
+    /// after its answer ("Running\nThe shoe is…") does not pay decode steps whose text is thrown away. The text up to
+    /// that token is what [`Decoder::generate`] gives up to it, and the confidence is the product over the tokens
+    /// kept, the line's end included.
+    pub fn generate_line(&self, rows: &[Step<'_>], max_tokens: usize) -> Result<Vec<Generation>> {
+        self.generate_until(rows, max_tokens, true)
+    }
+
+    fn generate_until(&self, rows: &[Step<'_>], max_tokens: usize, first_line: bool) -> Result<Vec<Generation>> {
+        let _span = tracing::info_span!("generate", model = %self.name, rows = rows.len(), first_line).entered();
         let n = rows.len();
         let mut gens: Vec<Generation> = (0..n)
             .map(|_| Generation { text: String::new(), tokens: Vec::new(), confidence: 1.0, stopped: false })
@@ -771,6 +785,10 @@ impl Decoder {
                 }
                 gens[i].tokens.push(tok);
                 if gens[i].tokens.len() >= max_tokens {
+                    continue;
+                }
+                if first_line && self.decode(&gens[i].tokens)?.trim_start().contains('\n') {
+                    gens[i].stopped = true;
                     continue;
                 }
                 next[i] = tok;

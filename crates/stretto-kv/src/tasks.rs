@@ -359,7 +359,8 @@ pub fn filter_scores_after(
 /// A map answer: the decoded text and its probability.
 pub type Answer = (String, f64);
 
-/// Greedy answers (at most `max_tokens`) with their probabilities for every item; and the seconds each cost.
+/// Greedy answers (at most `max_tokens`, up to the end of the first line: [`Decoder::generate_line`]) with their
+/// probabilities for every item; and the seconds each cost.
 pub fn map_answers(
     dec: &Decoder,
     source: &PastSource,
@@ -374,7 +375,7 @@ pub fn map_answers(
     let mut answers = vec![(String::new(), 0.0); items.len()];
     let seconds = grouped(dec, source, items, batch, |group, pasts| {
         let steps: Vec<Step<'_>> = pasts.iter().map(|p| Step { past: Some(p), tokens: &q }).collect();
-        for (&i, g) in group.iter().zip(dec.generate(&steps, max_tokens)?) {
+        for (&i, g) in group.iter().zip(dec.generate_line(&steps, max_tokens)?) {
             answers[i] = (g.text.trim().to_string(), g.confidence);
         }
         Ok(())

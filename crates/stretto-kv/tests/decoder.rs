@@ -37,6 +37,29 @@ fn answers_the_capital_question() {
     assert!(out.confidence > 0.0 && out.confidence <= 1.0);
 }
 
+/// A row that goes on after its first line stops at the token that ends it: the same tokens as full generation up
+/// to there, the same first line, and the confidence over the tokens kept; a row that starts with blank lines is not
+/// stopped by them; and rows stop apart within a batch.
+#[test]
+fn generate_line_stops_each_row_at_the_end_of_its_first_line() {
+    let dec = decoder();
+    // A raw few-shot prompt whose completion runs on into the next example after its answer line.
+    let few_shot = dec.encode("Colour of the sky: blue\nColour of grass: green\nColour of snow:").unwrap();
+    let blank = dec.encode("A list of three fruits, one per line, after a blank line:\n\n").unwrap();
+    let rows = [Step { past: None, tokens: &few_shot }, Step { past: None, tokens: &blank }];
+    let full = dec.generate(&rows, 16).unwrap();
+    let line = dec.generate_line(&rows, 16).unwrap();
+    for (f, l) in full.iter().zip(&line) {
+        assert!(f.text.trim_start().contains('\n'), "the full text runs past its first line: {:?}", f.text);
+        assert!(l.tokens.len() < f.tokens.len(), "{l:?} vs {f:?}");
+        assert_eq!(l.tokens[..], f.tokens[..l.tokens.len()], "the same tokens up to the line's end");
+        assert!(l.stopped && l.text.trim_start().contains('\n'), "{l:?}");
+        let first = |t: &str| t.lines().map(str::trim).find(|x| !x.is_empty()).map(String::from);
+        assert_eq!(first(&l.text), first(&f.text));
+        assert!(l.confidence >= f.confidence && l.confidence <= 1.0, "{} vs {}", l.confidence, f.confidence);
+    }
+}
+
 #[test]
 fn logits_match_an_independent_f64_forward_pass() {
     let dec = decoder();

@@ -552,7 +552,9 @@ impl ProjectPair {
         // The key a side's projection is kept under: the question, and whether its log-odds are calibrated.
         let question = match &projection {
             Some(q) => format!("{}\n{}\n{}", q.question, q.lead, if self.calibrated() { "calibrated" } else { "raw" }),
-            None => Self::map_question(property).0,
+            // (Free answers stop at their first line's end, their confidence over it: those kept before, whose
+            // confidence ran on over the text after it, are not read.)
+            None => format!("{}#line", Self::map_question(property).0),
         };
         let identity = crate::under_system_prompt(self.name.clone(), &self.config.model);
         let key = |s: &str| memo_key(&identity, &question, s);

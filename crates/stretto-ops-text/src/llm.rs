@@ -465,9 +465,15 @@ impl LlmOp {
             return Ok(self.fixed_words(self.name.clone()));
         }
         // A closed-choice map answers by walking its choices, not by free generation: its answers are kept apart
-        // from free answers memoised before choices were read.
+        // from free answers memoised before choices were read. A free answer stops at its first line's end
+        // ([`stretto_kv::decoder::Decoder::generate_line`]), its confidence the product over that line: free answers
+        // memoised before, whose confidence ran on over up to `max_tokens` of text after it, are not read.
         if task.kind == LogicalKind::Map {
-            return Ok(map_identity(&self.name, &self.question(task)));
+            let question = self.question(task);
+            return Ok(match stretto_kv::choice::closed_choices(&question) {
+                Some(_) => map_identity(&self.name, &question),
+                None => format!("{}#line", self.name),
+            });
         }
         Ok(self.name.clone())
     }
