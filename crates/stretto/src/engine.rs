@@ -771,6 +771,54 @@ fn probe_drops(
     }
 }
 
+/// Drops, after the probe, the map candidates whose values matched gold's there so rarely that even the upper end of
+/// the credible interval of their share (at `credible`) is below [`HOPELESS_QUALITY`]: screening would drop them
+/// as hopeless after the rest of its tuples anyway, but for a chance of at most about `1 − credible`. With their
+/// reasons; gold, filters, and candidates whose values are not known (figures from the cost record) stay. Like
+/// every screening drop, this looks only at tuples outside the profiling sample.
+fn probe_hopeless(
+    tasks: &[SemanticTask],
+    cands: &[Vec<Arc<RegisteredOp>>],
+    tried: &mut [Vec<Tried>],
+    credible: f64,
+    dropped: &mut Vec<Dropped>,
+) {
+    for ((task, ops), tried) in tasks.iter().zip(cands).zip(tried.iter_mut()) {
+        if task.kind != LogicalKind::Map {
+            continue;
+        }
+        let Some(OpOutput::Values { values: gold, .. }) =
+            tried.first().filter(|t| t.idx == 0).map(|t| t.output.clone())
+        else {
+            continue;
+        };
+        tried.retain(|t| {
+            let OpOutput::Values { values, .. } = &t.output else { return true };
+            if t.idx == 0 || values.len() != gold.len() {
+                return true;
+            }
+            let answered = gold.iter().filter(|g| g.is_some()).count();
+            let matched = gold.iter().zip(values).filter(|(g, v)| g.is_some() && g == v).count();
+            let upper =
+                1.0 - stretto_optim::bounds::beta_lower_bound((answered - matched) as f64, matched as f64, credible);
+            if answered == 0 || upper >= HOPELESS_QUALITY {
+                return true;
+            }
+            dropped.push(Dropped {
+                logical: task.name.clone(),
+                operator: ops[t.idx].name().to_string(),
+                reason: format!(
+                    "hopeless: gave gold's value on {matched} of the {answered} probe tuples gold answered (a share of \
+                     at most {:.0}% at {:.0}% credibility)",
+                    100.0 * upper,
+                    100.0 * credible
+                ),
+            });
+            false
+        });
+    }
+}
+
 /// The candidates `due(logical, candidate)` that [`probe_drops`] dropped in `by_record` (run on figures that earlier
 /// queries recorded, [`RegisteredOp::recorded_costs`]), each with its reason as a screening drop: they need not be
 /// asked on the probe to be dropped there.
@@ -2536,6 +2584,7 @@ fn profile_candidates(
                     }
                     let mut by_record = Vec::new();
                     probe_drops(&tasks, &cands, &mut est, probe, &mut by_record);
+                    probe_hopeless(&tasks, &cands, &mut est, o.credible, &mut Vec::new());
                     let (rest, note) = rest_of(&est, probe);
                     let (cost, saving, free) = pays_with(&est, rest, true, probe, &unasked);
                     let asked: usize = done.iter().map(BTreeSet::len).sum::<usize>() - not_asked.len();
@@ -2616,6 +2665,7 @@ fn profile_candidates(
             ran[t].insert(i);
         }
         probe_drops(&tasks, &cands, &mut tried, probe, &mut screening.dropped);
+        probe_hopeless(&tasks, &cands, &mut tried, o.credible, &mut screening.dropped);
         let with_setup: Vec<(usize, usize)> = cands
             .iter()
             .enumerate()
@@ -2659,6 +2709,7 @@ fn profile_candidates(
                     tried.sort_by_key(|t| t.idx);
                 }
                 probe_drops(&tasks, &cands, &mut tried, probe, &mut screening.dropped);
+                probe_hopeless(&tasks, &cands, &mut tried, o.credible, &mut screening.dropped);
             }
         }
         // A candidate is worth profiling only if it could save more than its own profiling costs: at best it
@@ -3889,6 +3940,52 @@ mod tests {
         assert!(
             drop_compressed_by_calibration(&task, &mut orphans, &calibration(0.99, 0.99), |_| 60.0, 40.0).is_empty()
         );
+    }
+
+    #[test]
+    fn a_map_candidate_is_hopeless_after_the_probe_only_where_even_its_credible_best_misses_gold() {
+        let map = SemanticTask::map("m", "Extract the [sport] of {t.text}", "sport", ValueType::String);
+        let filter = SemanticTask::filter("f", "{t.text} is long");
+        let ops: Vec<Arc<RegisteredOp>> =
+            ["gold", "never", "once", "short", "unknown"].iter().map(|n| rung(n, 0.0, *n == "gold", None)).collect();
+        let v = |xs: &[Option<&str>]| OpOutput::Values {
+            values: xs.iter().map(|x| x.map(String::from)).collect(),
+            confidences: vec![1.0; xs.len()],
+        };
+        let tried = |idx: usize, output: OpOutput| Tried { idx, output, secs: vec![0.1; 4] };
+        let gold = [Some("run"), Some("swim"), Some("golf"), Some("ski")];
+        let answers = || {
+            vec![
+                tried(0, v(&gold)),
+                // Gold's value on none of the 4: at most 45% at 95% credibility.
+                tried(1, v(&[Some("running"), None, Some("golf course"), Some("skiing")])),
+                // Once: at most 66%, kept.
+                tried(2, v(&[Some("run"), None, None, None])),
+                // Answers on fewer tuples than gold's: not judged.
+                tried(3, v(&[None, None])),
+                // Figures from the cost record: no values.
+                tried(4, OpOutput::Scores(Vec::new())),
+            ]
+        };
+        let names = |t: &[Tried]| t.iter().map(|t| ops[t.idx].name().to_string()).collect::<Vec<_>>();
+        let mut t = vec![answers()];
+        let mut dropped = Vec::new();
+        probe_hopeless(std::slice::from_ref(&map), std::slice::from_ref(&ops), &mut t, 0.95, &mut dropped);
+        assert_eq!(names(&t[0]), ["gold", "once", "short", "unknown"]);
+        assert_eq!(dropped.len(), 1);
+        assert!(dropped[0].reason.contains("on 0 of the 4 probe tuples"), "{}", dropped[0].reason);
+        // At a lower credibility its best is lower still; a filter's candidates are never judged here; nor where
+        // gold answered no tuple.
+        let mut t = vec![answers()];
+        probe_hopeless(std::slice::from_ref(&map), std::slice::from_ref(&ops), &mut t, 0.5, &mut Vec::new());
+        assert_eq!(names(&t[0]), ["gold", "short", "unknown"], "once in 4 is at most 31% at 50%");
+        let mut t = vec![answers()];
+        probe_hopeless(std::slice::from_ref(&filter), std::slice::from_ref(&ops), &mut t, 0.95, &mut Vec::new());
+        assert_eq!(t[0].len(), 5);
+        let mut t = vec![answers()];
+        t[0][0] = tried(0, v(&[None, None, None, None]));
+        probe_hopeless(std::slice::from_ref(&map), std::slice::from_ref(&ops), &mut t, 0.95, &mut Vec::new());
+        assert_eq!(t[0].len(), 5);
     }
 
     #[test]
