@@ -166,6 +166,12 @@ type TaskFigures = Vec<(Digest16, f64, bool)>;
 /// The file name of a persisted [`CostRecord`] in a memo directory.
 pub const COSTS_FILE: &str = "costs.jsonl";
 
+/// The version of what [`CostRecord`]'s figures measure: lines of another version are not read (the figure is
+/// simply measured again). Raise it when operators change how long an answer takes in a way the figures recorded
+/// before would misstate. Version 1: an LLM map's free answer stops at the end of its first line, where it ran on
+/// to its token limit before (lines without a version are of version 0).
+pub const COST_FIGURES: u32 = 1;
+
 /// One line of a persisted [`CostRecord`].
 #[derive(serde::Serialize, serde::Deserialize)]
 struct CostLine {
@@ -173,6 +179,9 @@ struct CostLine {
     item: String,
     task: String,
     seconds: f64,
+    /// [`COST_FIGURES`] when it was recorded.
+    #[serde(default)]
+    v: u32,
 }
 
 /// Tasks a [`CostRecord`] keeps figures of per (operator, item), the latest.
@@ -234,6 +243,9 @@ impl CostRecord {
                     let Ok(line) = line else { break };
                     // A torn or foreign line is skipped: the figure is simply measured again.
                     let Ok(l) = serde_json::from_str::<CostLine>(&line) else { continue };
+                    if l.v != COST_FIGURES {
+                        continue;
+                    }
                     let (Some(item), Some(task)) = (Digest16::from_hex(&l.item), Digest16::from_hex(&l.task)) else {
                         continue;
                     };
@@ -260,7 +272,13 @@ impl CostRecord {
             // Recorded by this process now, whether or not an earlier one recorded the same.
             push_figure(figures, task, s, false);
             if !known && self.path.is_some() {
-                let line = CostLine { op: operator.to_string(), item: digest.hex(), task: task.hex(), seconds: s };
+                let line = CostLine {
+                    op: operator.to_string(),
+                    item: digest.hex(),
+                    task: task.hex(),
+                    seconds: s,
+                    v: COST_FIGURES,
+                };
                 if let Ok(l) = serde_json::to_string(&line) {
                     text.push_str(&l);
                     text.push('\n');
@@ -409,6 +427,18 @@ mod tests {
         later.record("op", task, &items[..1], &[0.75]);
         assert_eq!(lines(), before + 1);
         assert_eq!(later.figure("op", task, "a", false), Some(0.75));
+        // A line of another version of the figures (here one written before versions: 0) is not read.
+        let other = dir.path().join("other.jsonl");
+        let hex = |d: Digest16| d.hex();
+        let old = format!(
+            "{{\"op\":\"op\",\"item\":\"{}\",\"task\":\"{}\",\"seconds\":2.0}}\n",
+            hex(Digest16::of("a")),
+            hex(task)
+        );
+        fs::write(&other, &old).unwrap();
+        assert_eq!(CostRecord::open(&other).unwrap().figure("op", task, "a", true), None);
+        fs::write(&other, old.replace("2.0}", &format!("2.0,\"v\":{COST_FIGURES}}}"))).unwrap();
+        assert_eq!(CostRecord::open(&other).unwrap().figure("op", task, "a", true), Some(2.0));
         // Its directory is made on the first figure.
         let deeper = dir.path().join("new").join(COSTS_FILE);
         CostRecord::open(&deeper).unwrap().record("op", task, &items, &[1.0, 1.0]);

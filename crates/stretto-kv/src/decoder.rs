@@ -784,11 +784,11 @@ impl Decoder {
                     continue;
                 }
                 gens[i].tokens.push(tok);
-                if gens[i].tokens.len() >= max_tokens {
-                    continue;
-                }
                 if first_line && self.decode(&gens[i].tokens)?.trim_start().contains('\n') {
                     gens[i].stopped = true;
+                    continue;
+                }
+                if gens[i].tokens.len() >= max_tokens {
                     continue;
                 }
                 next[i] = tok;

@@ -49,6 +49,7 @@ fn generate_line_stops_each_row_at_the_end_of_its_first_line() {
     let rows = [Step { past: None, tokens: &few_shot }, Step { past: None, tokens: &blank }];
     let full = dec.generate(&rows, 16).unwrap();
     let line = dec.generate_line(&rows, 16).unwrap();
+    assert!(full[1].text.starts_with('\n'), "the second row's answer opens with a blank line: {:?}", full[1].text);
     for (f, l) in full.iter().zip(&line) {
         assert!(f.text.trim_start().contains('\n'), "the full text runs past its first line: {:?}", f.text);
         assert!(l.tokens.len() < f.tokens.len(), "{l:?} vs {f:?}");

@@ -241,8 +241,9 @@ pub fn synthesize(
         let ids = dec
             .encode(&dec.chat_prompt(&format!("{s}\n\n{instruction}. Reply with the value only.")))
             .map_err(|e| CoreError::operator_failed("codegen", e))?;
+        // (Only the answer's first line is read: the decoding stops there.)
         let g = dec
-            .generate(&[stretto_kv::decoder::Step { past: None, tokens: &ids }], 16)
+            .generate_line(&[stretto_kv::decoder::Step { past: None, tokens: &ids }], 16)
             .map_err(|e| CoreError::operator_failed("codegen", e))?
             .remove(0);
         answers.push(normalize(&g.text, ty));

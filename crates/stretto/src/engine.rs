@@ -2251,6 +2251,9 @@ fn profile_candidates(
             })
         };
         let is_map = |t: usize| tasks[t].kind == LogicalKind::Map;
+        // Whether the maps' values on the probe can be judged ([`probe_hopeless`]): they answered probe tuples gold's
+        // filters let through, not the first probe tuple, which they answer for their cost alone where none is.
+        let maps_judged = |tried: &[Vec<Tried>]| gold_through(tried, probe) > 0;
         let mut tried: Vec<Vec<Tried>> = probe_pass(&|t, i, _| i == 0 && !is_map(t))?;
         // Gold's filters alone decide this check (a map lets every tuple through): where it fails, no other
         // candidate is probed, nor gold's maps.
@@ -2584,7 +2587,9 @@ fn profile_candidates(
                     }
                     let mut by_record = Vec::new();
                     probe_drops(&tasks, &cands, &mut est, probe, &mut by_record);
-                    probe_hopeless(&tasks, &cands, &mut est, o.credible, &mut Vec::new());
+                    if maps_judged(&est) {
+                        probe_hopeless(&tasks, &cands, &mut est, o.credible, &mut Vec::new());
+                    }
                     let (rest, note) = rest_of(&est, probe);
                     let (cost, saving, free) = pays_with(&est, rest, true, probe, &unasked);
                     let asked: usize = done.iter().map(BTreeSet::len).sum::<usize>() - not_asked.len();
@@ -2665,7 +2670,9 @@ fn profile_candidates(
             ran[t].insert(i);
         }
         probe_drops(&tasks, &cands, &mut tried, probe, &mut screening.dropped);
-        probe_hopeless(&tasks, &cands, &mut tried, o.credible, &mut screening.dropped);
+        if maps_judged(&tried) {
+            probe_hopeless(&tasks, &cands, &mut tried, o.credible, &mut screening.dropped);
+        }
         let with_setup: Vec<(usize, usize)> = cands
             .iter()
             .enumerate()
@@ -2709,7 +2716,9 @@ fn profile_candidates(
                     tried.sort_by_key(|t| t.idx);
                 }
                 probe_drops(&tasks, &cands, &mut tried, probe, &mut screening.dropped);
-                probe_hopeless(&tasks, &cands, &mut tried, o.credible, &mut screening.dropped);
+                if maps_judged(&tried) {
+                    probe_hopeless(&tasks, &cands, &mut tried, o.credible, &mut screening.dropped);
+                }
             }
         }
         // A candidate is worth profiling only if it could save more than its own profiling costs: at best it
