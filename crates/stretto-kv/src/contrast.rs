@@ -146,11 +146,7 @@ pub fn derive_question_kept(
     subject: &str,
     statement: &str,
 ) -> Result<Option<ContrastQuestion>> {
-    let opposite = match dir {
-        Some(dir) => kept_opposite(dec, dir, subject, statement)?,
-        None => derive_opposite(dec, subject, statement)?,
-    };
-    match opposite {
+    match kept_opposite(dec, dir, subject, statement)? {
         Some(opposite) => ContrastQuestion::new(dec, subject, statement, &opposite),
         None => Ok(None),
     }
@@ -195,8 +191,9 @@ fn keep_line(dir: &Path, line: &Kept) -> Result<()> {
 }
 
 /// The opposite `dec` derives for `statement`, as [`OPPOSITES_FILE`] in `dir` keeps it (the latest line wins), or
-/// derived now and added.
-fn kept_opposite(dec: &Decoder, dir: &Path, subject: &str, statement: &str) -> Result<Option<String>> {
+/// derived now and added; derived alone without a `dir`.
+fn kept_opposite(dec: &Decoder, dir: Option<&Path>, subject: &str, statement: &str) -> Result<Option<String>> {
+    let Some(dir) = dir else { return derive_opposite(dec, subject, statement) };
     let prompt = sha256_text(&opposite_prompt(subject, statement));
     if let Some(k) = kept_line(dec, dir, &prompt)? {
         tracing::debug!(model = dec.name(), statement, opposite = ?k.opposite, "opposite read back");
@@ -209,8 +206,9 @@ fn kept_opposite(dec: &Decoder, dir: &Path, subject: &str, statement: &str) -> R
 }
 
 /// The two values `dec` names for `property`, as [`OPPOSITES_FILE`] in `dir` keeps them, or derived now
-/// ([`derive_values`]) and added.
-fn kept_values(dec: &Decoder, dir: &Path, property: &str) -> Result<Option<(String, String)>> {
+/// ([`derive_values`]) and added; derived alone without a `dir`.
+fn kept_values(dec: &Decoder, dir: Option<&Path>, property: &str) -> Result<Option<(String, String)>> {
+    let Some(dir) = dir else { return derive_values(dec, property) };
     let prompt = sha256_text(&values_prompt(property));
     if let Some(k) = kept_line(dec, dir, &prompt)? {
         tracing::debug!(model = dec.name(), property, values = ?k.values, "values read back");
@@ -358,18 +356,10 @@ pub fn property_question_kept(
     property: &str,
 ) -> Result<Option<ContrastQuestion>> {
     let _span = tracing::info_span!("property_question", model = dec.name(), property).entered();
-    let values = match dir {
-        Some(dir) => kept_values(dec, dir, property)?,
-        None => derive_values(dec, property)?,
-    };
-    let Some((a, b)) = values else { return Ok(None) };
+    let Some((a, b)) = kept_values(dec, dir, property)? else { return Ok(None) };
     let subject = format!("the {} of {item}", clean(property));
     let (first, second) = (format!("{subject} is {a}"), format!("{subject} is {b}"));
-    let opposite = match dir {
-        Some(dir) => kept_opposite(dec, dir, &subject, &first)?,
-        None => derive_opposite(dec, &subject, &first)?,
-    };
-    match opposite {
+    match kept_opposite(dec, dir, &subject, &first)? {
         Some(o) if words(&o) == words(&second) => ContrastQuestion::new(dec, &subject, &first, &second),
         _ => Ok(None),
     }

@@ -797,11 +797,13 @@ fn probe_hopeless(
             if t.idx == 0 || values.len() != gold.len() {
                 return true;
             }
-            let answered = gold.iter().filter(|g| g.is_some()).count();
-            let matched = gold.iter().zip(values).filter(|(g, v)| g.is_some() && g == v).count();
+            let (matched, answered) = gold_values_given(&gold, values);
+            if answered == 0 {
+                return true;
+            }
             let upper =
                 1.0 - stretto_optim::bounds::beta_lower_bound((answered - matched) as f64, matched as f64, credible);
-            if answered == 0 || upper >= HOPELESS_QUALITY {
+            if upper >= HOPELESS_QUALITY {
                 return true;
             }
             dropped.push(Dropped {
@@ -1097,13 +1099,18 @@ fn screened(gold: &OpOutput, output: &OpOutput, secs: &[f64]) -> Screened {
             (pos > 0 && pos < labels.len()).then(|| stretto_core::metrics::auc(s, &labels))
         }
         (OpOutput::Values { values: g, .. }, OpOutput::Values { values, .. }) => {
-            let answered = g.iter().filter(|v| v.is_some()).count();
-            (answered > 0)
-                .then(|| g.iter().zip(values).filter(|(a, b)| a.is_some() && a == b).count() as f64 / answered as f64)
+            let (matched, answered) = gold_values_given(g, values);
+            (answered > 0).then(|| matched as f64 / answered as f64)
         }
         _ => None,
     };
     Screened { cost, quality }
+}
+
+/// Of the tuples where gold gave a map value, (how many `values` gives the same value on, how many there are).
+fn gold_values_given(gold: &[Option<String>], values: &[Option<String>]) -> (usize, usize) {
+    let answered = gold.iter().filter(|g| g.is_some()).count();
+    (gold.iter().zip(values).filter(|(g, v)| g.is_some() && g == v).count(), answered)
 }
 
 /// One logical operator's candidates' answers on some tuples (gold's first), with their seconds per tuple; `None`
