@@ -821,6 +821,35 @@ fn probe_hopeless(
     }
 }
 
+/// The compressed candidates `due(logical, candidate)` whose uncompressed parent [`probe_hopeless`] dropped in
+/// `hopeless`, each with its reason as a screening drop: a compressed rung can only be less faithful than its parent,
+/// so it need not be asked on the probe to be dropped there.
+fn children_of_hopeless(
+    tasks: &[SemanticTask],
+    cands: &[Vec<Arc<RegisteredOp>>],
+    hopeless: &[Dropped],
+    due: impl Fn(usize, usize) -> bool,
+) -> Vec<(usize, usize, Dropped)> {
+    let mut out = Vec::new();
+    for (t, (task, ops)) in tasks.iter().zip(cands).enumerate() {
+        for i in (1..ops.len()).filter(|&i| due(t, i)) {
+            let parent = hopeless.iter().find(|d| {
+                d.logical == task.name && (1..ops.len()).any(|j| ops[j].name() == d.operator && is_parent_of(ops, j, i))
+            });
+            if let Some(p) = parent {
+                let why = p.reason.strip_prefix("hopeless: ").unwrap_or(&p.reason);
+                let reason = format!(
+                    "hopeless: its uncompressed parent {} {why}, and a compressed rung can only be less faithful than \
+                     its parent: not asked",
+                    p.operator
+                );
+                out.push((t, i, Dropped { logical: task.name.clone(), operator: ops[i].name().to_string(), reason }));
+            }
+        }
+    }
+    out
+}
+
 /// The candidates `due(logical, candidate)` that [`probe_drops`] dropped in `by_record` (run on figures that earlier
 /// queries recorded, [`RegisteredOp::recorded_costs`]), each with its reason as a screening drop: they need not be
 /// asked on the probe to be dropped there.
@@ -2581,6 +2610,18 @@ fn profile_candidates(
                             .and_then(|r| r[t].iter().find(|c| c.idx == i))
                             .or_else(|| rec.as_ref().and_then(|r| r[t].iter().find(|c| c.idx == i)))
                     };
+                    // Compressed rungs whose uncompressed parent answered the probe hopelessly are not asked: a
+                    // compressed rung can only be less faithful than its parent (its past keeps less of the item), so
+                    // it would leave as hopeless too, after costing its answers.
+                    if maps_judged(&tried) {
+                        let mut hopeless = Vec::new();
+                        probe_hopeless(&tasks, &cands, &mut tried.clone(), o.credible, &mut hopeless);
+                        for (t, i, d) in children_of_hopeless(&tasks, &cands, &hopeless, |t, i| !done[t].contains(&i)) {
+                            done[t].insert(i);
+                            not_asked.push((t, i));
+                            screening.dropped.push(d);
+                        }
+                    }
                     let mut est = tried.clone();
                     let mut unasked = Vec::with_capacity(order.len());
                     let mut from_record = 0;
@@ -4002,6 +4043,44 @@ mod tests {
         t[0][0] = tried(0, v(&[None, None, None, None]));
         probe_hopeless(std::slice::from_ref(&map), std::slice::from_ref(&ops), &mut t, 0.95, &mut Vec::new());
         assert_eq!(t[0].len(), 5);
+    }
+
+    #[test]
+    fn the_compressed_rungs_of_a_hopeless_parent_leave_unasked() {
+        let map = SemanticTask::map("m", "Extract the [sport] of {t.text}", "sport", ValueType::String);
+        let ops = vec![
+            rung("gold", 0.0, true, None),
+            rung("m@0", 0.0, false, None),
+            rung("m@0.5", 0.5, false, None),
+            rung("m@0.8", 0.8, false, None),
+            rung("m@0.8+int8", 0.8, false, Some("int8")),
+        ];
+        let hopeless = |operator: &str, logical: &str| Dropped {
+            logical: logical.into(),
+            operator: operator.into(),
+            reason: "hopeless: gave gold's value on 0 of the 4 probe tuples gold answered".into(),
+        };
+        let children = |dropped: &[Dropped], due: &dyn Fn(usize, usize) -> bool| {
+            children_of_hopeless(std::slice::from_ref(&map), std::slice::from_ref(&ops), dropped, due)
+                .into_iter()
+                .map(|(t, i, d)| {
+                    assert_eq!((t, d.logical.as_str()), (0, "m"));
+                    assert_eq!(d.operator, ops[i].name());
+                    assert!(
+                        d.reason.starts_with("hopeless: its uncompressed parent m@0 gave gold's value on 0"),
+                        "{}",
+                        d.reason
+                    );
+                    i
+                })
+                .collect::<Vec<_>>()
+        };
+        // The f32 compressed rungs of the hopeless parent, not its int8 one (another parent's).
+        assert_eq!(children(&[hopeless("m@0", "m")], &|_, _| true), [2, 3]);
+        assert_eq!(children(&[hopeless("m@0", "m")], &|_, i| i != 2), [3], "only those still due");
+        // A hopeless compressed rung has no children; another logical operator's drop is not this one's.
+        assert!(children(&[hopeless("m@0.5", "m")], &|_, _| true).is_empty());
+        assert!(children(&[hopeless("m@0", "other")], &|_, _| true).is_empty());
     }
 
     #[test]
