@@ -830,24 +830,17 @@ fn children_of_hopeless(
     hopeless: &[Dropped],
     due: impl Fn(usize, usize) -> bool,
 ) -> Vec<(usize, usize, Dropped)> {
-    let mut out = Vec::new();
-    for (t, (task, ops)) in tasks.iter().zip(cands).enumerate() {
-        for i in (1..ops.len()).filter(|&i| due(t, i)) {
-            let parent = hopeless.iter().find(|d| {
-                d.logical == task.name && (1..ops.len()).any(|j| ops[j].name() == d.operator && is_parent_of(ops, j, i))
-            });
-            if let Some(p) = parent {
-                let why = p.reason.strip_prefix("hopeless: ").unwrap_or(&p.reason);
-                let reason = format!(
-                    "hopeless: its uncompressed parent {} {why}, and a compressed rung can only be less faithful than \
-                     its parent: not asked",
-                    p.operator
-                );
-                out.push((t, i, Dropped { logical: task.name.clone(), operator: ops[i].name().to_string(), reason }));
-            }
-        }
-    }
-    out
+    unasked_drops(tasks, cands, due, |task, ops, i| {
+        let p = hopeless.iter().find(|d| {
+            d.logical == task.name && (1..ops.len()).any(|j| ops[j].name() == d.operator && is_parent_of(ops, j, i))
+        })?;
+        let why = p.reason.strip_prefix("hopeless: ").unwrap_or(&p.reason);
+        Some(format!(
+            "hopeless: its uncompressed parent {} {why}, and a compressed rung can only be less faithful than its \
+             parent: not asked",
+            p.operator
+        ))
+    })
 }
 
 /// The candidates `due(logical, candidate)` that [`probe_drops`] dropped in `by_record` (run on figures that earlier
@@ -859,12 +852,25 @@ fn skipped_by_record(
     by_record: &[Dropped],
     due: impl Fn(usize, usize) -> bool,
 ) -> Vec<(usize, usize, Dropped)> {
+    unasked_drops(tasks, cands, due, |task, ops, i| {
+        let d = by_record.iter().find(|d| d.logical == task.name && d.operator == ops[i].name())?;
+        Some(format!("{}, as earlier queries over the same items recorded it: not asked", d.reason))
+    })
+}
+
+/// The candidates other than gold that are `due(logical, candidate)` and have a `reason(task, candidates, candidate)`
+/// to leave screening without being asked, as (logical operator, candidate, drop).
+fn unasked_drops(
+    tasks: &[SemanticTask],
+    cands: &[Vec<Arc<RegisteredOp>>],
+    due: impl Fn(usize, usize) -> bool,
+    reason: impl Fn(&SemanticTask, &[Arc<RegisteredOp>], usize) -> Option<String>,
+) -> Vec<(usize, usize, Dropped)> {
     let mut out = Vec::new();
     for (t, (task, ops)) in tasks.iter().zip(cands).enumerate() {
-        for (i, op) in ops.iter().enumerate().skip(1).filter(|(i, _)| due(t, *i)) {
-            if let Some(d) = by_record.iter().find(|d| d.logical == task.name && d.operator == op.name()) {
-                let reason = format!("{}, as earlier queries over the same items recorded it: not asked", d.reason);
-                out.push((t, i, Dropped { reason, ..d.clone() }));
+        for i in (1..ops.len()).filter(|&i| due(t, i)) {
+            if let Some(reason) = reason(task, ops, i) {
+                out.push((t, i, Dropped { logical: task.name.clone(), operator: ops[i].name().to_string(), reason }));
             }
         }
     }
