@@ -2622,7 +2622,8 @@ fn profile_candidates(
                     if maps_judged(&tried) {
                         let mut hopeless = Vec::new();
                         probe_hopeless(&tasks, &cands, &mut tried.clone(), o.credible, &mut hopeless);
-                        for (t, i, d) in children_of_hopeless(&tasks, &cands, &hopeless, |t, i| !done[t].contains(&i)) {
+                        let due = |t: usize, i: usize| order[t].contains(&i) && !done[t].contains(&i);
+                        for (t, i, d) in children_of_hopeless(&tasks, &cands, &hopeless, due) {
                             done[t].insert(i);
                             not_asked.push((t, i));
                             screening.dropped.push(d);

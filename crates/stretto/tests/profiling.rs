@@ -900,12 +900,14 @@ fn a_filter_too_selective_to_certify_on_the_sample_runs_gold_before_any_candidat
     assert!(!r.fell_back_to_gold(), "{:?}", r.plan().warnings);
 }
 
-/// A map answering "x" for every item, at a fixed number of seconds per tuple.
+/// A map answering "x" (or its `value`) for every item, at a fixed number of seconds per tuple.
 #[derive(Debug)]
 struct FixedMap {
     name: String,
     props: OpProperties,
     secs: f64,
+    /// The value it gives every item.
+    value: &'static str,
     /// The row numbers it was asked about, in order.
     asked: std::sync::Mutex<Vec<usize>>,
     /// Where it also writes them, beside other operators' ([`Asks`]).
@@ -915,7 +917,15 @@ struct FixedMap {
 impl FixedMap {
     fn new(name: &str, secs: f64, gold: bool) -> Arc<Self> {
         let props = props(LogicalKind::Map, "fixed-map", secs, gold);
-        Arc::new(Self { name: name.into(), props, secs, asked: Default::default(), log: None })
+        Arc::new(Self { name: name.into(), props, secs, value: "x", asked: Default::default(), log: None })
+    }
+
+    /// A rung of the "fixed-map" family at compression `ratio` (0: the uncompressed parent), answering `value`.
+    fn rung(name: &str, secs: f64, ratio: f64, value: &'static str) -> Arc<Self> {
+        let mut op = Arc::try_unwrap(Self::new(name, secs, false)).unwrap();
+        op.props.compression = Some(ratio);
+        op.value = value;
+        Arc::new(op)
     }
 
     /// [`FixedMap::new`], writing what it is asked about to `log`.
@@ -944,7 +954,7 @@ impl PhysicalOp for FixedMap {
             log.lock().unwrap().extend(rows.iter().map(|&r| (self.name.clone(), r)));
         }
         self.asked.lock().unwrap().extend(rows);
-        let values = items.iter().map(|_| Some("x".to_string())).collect();
+        let values = items.iter().map(|_| Some(self.value.to_string())).collect();
         Ok((OpOutput::Values { values, confidences: vec![1.0; items.len()] }, vec![self.secs; items.len()]))
     }
 }
@@ -996,6 +1006,35 @@ fn a_map_behind_a_selective_filter_saves_only_on_the_tuples_the_filter_lets_thro
     let (r, _) = run(1, 0.6);
     let map = r.report().candidates["v"].clone();
     assert!(map.contains(&"cheap-map".to_string()), "{:?} {:?}", r.report().candidates, r.plan().warnings);
+}
+
+/// A map candidate that gave gold's value on none of the probe tuples leaves there as hopeless, and its compressed
+/// rungs, which can only be less faithful than it, are never asked (#21).
+#[test]
+fn the_compressed_rungs_of_a_map_hopeless_on_the_probe_are_never_asked() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = session_over(dir.path(), 400, 0.15, &[Fixed::one_in("gold", 0.001, true, 1)], false, long_item);
+    let parent = FixedMap::rung("wrong@0", 0.2, 0.0, "y");
+    let children = [FixedMap::rung("wrong@0.5", 0.1, 0.5, "y"), FixedMap::rung("wrong@0.8", 0.05, 0.8, "y")];
+    for op in [FixedMap::new("gold-map", 1.0, true), parent.clone()].iter().chain(&children) {
+        s.register(op.clone()).unwrap();
+    }
+    let frame = filter_then_map(&s, "{t.text} is a multiple of one");
+    let r = frame.collect(Targets::new(0.5, 0.5, 0.95).unwrap()).unwrap();
+    let sc = r.report().screening.clone().expect("screening ran");
+    let reason = |name: &str| {
+        let found: Vec<&str> = sc.dropped.iter().filter(|d| d.operator == name).map(|d| d.reason.as_str()).collect();
+        assert_eq!(found.len(), 1, "{name} is dropped once: {:?}", sc.dropped);
+        found[0].to_string()
+    };
+    assert_eq!(parent.asked().len(), 4, "the parent answered the probe");
+    assert!(reason("wrong@0").starts_with("hopeless: gave gold's value on 0 of the 4"), "{}", reason("wrong@0"));
+    for c in &children {
+        assert!(c.asked().is_empty(), "{} was asked about {:?}", c.name, c.asked());
+        let why = reason(&c.name);
+        assert!(why.starts_with("hopeless: its uncompressed parent wrong@0 gave gold's value on 0"), "{why}");
+    }
+    assert_eq!(r.report().candidates["v"], ["gold-map"], "{:?}", r.report().candidates);
 }
 
 /// Profiling asks a map only about the sample's gold result rows (those every gold filter accepts): a map's value on
