@@ -771,6 +771,65 @@ fn probe_drops(
     }
 }
 
+/// A map candidate whose values matched gold's on the probe so rarely that even the upper end of the credible
+/// interval of their share is below [`HOPELESS_QUALITY`] ([`hopeless_on_probe`]).
+struct Hopeless {
+    /// Logical operator and candidate.
+    task: usize,
+    idx: usize,
+    /// Probe tuples where it gave gold's value, of those where gold gave one.
+    matched: usize,
+    answered: usize,
+    /// The upper end of its credible share, at `credible`.
+    upper: f64,
+    credible: f64,
+}
+
+impl Hopeless {
+    /// What it did on the probe, as a drop's reason says it.
+    fn what(&self) -> String {
+        format!(
+            "gave gold's value on {} of the {} probe tuples gold answered (a share of at most {:.0}% at {:.0}% \
+             credibility)",
+            self.matched,
+            self.answered,
+            100.0 * self.upper,
+            100.0 * self.credible
+        )
+    }
+}
+
+/// The map candidates hopeless on the probe answers in `tried` (see [`probe_hopeless`]); gold, filters, and
+/// candidates whose values are not known (figures from the cost record) never are.
+fn hopeless_on_probe(tasks: &[SemanticTask], tried: &[Vec<Tried>], credible: f64) -> Vec<Hopeless> {
+    let mut out = Vec::new();
+    for (task_idx, (task, tried)) in tasks.iter().zip(tried).enumerate() {
+        if task.kind != LogicalKind::Map {
+            continue;
+        }
+        let Some(OpOutput::Values { values: gold, .. }) = tried.first().filter(|t| t.idx == 0).map(|t| &t.output)
+        else {
+            continue;
+        };
+        for t in tried.iter().filter(|t| t.idx != 0) {
+            let OpOutput::Values { values, .. } = &t.output else { continue };
+            if values.len() != gold.len() {
+                continue;
+            }
+            let (matched, answered) = gold_values_given(gold, values);
+            if answered == 0 {
+                continue;
+            }
+            let upper =
+                1.0 - stretto_optim::bounds::beta_lower_bound((answered - matched) as f64, matched as f64, credible);
+            if upper < HOPELESS_QUALITY {
+                out.push(Hopeless { task: task_idx, idx: t.idx, matched, answered, upper, credible });
+            }
+        }
+    }
+    out
+}
+
 /// Drops, after the probe, the map candidates whose values matched gold's there so rarely that even the upper end of
 /// the credible interval of their share (at `credible`) is below [`HOPELESS_QUALITY`]: screening would drop them
 /// as hopeless after the rest of its tuples anyway, but for a chance of at most about `1 − credible`. With their
@@ -783,63 +842,35 @@ fn probe_hopeless(
     credible: f64,
     dropped: &mut Vec<Dropped>,
 ) {
-    for ((task, ops), tried) in tasks.iter().zip(cands).zip(tried.iter_mut()) {
-        if task.kind != LogicalKind::Map {
-            continue;
-        }
-        let Some(OpOutput::Values { values: gold, .. }) =
-            tried.first().filter(|t| t.idx == 0).map(|t| t.output.clone())
-        else {
-            continue;
-        };
-        tried.retain(|t| {
-            let OpOutput::Values { values, .. } = &t.output else { return true };
-            if t.idx == 0 || values.len() != gold.len() {
-                return true;
-            }
-            let (matched, answered) = gold_values_given(&gold, values);
-            if answered == 0 {
-                return true;
-            }
-            let upper =
-                1.0 - stretto_optim::bounds::beta_lower_bound((answered - matched) as f64, matched as f64, credible);
-            if upper >= HOPELESS_QUALITY {
-                return true;
-            }
-            dropped.push(Dropped {
-                logical: task.name.clone(),
-                operator: ops[t.idx].name().to_string(),
-                reason: format!(
-                    "hopeless: gave gold's value on {matched} of the {answered} probe tuples gold answered (a share of \
-                     at most {:.0}% at {:.0}% credibility)",
-                    100.0 * upper,
-                    100.0 * credible
-                ),
-            });
-            false
+    for h in hopeless_on_probe(tasks, tried, credible) {
+        tried[h.task].retain(|t| t.idx != h.idx);
+        dropped.push(Dropped {
+            logical: tasks[h.task].name.clone(),
+            operator: cands[h.task][h.idx].name().to_string(),
+            reason: format!("hopeless: {}", h.what()),
         });
     }
 }
 
-/// The compressed candidates `due(logical, candidate)` whose uncompressed parent [`probe_hopeless`] dropped in
-/// `hopeless`, each with its reason as a screening drop: a compressed rung can only be less faithful than its parent,
-/// so it need not be asked on the probe to be dropped there.
+/// The compressed candidates `due(logical, candidate)` whose uncompressed parent is `hopeless`, each with its reason
+/// as a screening drop: a compressed rung can only be less faithful than its parent, so it need not be asked on the
+/// probe to be dropped there.
 fn children_of_hopeless(
     tasks: &[SemanticTask],
     cands: &[Vec<Arc<RegisteredOp>>],
-    hopeless: &[Dropped],
+    hopeless: &[Hopeless],
     due: impl Fn(usize, usize) -> bool,
 ) -> Vec<(usize, usize, Dropped)> {
-    unasked_drops(tasks, cands, due, |task, ops, i| {
-        let p = hopeless.iter().find(|d| {
-            d.logical == task.name && (1..ops.len()).any(|j| ops[j].name() == d.operator && is_parent_of(ops, j, i))
-        })?;
-        let why = p.reason.strip_prefix("hopeless: ").unwrap_or(&p.reason);
-        Some(format!(
-            "hopeless: its uncompressed parent {} {why}, and a compressed rung can only be less faithful than its \
-             parent: not asked",
-            p.operator
-        ))
+    unasked_drops(tasks, cands, |t, i| {
+        let p = hopeless.iter().find(|h| h.task == t && is_parent_of(&cands[t], h.idx, i))?;
+        due(t, i).then(|| {
+            format!(
+                "hopeless: its uncompressed parent {} {}, and a compressed rung can only be less faithful than its \
+                 parent: not asked",
+                cands[t][p.idx].name(),
+                p.what()
+            )
+        })
     })
 }
 
@@ -852,25 +883,24 @@ fn skipped_by_record(
     by_record: &[Dropped],
     due: impl Fn(usize, usize) -> bool,
 ) -> Vec<(usize, usize, Dropped)> {
-    unasked_drops(tasks, cands, due, |task, ops, i| {
-        let d = by_record.iter().find(|d| d.logical == task.name && d.operator == ops[i].name())?;
-        Some(format!("{}, as earlier queries over the same items recorded it: not asked", d.reason))
+    unasked_drops(tasks, cands, |t, i| {
+        let d = by_record.iter().find(|d| d.logical == tasks[t].name && d.operator == cands[t][i].name())?;
+        due(t, i).then(|| format!("{}, as earlier queries over the same items recorded it: not asked", d.reason))
     })
 }
 
-/// The candidates other than gold that are `due(logical, candidate)` and have a `reason(task, candidates, candidate)`
-/// to leave screening without being asked, as (logical operator, candidate, drop).
+/// The candidates other than gold that have a `reason(logical, candidate)` to leave screening without being asked,
+/// as (logical operator, candidate, drop).
 fn unasked_drops(
     tasks: &[SemanticTask],
     cands: &[Vec<Arc<RegisteredOp>>],
-    due: impl Fn(usize, usize) -> bool,
-    reason: impl Fn(&SemanticTask, &[Arc<RegisteredOp>], usize) -> Option<String>,
+    reason: impl Fn(usize, usize) -> Option<String>,
 ) -> Vec<(usize, usize, Dropped)> {
     let mut out = Vec::new();
     for (t, (task, ops)) in tasks.iter().zip(cands).enumerate() {
-        for i in (1..ops.len()).filter(|&i| due(t, i)) {
-            if let Some(reason) = reason(task, ops, i) {
-                out.push((t, i, Dropped { logical: task.name.clone(), operator: ops[i].name().to_string(), reason }));
+        for (i, op) in ops.iter().enumerate().skip(1) {
+            if let Some(reason) = reason(t, i) {
+                out.push((t, i, Dropped { logical: task.name.clone(), operator: op.name().to_string(), reason }));
             }
         }
     }
@@ -2620,8 +2650,7 @@ fn profile_candidates(
                     // compressed rung can only be less faithful than its parent (its past keeps less of the item), so
                     // it would leave as hopeless too, after costing its answers.
                     if maps_judged(&tried) {
-                        let mut hopeless = Vec::new();
-                        probe_hopeless(&tasks, &cands, &mut tried.clone(), o.credible, &mut hopeless);
+                        let hopeless = hopeless_on_probe(&tasks, &tried, o.credible);
                         let due = |t: usize, i: usize| order[t].contains(&i) && !done[t].contains(&i);
                         for (t, i, d) in children_of_hopeless(&tasks, &cands, &hopeless, due) {
                             done[t].insert(i);
@@ -4062,19 +4091,17 @@ mod tests {
             rung("m@0.8", 0.8, false, None),
             rung("m@0.8+int8", 0.8, false, Some("int8")),
         ];
-        let hopeless = |operator: &str, logical: &str| Dropped {
-            logical: logical.into(),
-            operator: operator.into(),
-            reason: "hopeless: gave gold's value on 0 of the 4 probe tuples gold answered".into(),
-        };
-        let children = |dropped: &[Dropped], due: &dyn Fn(usize, usize) -> bool| {
+        // Parent `idx` of logical operator `task` gave gold's value on 0 of 4.
+        let hopeless =
+            |idx: usize, task: usize| Hopeless { task, idx, matched: 0, answered: 4, upper: 0.45, credible: 0.95 };
+        let children = |dropped: &[Hopeless], due: &dyn Fn(usize, usize) -> bool| {
             children_of_hopeless(std::slice::from_ref(&map), std::slice::from_ref(&ops), dropped, due)
                 .into_iter()
                 .map(|(t, i, d)| {
                     assert_eq!((t, d.logical.as_str()), (0, "m"));
                     assert_eq!(d.operator, ops[i].name());
                     assert!(
-                        d.reason.starts_with("hopeless: its uncompressed parent m@0 gave gold's value on 0"),
+                        d.reason.starts_with("hopeless: its uncompressed parent m@0 gave gold's value on 0 of the 4"),
                         "{}",
                         d.reason
                     );
@@ -4083,11 +4110,11 @@ mod tests {
                 .collect::<Vec<_>>()
         };
         // The f32 compressed rungs of the hopeless parent, not its int8 one (another parent's).
-        assert_eq!(children(&[hopeless("m@0", "m")], &|_, _| true), [2, 3]);
-        assert_eq!(children(&[hopeless("m@0", "m")], &|_, i| i != 2), [3], "only those still due");
+        assert_eq!(children(&[hopeless(1, 0)], &|_, _| true), [2, 3]);
+        assert_eq!(children(&[hopeless(1, 0)], &|_, i| i != 2), [3], "only those still due");
         // A hopeless compressed rung has no children; another logical operator's drop is not this one's.
-        assert!(children(&[hopeless("m@0.5", "m")], &|_, _| true).is_empty());
-        assert!(children(&[hopeless("m@0", "other")], &|_, _| true).is_empty());
+        assert!(children(&[hopeless(2, 0)], &|_, _| true).is_empty());
+        assert!(children(&[hopeless(1, 1)], &|_, _| true).is_empty());
     }
 
     #[test]
