@@ -581,6 +581,20 @@ struct Screened {
 /// dear as gold, and a screening that cannot pay, stop there.
 pub const PROBE_TUPLES: usize = 4;
 
+/// The looks at the `tail` screening tuples after the probe, as ranges of positions in it: with a pay check and at
+/// least two probes' worth of them, two halves, with the pay checks between them (a first look, then the rest); else
+/// one.
+fn screening_looks(tail: usize, pay_check: bool) -> Vec<(usize, usize)> {
+    if pay_check && tail >= 2 * PROBE_TUPLES {
+        vec![(0, tail / 2), (tail / 2, tail)]
+    } else {
+        vec![(0, tail)]
+    }
+}
+
+/// What the first look's tuples are called in a hopeless map's reason ([`Hopeless::on`]).
+const FIRST_LOOK: &str = "screening tuples so far";
+
 /// Most tuples gold answers before execution when gold alone will run (asked for, or profiling cannot pay): enough
 /// to order its stages, since no certificate is needed. Every gold filter answers the first
 /// [`GOLD_PROFILE_TUPLES`] of them (the profile); gold's plan answers the rest, [`PROBE_TUPLES`] at a time, each
@@ -638,12 +652,10 @@ impl Tried {
 struct Fresh {
     /// Per candidate, the sample tuples whose answers the memo lacks.
     sample: Vec<f64>,
-    /// Per candidate, the screening tuples after the probe whose answers the memo lacks.
-    screening: Vec<f64>,
+    /// Per candidate and screening tuple after the probe, whether the memo lacks its answer.
+    screening: Vec<Vec<bool>>,
     /// Tuples of the sample.
     sample_rows: f64,
-    /// Screening tuples after the probe.
-    screening_rows: f64,
 }
 
 /// What a pay check's stop message adds where its cost left out `free` answers the memo holds; nothing where none.
@@ -656,33 +668,34 @@ fn memo_note(free: f64) -> String {
 }
 
 impl Fresh {
-    /// Tuples candidate `idx` still has to answer: the sample's, and the rest of the screening's if it is left.
-    fn ahead(&self, idx: usize, screening_left: bool) -> f64 {
-        self.sample[idx] + if screening_left { self.screening[idx] } else { 0.0 }
+    /// Tuples candidate `idx` still has to answer: the sample's, and those of the screening after the probe from
+    /// position `screened` on (the screening tuples after the probe answered so far; none left past its end).
+    fn ahead(&self, idx: usize, screened: usize) -> f64 {
+        self.sample[idx] + self.screening[idx].iter().skip(screened).filter(|u| **u).count() as f64
     }
 
     /// [`Fresh::ahead`] for an operator of `kind` asked, in profiling, about a share `reach` of the tuples: a map
     /// only about the gold result rows ([`profiled_rows`]) of the sample and of the rest of the screening, whose
     /// share gold's plan gives (a filter about all).
-    fn ahead_profiled(&self, idx: usize, screening_left: bool, kind: LogicalKind, reach: f64) -> f64 {
+    fn ahead_profiled(&self, idx: usize, screened: usize, kind: LogicalKind, reach: f64) -> f64 {
         let share = if kind == LogicalKind::Map { reach } else { 1.0 };
-        share * self.ahead(idx, screening_left)
+        share * self.ahead(idx, screened)
     }
 
     /// Gold's answers profiling asks that gold's own plan would not, for an operator of `kind` that a share `reach`
-    /// of the tuples reaches in that plan: a filter's on the rest of the sample (and of the screening, if left); a
-    /// map's on none (profiling asks it only the gold result rows, as gold's plan does).
-    fn gold_beyond_plan(&self, screening_left: bool, kind: LogicalKind, reach: f64) -> f64 {
+    /// of the tuples reaches in that plan: a filter's on the rest of the sample (and of the screening, where some
+    /// is left); a map's on none (profiling asks it only the gold result rows, as gold's plan does).
+    fn gold_beyond_plan(&self, screened: usize, kind: LogicalKind, reach: f64) -> f64 {
         if kind == LogicalKind::Map {
             return 0.0;
         }
-        (1.0 - reach) * self.ahead(0, screening_left)
+        (1.0 - reach) * self.ahead(0, screened)
     }
 
     /// The answers among those [`Fresh::ahead`] would count that the memo already holds.
-    fn known(&self, idx: usize, screening_left: bool) -> f64 {
-        let all = self.sample_rows + if screening_left { self.screening_rows } else { 0.0 };
-        all - self.ahead(idx, screening_left)
+    fn known(&self, idx: usize, screened: usize) -> f64 {
+        let left = self.screening[idx].len().saturating_sub(screened);
+        self.sample_rows + left as f64 - self.ahead(idx, screened)
     }
 }
 
@@ -771,6 +784,9 @@ fn probe_drops(
     }
 }
 
+/// What the probe's tuples are called in a hopeless map's reason ([`Hopeless::on`]).
+const PROBED: &str = "probe tuples";
+
 /// A map candidate whose values matched gold's on the probe so rarely that even the upper end of the credible
 /// interval of their share is below [`HOPELESS_QUALITY`] ([`hopeless_on_probe`]).
 struct Hopeless {
@@ -783,25 +799,29 @@ struct Hopeless {
     /// The upper end of its credible share, at `credible`.
     upper: f64,
     credible: f64,
+    /// Which tuples it answered ("probe tuples").
+    on: &'static str,
 }
 
 impl Hopeless {
     /// What it did on the probe, as a drop's reason says it.
     fn what(&self) -> String {
         format!(
-            "gave gold's value on {} of the {} probe tuples gold answered (a share of at most {:.0}% at {:.0}% \
+            "gave gold's value on {} of the {} {} where gold gave one (a share of at most {:.0}% at {:.0}% \
              credibility)",
             self.matched,
             self.answered,
+            self.on,
             100.0 * self.upper,
             100.0 * self.credible
         )
     }
 }
 
-/// The map candidates hopeless on the probe answers in `tried` (see [`probe_hopeless`]); gold, filters, and
-/// candidates whose values are not known (figures from the cost record) never are.
-fn hopeless_on_probe(tasks: &[SemanticTask], tried: &[Vec<Tried>], credible: f64) -> Vec<Hopeless> {
+/// The map candidates hopeless on the answers in `tried`, which are to `on` (the "probe tuples", see
+/// [`probe_hopeless`]); gold, filters, and candidates whose values are not known (figures from the cost record) never
+/// are.
+fn hopeless_on_probe(tasks: &[SemanticTask], tried: &[Vec<Tried>], credible: f64, on: &'static str) -> Vec<Hopeless> {
     let mut out = Vec::new();
     for (task_idx, (task, tried)) in tasks.iter().zip(tried).enumerate() {
         if task.kind != LogicalKind::Map {
@@ -823,7 +843,7 @@ fn hopeless_on_probe(tasks: &[SemanticTask], tried: &[Vec<Tried>], credible: f64
             let upper =
                 1.0 - stretto_optim::bounds::beta_lower_bound((answered - matched) as f64, matched as f64, credible);
             if upper < HOPELESS_QUALITY {
-                out.push(Hopeless { task: task_idx, idx: t.idx, matched, answered, upper, credible });
+                out.push(Hopeless { task: task_idx, idx: t.idx, matched, answered, upper, credible, on });
             }
         }
     }
@@ -834,15 +854,17 @@ fn hopeless_on_probe(tasks: &[SemanticTask], tried: &[Vec<Tried>], credible: f64
 /// the credible interval of their share (at `credible`) is below [`HOPELESS_QUALITY`]: screening would drop them
 /// as hopeless after the rest of its tuples anyway, but for a chance of at most about `1 − credible`. With their
 /// reasons; gold, filters, and candidates whose values are not known (figures from the cost record) stay. Like
-/// every screening drop, this looks only at tuples outside the profiling sample.
+/// every screening drop, this looks only at tuples outside the profiling sample. The same test drops them after
+/// the first look at the rest of the screening, on the answers `on` so far.
 fn probe_hopeless(
     tasks: &[SemanticTask],
     cands: &[Vec<Arc<RegisteredOp>>],
     tried: &mut [Vec<Tried>],
     credible: f64,
+    on: &'static str,
     dropped: &mut Vec<Dropped>,
 ) {
-    for h in hopeless_on_probe(tasks, tried, credible) {
+    for h in hopeless_on_probe(tasks, tried, credible, on) {
         tried[h.task].retain(|t| t.idx != h.idx);
         dropped.push(Dropped {
             logical: tasks[h.task].name.clone(),
@@ -1586,10 +1608,16 @@ fn asked_rows(e: &PhysicalEntry) -> Vec<usize> {
 /// How many rows of `batch` `op` would compute an answer to `task` for: those whose answer the memo lacks, or every
 /// row where `look_up` is off (no memo lookup, or memo hits priced as a cold run would).
 fn unanswered(op: &RegisteredOp, task: &SemanticTask, batch: &RecordBatch, look_up: bool) -> usize {
+    unanswered_rows(op, task, batch, look_up).iter().filter(|u| **u).count()
+}
+
+/// Which rows of `batch` `op` would compute an answer to `task` for ([`unanswered`]).
+fn unanswered_rows(op: &RegisteredOp, task: &SemanticTask, batch: &RecordBatch, look_up: bool) -> Vec<bool> {
+    let every = || vec![true; batch.num_rows()];
     if !look_up {
-        return batch.num_rows();
+        return every();
     }
-    op.memoised_rows(task, batch).map_or(batch.num_rows(), |known| known.iter().filter(|k| !**k).count())
+    op.memoised_rows(task, batch).map_or_else(|_| every(), |known| known.iter().map(|k| !k).collect())
 }
 
 /// What [`profile_in_two_phases`] profiled.
@@ -2430,15 +2458,17 @@ fn profile_candidates(
             input.slice(0, sample.len())
         };
         let tail = batch.slice(probe, rows.len() - probe);
-        let unknown = |op: &RegisteredOp, task: &SemanticTask, b: &RecordBatch| unanswered(op, task, b, look_up) as f64;
+        let unknown = |op: &RegisteredOp, task: &SemanticTask, b: &RecordBatch| unanswered_rows(op, task, b, look_up);
         let fresh: Vec<Fresh> = tasks
             .iter()
             .zip(&cands)
             .map(|(task, ops)| Fresh {
-                sample: ops.iter().map(|op| unknown(op, task, &sample_batch)).collect(),
+                sample: ops
+                    .iter()
+                    .map(|op| unknown(op, task, &sample_batch).iter().filter(|u| **u).count() as f64)
+                    .collect(),
                 screening: ops.iter().map(|op| unknown(op, task, &tail)).collect(),
                 sample_rows: sample_batch.num_rows() as f64,
-                screening_rows: tail.num_rows() as f64,
             })
             .collect();
         // Profiling pays only if some plan could save more than it costs: at best the cheapest candidate decides
@@ -2458,7 +2488,7 @@ fn profile_candidates(
         };
         // `unasked[t]`: logical operator `t` has candidates not asked yet, which could cost nothing (its saving is
         // then every tuple's gold answer); empty where every candidate was asked.
-        let pays_with = |tried: &[Vec<Tried>], rest: f64, screening_left: bool, looked: usize, unasked: &[bool]| {
+        let pays_with = |tried: &[Vec<Tried>], rest: f64, screened: usize, looked: usize, unasked: &[bool]| {
             let gold_reach = gold_reach(tried, looked);
             let (mut cost, mut saving, mut free) = (0.0, 0.0, 0.0);
             for (t_idx, (((task, t), fresh), gold_reach)) in
@@ -2467,10 +2497,10 @@ fn profile_candidates(
                 let Some((gold, others)) = t.split_first() else { continue };
                 cost += others
                     .iter()
-                    .map(|c| c.cost() * fresh.ahead_profiled(c.idx, screening_left, task.kind, gold_reach))
+                    .map(|c| c.cost() * fresh.ahead_profiled(c.idx, screened, task.kind, gold_reach))
                     .sum::<f64>();
                 if gold.idx == 0 {
-                    cost += gold.cost() * fresh.gold_beyond_plan(screening_left, task.kind, gold_reach);
+                    cost += gold.cost() * fresh.gold_beyond_plan(screened, task.kind, gold_reach);
                 }
                 // Deferred caches: the sample's of every other model still in play lie ahead of profiling, and a
                 // tuple outside it pays its decider's prefill.
@@ -2482,7 +2512,7 @@ fn profile_candidates(
                     .filter(|(m, _)| Some(*m) != gold_model)
                     .collect();
                 cost += models.values().sum::<f64>() * fresh.sample_rows;
-                free += others.iter().map(|c| fresh.known(c.idx, screening_left)).sum::<f64>();
+                free += others.iter().map(|c| fresh.known(c.idx, screened)).sum::<f64>();
                 let gold_total = gold.cost() + prefill[gold.idx];
                 let unasked = unasked.get(t_idx).copied().unwrap_or(false);
                 let floor = if unasked { 0.0 } else { gold_total };
@@ -2498,8 +2528,8 @@ fn profile_candidates(
             }
             (cost, saving, free)
         };
-        let pays = |tried: &[Vec<Tried>], rest: f64, screening_left: bool, looked: usize| -> (f64, f64, f64) {
-            pays_with(tried, rest, screening_left, looked, &[])
+        let pays = |tried: &[Vec<Tried>], rest: f64, screened: usize, looked: usize| -> (f64, f64, f64) {
+            pays_with(tried, rest, screened, looked, &[])
         };
         let kept = |tried: &[Vec<Tried>]| tried.iter().map(|t| t.len().saturating_sub(1)).sum::<usize>();
         // The other candidates' costs on the probe tuples as earlier queries over the same items recorded them: to
@@ -2575,7 +2605,7 @@ fn profile_candidates(
             figures.and_then(|(mut est, lacking)| {
                 probe_drops(&tasks, &cands, &mut est, probe, &mut Vec::new());
                 let (rest, note) = rest_of(&est, probe);
-                let (cost, saving, free) = pays_with(&est, rest, true, probe, &lacking);
+                let (cost, saving, free) = pays_with(&est, rest, 0, probe, &lacking);
                 tracing::debug!(cost, saving, candidates = kept(&est), "pay check on recorded costs");
                 (cost >= saving).then(|| {
                     let unknown =
@@ -2650,7 +2680,7 @@ fn profile_candidates(
                     // compressed rung can only be less faithful than its parent (its past keeps less of the item), so
                     // it would leave as hopeless too, after costing its answers.
                     if maps_judged(&tried) {
-                        let hopeless = hopeless_on_probe(&tasks, &tried, o.credible);
+                        let hopeless = hopeless_on_probe(&tasks, &tried, o.credible, PROBED);
                         let due = |t: usize, i: usize| order[t].contains(&i) && !done[t].contains(&i);
                         for (t, i, d) in children_of_hopeless(&tasks, &cands, &hopeless, due) {
                             done[t].insert(i);
@@ -2672,10 +2702,10 @@ fn profile_candidates(
                     let mut by_record = Vec::new();
                     probe_drops(&tasks, &cands, &mut est, probe, &mut by_record);
                     if maps_judged(&est) {
-                        probe_hopeless(&tasks, &cands, &mut est, o.credible, &mut Vec::new());
+                        probe_hopeless(&tasks, &cands, &mut est, o.credible, PROBED, &mut Vec::new());
                     }
                     let (rest, note) = rest_of(&est, probe);
-                    let (cost, saving, free) = pays_with(&est, rest, true, probe, &unasked);
+                    let (cost, saving, free) = pays_with(&est, rest, 0, probe, &unasked);
                     let asked: usize = done.iter().map(BTreeSet::len).sum::<usize>() - not_asked.len();
                     tracing::debug!(cost, saving, asked, askable, "pay check while probing");
                     if cost >= saving {
@@ -2755,7 +2785,7 @@ fn profile_candidates(
         }
         probe_drops(&tasks, &cands, &mut tried, probe, &mut screening.dropped);
         if maps_judged(&tried) {
-            probe_hopeless(&tasks, &cands, &mut tried, o.credible, &mut screening.dropped);
+            probe_hopeless(&tasks, &cands, &mut tried, o.credible, PROBED, &mut screening.dropped);
         }
         let with_setup: Vec<(usize, usize)> = cands
             .iter()
@@ -2766,7 +2796,7 @@ fn profile_candidates(
             .collect();
         if !with_setup.is_empty() {
             let (rest, _) = rest_of(&tried, probe);
-            let (cost, saving, _) = pays(&tried, rest, true, probe);
+            let (cost, saving, _) = pays(&tried, rest, 0, probe);
             if pay_check && (cost >= saving || uncertified.is_some() || recorded_stop.is_some()) {
                 for &(t, i) in &with_setup {
                     screening.dropped.push(Dropped {
@@ -2801,7 +2831,7 @@ fn profile_candidates(
                 }
                 probe_drops(&tasks, &cands, &mut tried, probe, &mut screening.dropped);
                 if maps_judged(&tried) {
-                    probe_hopeless(&tasks, &cands, &mut tried, o.credible, &mut screening.dropped);
+                    probe_hopeless(&tasks, &cands, &mut tried, o.credible, PROBED, &mut screening.dropped);
                 }
             }
         }
@@ -2809,7 +2839,7 @@ fn profile_candidates(
         // decides, in gold's place, every tuple outside the sample and the screening that reaches its operator
         // (a plan with it in front of gold costs at least what gold's plan with that operator first would, less
         // that saving).
-        let unpaying = |tried: &mut [Vec<Tried>], screening_left: bool, looked: usize, dropped: &mut Vec<Dropped>| {
+        let unpaying = |tried: &mut [Vec<Tried>], screened: usize, looked: usize, dropped: &mut Vec<Dropped>| {
             let (rest, _) = rest_of(tried, looked);
             let seen: Vec<f64> = tasks.iter().map(|task| seen_by(task, tried, rest, looked)).collect();
             let reach = gold_reach(tried, looked);
@@ -2833,7 +2863,7 @@ fn profile_candidates(
                 let mut share = shares.into_iter();
                 t.retain(|c| {
                     let share = share.next().unwrap_or(1.0);
-                    let cost = c.cost() * fresh.ahead_profiled(c.idx, screening_left, task.kind, reach);
+                    let cost = c.cost() * fresh.ahead_profiled(c.idx, screened, task.kind, reach);
                     // A compressed rung can only be less faithful than its uncompressed parent: where the parent
                     // is a candidate too, what the rung adds is deciding in the parent's place, not gold's.
                     let parent = uncompressed_parent(ops, &costs, c.idx).filter(|&(_, p)| p < gold);
@@ -2842,7 +2872,7 @@ fn profile_candidates(
                         None => (gold, "gold's".to_string()),
                     };
                     let saving = seen * (share * versus - c.cost() - prefill[c.idx]).max(0.0);
-                    tracing::debug!(logical = %task.name, operator = %ops[c.idx].name(), per_tuple = c.cost(), versus, share, cost, saving, screening_left, looked, "worth profiling?");
+                    tracing::debug!(logical = %task.name, operator = %ops[c.idx].name(), per_tuple = c.cost(), versus, share, cost, saving, screened, looked, "worth profiling?");
                     if c.idx == 0 || cost < saving {
                         return true;
                     }
@@ -2869,7 +2899,7 @@ fn profile_candidates(
             }
         };
         let (rest, note) = rest_of(&tried, probe);
-        let (cost, saving, free) = pays(&tried, rest, true, probe);
+        let (cost, saving, free) = pays(&tried, rest, 0, probe);
         let stop = if !pay_check {
             None
         } else if uncertified.is_some() {
@@ -2891,7 +2921,7 @@ fn profile_candidates(
             None
         };
         if stop.is_none() && pay_check {
-            unpaying(&mut tried, true, probe, &mut screening.dropped);
+            unpaying(&mut tried, 0, probe, &mut screening.dropped);
         }
         if let Some(why) = stop {
             // 3a-ii skipped: only the probed tuples were screened.
@@ -2905,7 +2935,14 @@ fn profile_candidates(
             //        Filters first, then maps only on the tuples gold's filters let through: a map's value counts
             //        nowhere else (profiling asks it only the gold result rows of the sample, and gold's plan only
             //        the tuples its filters pass), so its answers elsewhere would be paid for and never used.
-            let ask_of_kind = |maps: bool, rows: &RecordBatch| {
+            //        With a pay check, the rest is screened in two looks ([`screening_looks`]). After the first, the
+            //        tests that hold on few tuples run on the answers so far: the candidates as dear as gold or no
+            //        cheaper than their uncompressed parent, the maps hopeless at the upper end of their credible
+            //        interval, and those that cannot pay for their own profiling leave; and the pay check runs as
+            //        after the whole screening, so that where it already shows that profiling cannot pay, gold runs
+            //        without the second look's answers. (The quality tests on point figures, [`screen_out`], and the
+            //        test sequence's forecast wait for every screening tuple.)
+            let ask_of_kind = |tried: &[Vec<Tried>], maps: bool, rows: &RecordBatch| {
                 per_task(&tasks, &cands, parallel, |i, task, ops| {
                     if (task.kind == LogicalKind::Map) != maps {
                         return Ok(None);
@@ -2922,128 +2959,179 @@ fn profile_candidates(
                         .map(Some)
                 })
             };
-            let filtered = ask_of_kind(false, &tail)?;
-            let through = gold_passes(&filtered, tail.num_rows());
+            // The test sequence planned on the screening tuples answered so far (`map_positions`: those the maps'
+            // candidates answered), where the certified global search will plan on the sample's hold-out.
+            let forecast_on = |tried: &[Vec<Tried>], map_positions: &[usize]| -> Option<Forecast> {
+                let result = sample_result.as_ref().filter(|_| o.method == "global")?;
+                let global = Global { certification: certification(o).unwrap_or_default() };
+                let on = ScreeningAnswers { tried, map_positions, prefill_of: &prefill_of };
+                screening_forecast(&tasks, &cands, &on, result, o, &global)
+                    .map_err(|e| tracing::warn!(error = %e, "no forecast of the test sequence"))
+                    .ok()
+            };
+            // Why gold runs on forecast `f`, planned on the first `looked` screening tuples, where profiling the
+            // candidates left on the sample (and the rest of the screening, if any) would cost `cost` and the plans
+            // can save on `rest` tuples.
+            let forecast_stop = |f: &Forecast, tried: &[Vec<Tried>], looked: usize, rest: f64, cost: f64| {
+                let planned = format!(
+                    "planned on the {looked} screening tuples with the sample's hold-out ({} tuples, {} of them gold \
+                     result rows)",
+                    f.held.tuples, f.held.positives
+                );
+                if f.sequence == 0 {
+                    Some(format!(
+                        "{planned}, no plan but gold is expected to be certifiable at these targets, so the {} \
+                         candidates left were not profiled on {want} tuples and gold ran directly",
+                        kept(tried)
+                    ))
+                } else if f.expected_saving * rest <= cost {
+                    Some(format!(
+                        "{planned}, the test sequence ({} {}) is expected to save {:.1} s on the other {rest} tuples \
+                         ({:.4} s per tuple), no more than the {cost:.1} s profiling the {} candidates left on {want} \
+                         tuples would cost, so gold ran directly",
+                        f.sequence,
+                        if f.sequence == 1 { "plan" } else { "plans" },
+                        f.expected_saving * rest,
+                        f.expected_saving,
+                        kept(tried)
+                    ))
+                } else {
+                    None
+                }
+            };
             // The screening tuples a map's candidates answered: the probe's gold's filters let through (or its
             // first), and those of the rest gold lets through.
-            let probed = map_head.get().map_or_else(|| (0..probe).collect(), |(rows, _)| rows.clone());
-            let map_positions: Vec<usize> =
-                probed.into_iter().chain((0..tail.num_rows()).filter(|&r| through[r]).map(|r| probe + r)).collect();
-            let map_rows = take_record_batch(
-                &tail,
-                &UInt32Array::from_iter_values((0..tail.num_rows()).filter(|&r| through[r]).map(|r| r as u32)),
-            )?;
-            tracing::debug!(
-                through = map_rows.num_rows(),
-                tail = tail.num_rows(),
-                "screening's maps on the tuples gold's filters let through"
-            );
-            let mapped = ask_of_kind(true, &map_rows)?;
-            let more: Vec<Vec<(OpOutput, Vec<f64>)>> =
-                filtered.into_iter().zip(mapped).map(|(f, m)| f.or(m).unwrap_or_default()).collect();
-            for ((task, ops), (tried, more)) in tasks.iter().zip(&cands).zip(tried.iter_mut().zip(more)) {
-                for (t, (output, secs)) in tried.iter_mut().zip(more) {
-                    screening.seconds += secs.iter().sum::<f64>();
-                    t.output.append(output, ops[t.idx].name())?;
-                    t.secs.extend(secs);
-                }
-                let Some(gold) = tried.first().map(|t| t.output.clone()) else { continue };
-                let names: Vec<String> = tried.iter().map(|t| ops[t.idx].name().to_string()).collect();
-                let figures: Vec<Screened> = tried.iter().map(|t| screened(&gold, &t.output, &t.secs)).collect();
-                let out: BTreeSet<usize> = screen_out(&names, &figures)
-                    .into_iter()
-                    .map(|(k, reason)| {
-                        screening.dropped.push(Dropped {
-                            logical: task.name.clone(),
-                            operator: names[k].clone(),
-                            reason,
-                        });
-                        k
-                    })
-                    .collect();
-                let mut k = 0;
-                tried.retain(|_| {
-                    k += 1;
-                    !out.contains(&(k - 1))
-                });
-            }
-            if pay_check {
-                unpaying(&mut tried, false, rows.len(), &mut screening.dropped);
-            }
-            let (rest, note) = rest_of(&tried, rows.len());
-            let (cost, saving, free) = pays(&tried, rest, false, rows.len());
-            tracing::debug!(
-                cost,
-                saving,
-                through = gold_through(&tried, rows.len()),
-                looked = rows.len(),
-                sample = want,
-                "pay check after screening"
-            );
-            if pay_check && cost < saving {
-                if certify_on_sample {
-                    // Gold's plan answered the sample (3a-i'), whose exact count of gold result rows passed: the
-                    // candidates are profiled on it in two phases.
-                    // Before the sample's candidates answer, the test sequence is forecast on the screening tuples:
-                    // where what it is expected to save cannot pay for profiling, gold runs.
-                    let forecast = match (&sample_result, o.method == "global") {
-                        (Some(result), true) => {
-                            let global = Global { certification: certification(o).unwrap_or_default() };
-                            let on = ScreeningAnswers {
-                                tried: &tried,
-                                map_positions: &map_positions,
-                                prefill_of: &prefill_of,
-                            };
-                            screening_forecast(&tasks, &cands, &on, result, o, &global)
-                                .map_err(|e| tracing::warn!(error = %e, "no forecast of the test sequence"))
-                                .ok()
-                        }
-                        _ => None,
-                    };
-                    match forecast {
-                        Some(f) if f.sequence == 0 => {
-                            gold_only = Some(format!(
-                                "planned on the {} screening tuples with the sample's hold-out ({} tuples, {} of them \
-                                 gold result rows), no plan but gold is expected to be certifiable at these targets, so \
-                                 the {} candidates left were not profiled on {want} tuples and gold ran directly",
-                                rows.len(),
-                                f.held.tuples,
-                                f.held.positives,
-                                kept(&tried)
-                            ));
-                        }
-                        Some(f) if f.expected_saving * rest <= cost => {
-                            gold_only = Some(format!(
-                                "planned on the {} screening tuples with the sample's hold-out ({} tuples, {} of them \
-                                 gold result rows), the test sequence ({} {}) is expected to save {:.1} s on the other \
-                                 {rest} tuples ({:.4} s per tuple), no more than the {cost:.1} s profiling the {} \
-                                 candidates left on {want} tuples would cost, so gold ran directly",
-                                rows.len(),
-                                f.held.tuples,
-                                f.held.positives,
-                                f.sequence,
-                                if f.sequence == 1 { "plan" } else { "plans" },
-                                f.expected_saving * rest,
-                                f.expected_saving,
-                                kept(&tried)
-                            ));
-                        }
-                        _ => split_first = (o.method == "global").then_some(rest),
+            let mut map_positions: Vec<usize> =
+                map_head.get().map_or_else(|| (0..probe).collect(), |(rows, _)| rows.clone());
+            let looks = screening_looks(tail.num_rows(), pay_check);
+            for (k, &(from, to)) in looks.iter().enumerate() {
+                let part = tail.slice(from, to - from);
+                let filtered = ask_of_kind(&tried, false, &part)?;
+                let through = gold_passes(&filtered, part.num_rows());
+                map_positions.extend((0..part.num_rows()).filter(|&r| through[r]).map(|r| probe + from + r));
+                let map_rows = take_record_batch(
+                    &part,
+                    &UInt32Array::from_iter_values((0..part.num_rows()).filter(|&r| through[r]).map(|r| r as u32)),
+                )?;
+                tracing::debug!(
+                    through = map_rows.num_rows(),
+                    asked = part.num_rows(),
+                    look = k + 1,
+                    "screening's maps on the tuples gold's filters let through"
+                );
+                let mapped = ask_of_kind(&tried, true, &map_rows)?;
+                let more: Vec<Vec<(OpOutput, Vec<f64>)>> =
+                    filtered.into_iter().zip(mapped).map(|(f, m)| f.or(m).unwrap_or_default()).collect();
+                for (ops, (tried, more)) in cands.iter().zip(tried.iter_mut().zip(more)) {
+                    for (t, (output, secs)) in tried.iter_mut().zip(more) {
+                        screening.seconds += secs.iter().sum::<f64>();
+                        t.output.append(output, ops[t.idx].name())?;
+                        t.secs.extend(secs);
                     }
-                } else if let Some(why) = cannot_certify(&tried, rows.len()) {
-                    gold_only = Some(format!("after screening, {why}"));
                 }
-            } else if pay_check {
-                gold_only = Some(format!(
-                    "profiling the {} candidates left after screening on {want} tuples would cost {cost:.1} s{} \
-                     (with gold's answers its own plan would not need), and no plan can save more than {saving:.1} s \
-                     on the other {rest} tuples{note} (every tuple \
-                     reaching an operator decided by its cheapest candidate; maps reached by the tuples the filters \
-                     let through, and left to a candidate at most where one gave gold's value, plus the errors the \
-                     targets allow), so gold ran directly",
-                    kept(&tried),
-                    memo_note(free)
-                ));
+                if k + 1 == looks.len() {
+                    break;
+                }
+                // The first look's check, on the `looked` screening tuples answered so far.
+                let looked = probe + to;
+                let _span = tracing::info_span!("first look", looked).entered();
+                probe_drops(&tasks, &cands, &mut tried, looked, &mut screening.dropped);
+                if gold_through(&tried, looked) > 0 {
+                    probe_hopeless(&tasks, &cands, &mut tried, o.credible, FIRST_LOOK, &mut screening.dropped);
+                }
+                unpaying(&mut tried, to, looked, &mut screening.dropped);
+                let (rest, note) = rest_of(&tried, looked);
+                let (cost, saving, free) = pays(&tried, rest, to, looked);
+                tracing::debug!(cost, saving, looked, "pay check after the first look");
+                let why = if cost >= saving {
+                    Some(format!(
+                        "on the first {looked} of the {} screening tuples the {} candidates left showed that screening \
+                         the rest and profiling them on {want} tuples would cost {cost:.1} s{} (with gold's answers \
+                         its own plan would not need), and no plan can save more than {saving:.1} s on the other \
+                         {rest} tuples{note} (every tuple reaching an operator decided by its cheapest candidate; maps \
+                         reached by the tuples the filters let through, and left to a candidate at most where one gave \
+                         gold's value, plus the errors the targets allow), so gold ran directly",
+                        rows.len(),
+                        kept(&tried),
+                        memo_note(free)
+                    ))
+                } else if certify_on_sample {
+                    // (The test sequence's forecast waits for every screening tuple: planned on the first look's, it
+                    // sent to gold queries whose plans pay, where its fit on fewer tuples left no plan certifiable.)
+                    None
+                } else {
+                    cannot_certify(&tried, looked).map(|why| format!("halfway through screening, {why}"))
+                };
+                if let Some(why) = why {
+                    screening.tuples = looked;
+                    screening.rows.truncate(looked);
+                    gold_only = Some(why);
+                    break;
+                }
+            }
+            if gold_only.is_none() {
+                for ((task, ops), tried) in tasks.iter().zip(&cands).zip(tried.iter_mut()) {
+                    let Some(gold) = tried.first().map(|t| t.output.clone()) else { continue };
+                    let names: Vec<String> = tried.iter().map(|t| ops[t.idx].name().to_string()).collect();
+                    let figures: Vec<Screened> = tried.iter().map(|t| screened(&gold, &t.output, &t.secs)).collect();
+                    let out: BTreeSet<usize> = screen_out(&names, &figures)
+                        .into_iter()
+                        .map(|(k, reason)| {
+                            screening.dropped.push(Dropped {
+                                logical: task.name.clone(),
+                                operator: names[k].clone(),
+                                reason,
+                            });
+                            k
+                        })
+                        .collect();
+                    let mut k = 0;
+                    tried.retain(|_| {
+                        k += 1;
+                        !out.contains(&(k - 1))
+                    });
+                }
+                let screened = tail.num_rows();
+                if pay_check {
+                    unpaying(&mut tried, screened, rows.len(), &mut screening.dropped);
+                }
+                let (rest, note) = rest_of(&tried, rows.len());
+                let (cost, saving, free) = pays(&tried, rest, screened, rows.len());
+                tracing::debug!(
+                    cost,
+                    saving,
+                    through = gold_through(&tried, rows.len()),
+                    looked = rows.len(),
+                    sample = want,
+                    "pay check after screening"
+                );
+                if pay_check && cost < saving {
+                    if certify_on_sample {
+                        // Gold's plan answered the sample (3a-i'), whose exact count of gold result rows passed: the
+                        // candidates are profiled on it in two phases.
+                        // Before the sample's candidates answer, the test sequence is forecast on the screening
+                        // tuples: where what it is expected to save cannot pay for profiling, gold runs.
+                        match forecast_on(&tried, &map_positions)
+                            .and_then(|f| forecast_stop(&f, &tried, rows.len(), rest, cost))
+                        {
+                            Some(why) => gold_only = Some(why),
+                            None => split_first = (o.method == "global").then_some(rest),
+                        }
+                    } else if let Some(why) = cannot_certify(&tried, rows.len()) {
+                        gold_only = Some(format!("after screening, {why}"));
+                    }
+                } else if pay_check {
+                    gold_only = Some(format!(
+                        "profiling the {} candidates left after screening on {want} tuples would cost {cost:.1} s{} \
+                         (with gold's answers its own plan would not need), and no plan can save more than \
+                         {saving:.1} s on the other {rest} tuples{note} (every tuple reaching an operator decided by \
+                         its cheapest candidate; maps reached by the tuples the filters let through, and left to a \
+                         candidate at most where one gave gold's value, plus the errors the targets allow), so gold \
+                         ran directly",
+                        kept(&tried),
+                        memo_note(free)
+                    ));
+                }
             }
         }
         for d in &screening.dropped {
@@ -4063,21 +4151,28 @@ mod tests {
         let names = |t: &[Tried]| t.iter().map(|t| ops[t.idx].name().to_string()).collect::<Vec<_>>();
         let mut t = vec![answers()];
         let mut dropped = Vec::new();
-        probe_hopeless(std::slice::from_ref(&map), std::slice::from_ref(&ops), &mut t, 0.95, &mut dropped);
+        probe_hopeless(std::slice::from_ref(&map), std::slice::from_ref(&ops), &mut t, 0.95, PROBED, &mut dropped);
         assert_eq!(names(&t[0]), ["gold", "once", "short", "unknown"]);
         assert_eq!(dropped.len(), 1);
         assert!(dropped[0].reason.contains("on 0 of the 4 probe tuples"), "{}", dropped[0].reason);
         // At a lower credibility its best is lower still; a filter's candidates are never judged here; nor where
         // gold answered no tuple.
         let mut t = vec![answers()];
-        probe_hopeless(std::slice::from_ref(&map), std::slice::from_ref(&ops), &mut t, 0.5, &mut Vec::new());
+        probe_hopeless(std::slice::from_ref(&map), std::slice::from_ref(&ops), &mut t, 0.5, PROBED, &mut Vec::new());
         assert_eq!(names(&t[0]), ["gold", "short", "unknown"], "once in 4 is at most 31% at 50%");
         let mut t = vec![answers()];
-        probe_hopeless(std::slice::from_ref(&filter), std::slice::from_ref(&ops), &mut t, 0.95, &mut Vec::new());
+        probe_hopeless(
+            std::slice::from_ref(&filter),
+            std::slice::from_ref(&ops),
+            &mut t,
+            0.95,
+            PROBED,
+            &mut Vec::new(),
+        );
         assert_eq!(t[0].len(), 5);
         let mut t = vec![answers()];
         t[0][0] = tried(0, v(&[None, None, None, None]));
-        probe_hopeless(std::slice::from_ref(&map), std::slice::from_ref(&ops), &mut t, 0.95, &mut Vec::new());
+        probe_hopeless(std::slice::from_ref(&map), std::slice::from_ref(&ops), &mut t, 0.95, PROBED, &mut Vec::new());
         assert_eq!(t[0].len(), 5);
     }
 
@@ -4092,8 +4187,15 @@ mod tests {
             rung("m@0.8+int8", 0.8, false, Some("int8")),
         ];
         // Parent `idx` of logical operator `task` gave gold's value on 0 of 4.
-        let hopeless =
-            |idx: usize, task: usize| Hopeless { task, idx, matched: 0, answered: 4, upper: 0.45, credible: 0.95 };
+        let hopeless = |idx: usize, task: usize| Hopeless {
+            task,
+            idx,
+            matched: 0,
+            answered: 4,
+            upper: 0.45,
+            credible: 0.95,
+            on: PROBED,
+        };
         let children = |dropped: &[Hopeless], due: &dyn Fn(usize, usize) -> bool| {
             children_of_hopeless(std::slice::from_ref(&map), std::slice::from_ref(&ops), dropped, due)
                 .into_iter()
@@ -4218,10 +4320,14 @@ mod tests {
     #[test]
     fn a_stop_counts_free_only_the_memoised_answers_its_cost_left_out() {
         // 10 sample and 6 screening tuples; the candidate lacks 7 + 5 of its answers.
-        let f = Fresh { sample: vec![0.0, 7.0], screening: vec![0.0, 5.0], sample_rows: 10.0, screening_rows: 6.0 };
-        assert_eq!(f.known(1, true), 4.0, "3 sample and 1 screening answers");
-        assert_eq!(f.known(1, false), 3.0, "screening done: its answers are in no cost");
-        assert_eq!(f.known(0, true), 16.0);
+        let lacks = |n: usize| (0..6).map(|r| r < n).collect::<Vec<bool>>();
+        let f = Fresh { sample: vec![0.0, 7.0], screening: vec![lacks(0), lacks(5)], sample_rows: 10.0 };
+        assert_eq!(f.known(1, 0), 4.0, "3 sample and 1 screening answers");
+        assert_eq!(f.known(1, 6), 3.0, "screening done: its answers are in no cost");
+        assert_eq!(f.known(0, 0), 16.0);
+        // Halfway through the screening, 3 tuples are left: 2 of them lacking (positions 3 and 4), 1 known.
+        assert_eq!(f.known(1, 3), 4.0);
+        assert_eq!(f.ahead(1, 3), 9.0);
         assert_eq!(memo_note(4.0), " (4 candidate answers already in the memo counted free)");
         assert_eq!(memo_note(0.0), "", "nothing known, nothing said");
     }

@@ -906,8 +906,10 @@ struct FixedMap {
     name: String,
     props: OpProperties,
     secs: f64,
-    /// The value it gives every item.
+    /// The value it gives every item (but those past `right_for`).
     value: &'static str,
+    /// How many of the first items it is asked about get `value`; every later one gets "wrong".
+    right_for: usize,
     /// The row numbers it was asked about, in order.
     asked: std::sync::Mutex<Vec<usize>>,
     /// Where it also writes them, beside other operators' ([`Asks`]).
@@ -917,7 +919,22 @@ struct FixedMap {
 impl FixedMap {
     fn new(name: &str, secs: f64, gold: bool) -> Arc<Self> {
         let props = props(LogicalKind::Map, "fixed-map", secs, gold);
-        Arc::new(Self { name: name.into(), props, secs, value: "x", asked: Default::default(), log: None })
+        Arc::new(Self {
+            name: name.into(),
+            props,
+            secs,
+            value: "x",
+            right_for: usize::MAX,
+            asked: Default::default(),
+            log: None,
+        })
+    }
+
+    /// A candidate giving gold's value ("x") to the first `n` items it is asked about, and a wrong one after.
+    fn right_at_first(name: &str, secs: f64, n: usize) -> Arc<Self> {
+        let mut op = Arc::try_unwrap(Self::new(name, secs, false)).unwrap();
+        op.right_for = n;
+        Arc::new(op)
     }
 
     /// A rung of the "fixed-map" family at compression `ratio` (0: the uncompressed parent), answering `value`.
@@ -953,8 +970,11 @@ impl PhysicalOp for FixedMap {
         if let Some(log) = &self.log {
             log.lock().unwrap().extend(rows.iter().map(|&r| (self.name.clone(), r)));
         }
-        self.asked.lock().unwrap().extend(rows);
-        let values = items.iter().map(|_| Some(self.value.to_string())).collect();
+        let mut asked = self.asked.lock().unwrap();
+        let before = asked.len();
+        asked.extend(rows);
+        let value = |k: usize| if before + k < self.right_for { self.value } else { "wrong" };
+        let values = (0..items.len()).map(|k| Some(value(k).to_string())).collect();
         Ok((OpOutput::Values { values, confidences: vec![1.0; items.len()] }, vec![self.secs; items.len()]))
     }
 }
@@ -1035,6 +1055,59 @@ fn the_compressed_rungs_of_a_map_hopeless_on_the_probe_are_never_asked() {
         assert!(why.starts_with("hopeless: its uncompressed parent wrong@0 gave gold's value on 0"), "{why}");
     }
     assert_eq!(r.report().candidates["v"], ["gold-map"], "{:?}", r.report().candidates);
+}
+
+/// With a pay check, the screening after the probe is looked at in two halves: a map candidate that gave gold's
+/// value on 3 of the 4 probe tuples, and a wrong one on every tuple after, is not hopeless on the probe but is after
+/// the first look (3 of 12, at the upper end of its credible interval), and is not asked about the second look's
+/// tuples; a good candidate answers every screening tuple (#21).
+#[test]
+fn a_map_hopeless_after_the_first_look_is_not_asked_about_the_second() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = session_over(dir.path(), 400, 0.15, &[Fixed::one_in("gold", 0.001, true, 1)], false, long_item);
+    let fading = FixedMap::right_at_first("fading", 0.2, 3);
+    let good = FixedMap::new("good", 0.1, false);
+    for op in [FixedMap::new("gold-map", 1.0, true), fading.clone(), good.clone()] {
+        s.register(op).unwrap();
+    }
+    let frame = filter_then_map(&s, "{t.text} is a multiple of one");
+    let r = frame.collect(Targets::new(0.5, 0.5, 0.95).unwrap()).unwrap();
+    let sc = r.report().screening.clone().expect("screening ran");
+    assert_eq!(sc.rows.len(), 20, "{:?}", r.plan().warnings);
+    assert_eq!(fading.asked(), sc.rows[..12], "the probe and the first look, in order");
+    let why: Vec<&str> = sc.dropped.iter().filter(|d| d.operator == "fading").map(|d| d.reason.as_str()).collect();
+    assert_eq!(why.len(), 1, "{:?}", sc.dropped);
+    assert!(
+        why[0].starts_with("hopeless: gave gold's value on 3 of the 12 screening tuples so far where"),
+        "{}",
+        why[0]
+    );
+    assert_eq!(good.asked()[..20], sc.rows[..], "the good candidate answered every screening tuple");
+    assert_eq!(r.report().candidates["v"], ["gold-map", "good"], "{:?}", r.report().candidates);
+}
+
+/// Where the first look leaves no candidate that could pay for its profiling (a query of one map, whose only
+/// candidate the probe left is hopeless there),
+/// gold runs without the second look: 12 screening tuples, not 20 (#21).
+#[test]
+fn gold_runs_without_the_second_look_where_the_first_leaves_nothing_to_profile() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = session_over(dir.path(), 400, 0.15, &[Fixed::one_in("gold", 0.001, true, 1)], false, long_item);
+    let fading = FixedMap::right_at_first("fading", 0.2, 3);
+    // (A third candidate, as dear as gold, makes the query screen its candidates; it leaves on the probe.)
+    for op in [FixedMap::new("gold-map", 1.0, true), fading.clone(), FixedMap::new("dear-map", 0.95, false)] {
+        s.register(op).unwrap();
+    }
+    let frame =
+        s.table("t").unwrap().sem_map("v", "the value of {t.text}", stretto::core::op::ValueType::String).unwrap();
+    let r = frame.collect(Targets::new(0.5, 0.5, 0.95).unwrap()).unwrap();
+    let sc = r.report().screening.clone().expect("screening ran");
+    assert!(r.fell_back_to_gold(), "{:?} {sc:?}", r.plan().warnings);
+    assert_eq!(sc.tuples, 12);
+    assert_eq!(sc.rows.len(), 12);
+    assert_eq!(fading.asked(), sc.rows, "the probe and the first look");
+    let why = r.plan().warnings.join(" | ");
+    assert!(why.contains("on the first 12 of the 20 screening tuples the 0 candidates left"), "{why}");
 }
 
 /// Profiling asks a map only about the sample's gold result rows (those every gold filter accepts): a map's value on
