@@ -737,8 +737,9 @@ pub const HOPELESS_QUALITY: f64 = 0.6;
 /// A candidate costing at least this share of gold's cost per tuple is no cheaper stage in front of gold.
 pub const NEAR_GOLD_COST: f64 = 0.9;
 
-/// Drops, after the probe, the candidates as dear as gold and the compressed rungs no cheaper than their
-/// uncompressed parent, with their reasons (gold and what was already kept stay).
+/// Drops, after the probe (or the first look: `probe` is the screening tuples answered so far), the candidates as
+/// dear as gold and the compressed rungs no cheaper than their uncompressed parent, with their reasons (gold and what
+/// was already kept stay).
 fn probe_drops(
     tasks: &[SemanticTask],
     cands: &[Vec<Arc<RegisteredOp>>],
@@ -787,24 +788,24 @@ fn probe_drops(
 /// What the probe's tuples are called in a hopeless map's reason ([`Hopeless::on`]).
 const PROBED: &str = "probe tuples";
 
-/// A map candidate whose values matched gold's on the probe so rarely that even the upper end of the credible
-/// interval of their share is below [`HOPELESS_QUALITY`] ([`hopeless_on_probe`]).
+/// A map candidate whose values matched gold's on the probe (or by the first look) so rarely that even the upper end
+/// of the credible interval of their share is below [`HOPELESS_QUALITY`] ([`hopeless_on_probe`]).
 struct Hopeless {
     /// Logical operator and candidate.
     task: usize,
     idx: usize,
-    /// Probe tuples where it gave gold's value, of those where gold gave one.
+    /// Tuples (of those `on` names) where it gave gold's value, of those where gold gave one.
     matched: usize,
     answered: usize,
     /// The upper end of its credible share, at `credible`.
     upper: f64,
     credible: f64,
-    /// Which tuples it answered ("probe tuples").
+    /// Which tuples it was judged on ([`PROBED`], [`FIRST_LOOK`]), as its reason names them.
     on: &'static str,
 }
 
 impl Hopeless {
-    /// What it did on the probe, as a drop's reason says it.
+    /// What it did on those tuples, as a drop's reason says it.
     fn what(&self) -> String {
         format!(
             "gave gold's value on {} of the {} {} where gold gave one (a share of at most {:.0}% at {:.0}% \
@@ -818,10 +819,18 @@ impl Hopeless {
     }
 }
 
-/// The map candidates hopeless on the answers in `tried`, which are to `on` (the "probe tuples", see
-/// [`probe_hopeless`]); gold, filters, and candidates whose values are not known (figures from the cost record) never
+/// The map candidates hopeless on the answers in `tried`, which are to `on` (see [`probe_hopeless`]), counting only
+/// the answers at the positions `counts` marks (every one where `None`): a map's value on a tuple gold's filters
+/// reject never counts. Gold, filters, and candidates whose values are not known (figures from the cost record) never
 /// are.
-fn hopeless_on_probe(tasks: &[SemanticTask], tried: &[Vec<Tried>], credible: f64, on: &'static str) -> Vec<Hopeless> {
+fn hopeless_on_probe(
+    tasks: &[SemanticTask],
+    tried: &[Vec<Tried>],
+    credible: f64,
+    on: &'static str,
+    counts: Option<&[bool]>,
+) -> Vec<Hopeless> {
+    let counted = |k: usize| counts.is_none_or(|c| c.get(k).copied().unwrap_or(false));
     let mut out = Vec::new();
     for (task_idx, (task, tried)) in tasks.iter().zip(tried).enumerate() {
         if task.kind != LogicalKind::Map {
@@ -836,7 +845,14 @@ fn hopeless_on_probe(tasks: &[SemanticTask], tried: &[Vec<Tried>], credible: f64
             if values.len() != gold.len() {
                 continue;
             }
-            let (matched, answered) = gold_values_given(gold, values);
+            let (gold, values): (Vec<Option<String>>, Vec<Option<String>>) = gold
+                .iter()
+                .zip(values)
+                .enumerate()
+                .filter(|(k, _)| counted(*k))
+                .map(|(_, (g, v))| (g.clone(), v.clone()))
+                .unzip();
+            let (matched, answered) = gold_values_given(&gold, &values);
             if answered == 0 {
                 continue;
             }
@@ -852,19 +868,20 @@ fn hopeless_on_probe(tasks: &[SemanticTask], tried: &[Vec<Tried>], credible: f64
 
 /// Drops, after the probe, the map candidates whose values matched gold's there so rarely that even the upper end of
 /// the credible interval of their share (at `credible`) is below [`HOPELESS_QUALITY`]: screening would drop them
-/// as hopeless after the rest of its tuples anyway, but for a chance of at most about `1 − credible`. With their
-/// reasons; gold, filters, and candidates whose values are not known (figures from the cost record) stay. Like
-/// every screening drop, this looks only at tuples outside the profiling sample. The same test drops them after
-/// the first look at the rest of the screening, on the answers `on` so far.
+/// as hopeless after the rest of its tuples anyway, but for a chance of at most about `1 − credible` each time the
+/// test runs (after the probe, and again on the answers so far after the first look at the rest of the screening:
+/// `on` names them, `counts` marks those that count, as in [`hopeless_on_probe`]). With their reasons; gold,
+/// filters, and candidates whose values are not known (figures from the cost record) stay. Like every screening
+/// drop, this looks only at tuples outside the profiling sample.
 fn probe_hopeless(
     tasks: &[SemanticTask],
     cands: &[Vec<Arc<RegisteredOp>>],
     tried: &mut [Vec<Tried>],
     credible: f64,
-    on: &'static str,
+    (on, counts): (&'static str, Option<&[bool]>),
     dropped: &mut Vec<Dropped>,
 ) {
-    for h in hopeless_on_probe(tasks, tried, credible, on) {
+    for h in hopeless_on_probe(tasks, tried, credible, on, counts) {
         tried[h.task].retain(|t| t.idx != h.idx);
         dropped.push(Dropped {
             logical: tasks[h.task].name.clone(),
@@ -2680,7 +2697,7 @@ fn profile_candidates(
                     // compressed rung can only be less faithful than its parent (its past keeps less of the item), so
                     // it would leave as hopeless too, after costing its answers.
                     if maps_judged(&tried) {
-                        let hopeless = hopeless_on_probe(&tasks, &tried, o.credible, PROBED);
+                        let hopeless = hopeless_on_probe(&tasks, &tried, o.credible, PROBED, None);
                         let due = |t: usize, i: usize| order[t].contains(&i) && !done[t].contains(&i);
                         for (t, i, d) in children_of_hopeless(&tasks, &cands, &hopeless, due) {
                             done[t].insert(i);
@@ -2702,7 +2719,7 @@ fn profile_candidates(
                     let mut by_record = Vec::new();
                     probe_drops(&tasks, &cands, &mut est, probe, &mut by_record);
                     if maps_judged(&est) {
-                        probe_hopeless(&tasks, &cands, &mut est, o.credible, PROBED, &mut Vec::new());
+                        probe_hopeless(&tasks, &cands, &mut est, o.credible, (PROBED, None), &mut Vec::new());
                     }
                     let (rest, note) = rest_of(&est, probe);
                     let (cost, saving, free) = pays_with(&est, rest, 0, probe, &unasked);
@@ -2785,7 +2802,7 @@ fn profile_candidates(
         }
         probe_drops(&tasks, &cands, &mut tried, probe, &mut screening.dropped);
         if maps_judged(&tried) {
-            probe_hopeless(&tasks, &cands, &mut tried, o.credible, PROBED, &mut screening.dropped);
+            probe_hopeless(&tasks, &cands, &mut tried, o.credible, (PROBED, None), &mut screening.dropped);
         }
         let with_setup: Vec<(usize, usize)> = cands
             .iter()
@@ -2831,7 +2848,7 @@ fn profile_candidates(
                 }
                 probe_drops(&tasks, &cands, &mut tried, probe, &mut screening.dropped);
                 if maps_judged(&tried) {
-                    probe_hopeless(&tasks, &cands, &mut tried, o.credible, PROBED, &mut screening.dropped);
+                    probe_hopeless(&tasks, &cands, &mut tried, o.credible, (PROBED, None), &mut screening.dropped);
                 }
             }
         }
@@ -3037,7 +3054,13 @@ fn profile_candidates(
                 let _span = tracing::info_span!("first look", looked).entered();
                 probe_drops(&tasks, &cands, &mut tried, looked, &mut screening.dropped);
                 if gold_through(&tried, looked) > 0 {
-                    probe_hopeless(&tasks, &cands, &mut tried, o.credible, FIRST_LOOK, &mut screening.dropped);
+                    // (Where gold's filters let no probe tuple through, the maps answered the first for its cost: a
+                    // value there does not count.)
+                    let through = passing(looked, tried.iter().filter_map(|t| t.first()).map(|t| &t.output));
+                    let counts: Vec<bool> =
+                        map_positions.iter().map(|&p| through.get(p).copied().unwrap_or(false)).collect();
+                    let judged = (FIRST_LOOK, Some(counts.as_slice()));
+                    probe_hopeless(&tasks, &cands, &mut tried, o.credible, judged, &mut screening.dropped);
                 }
                 unpaying(&mut tried, to, looked, &mut screening.dropped);
                 let (rest, note) = rest_of(&tried, looked);
@@ -4151,14 +4174,34 @@ mod tests {
         let names = |t: &[Tried]| t.iter().map(|t| ops[t.idx].name().to_string()).collect::<Vec<_>>();
         let mut t = vec![answers()];
         let mut dropped = Vec::new();
-        probe_hopeless(std::slice::from_ref(&map), std::slice::from_ref(&ops), &mut t, 0.95, PROBED, &mut dropped);
+        probe_hopeless(
+            std::slice::from_ref(&map),
+            std::slice::from_ref(&ops),
+            &mut t,
+            0.95,
+            (PROBED, None),
+            &mut dropped,
+        );
         assert_eq!(names(&t[0]), ["gold", "once", "short", "unknown"]);
         assert_eq!(dropped.len(), 1);
         assert!(dropped[0].reason.contains("on 0 of the 4 probe tuples"), "{}", dropped[0].reason);
+        // Only the positions that count are judged: on the first alone, gold's value on none of 1 is no evidence.
+        let mut t = vec![answers()];
+        let first = [true, false, false, false];
+        let judged = (FIRST_LOOK, Some(first.as_slice()));
+        probe_hopeless(std::slice::from_ref(&map), std::slice::from_ref(&ops), &mut t, 0.95, judged, &mut Vec::new());
+        assert_eq!(names(&t[0]), ["gold", "never", "once", "short", "unknown"]);
         // At a lower credibility its best is lower still; a filter's candidates are never judged here; nor where
         // gold answered no tuple.
         let mut t = vec![answers()];
-        probe_hopeless(std::slice::from_ref(&map), std::slice::from_ref(&ops), &mut t, 0.5, PROBED, &mut Vec::new());
+        probe_hopeless(
+            std::slice::from_ref(&map),
+            std::slice::from_ref(&ops),
+            &mut t,
+            0.5,
+            (PROBED, None),
+            &mut Vec::new(),
+        );
         assert_eq!(names(&t[0]), ["gold", "short", "unknown"], "once in 4 is at most 31% at 50%");
         let mut t = vec![answers()];
         probe_hopeless(
@@ -4166,13 +4209,20 @@ mod tests {
             std::slice::from_ref(&ops),
             &mut t,
             0.95,
-            PROBED,
+            (PROBED, None),
             &mut Vec::new(),
         );
         assert_eq!(t[0].len(), 5);
         let mut t = vec![answers()];
         t[0][0] = tried(0, v(&[None, None, None, None]));
-        probe_hopeless(std::slice::from_ref(&map), std::slice::from_ref(&ops), &mut t, 0.95, PROBED, &mut Vec::new());
+        probe_hopeless(
+            std::slice::from_ref(&map),
+            std::slice::from_ref(&ops),
+            &mut t,
+            0.95,
+            (PROBED, None),
+            &mut Vec::new(),
+        );
         assert_eq!(t[0].len(), 5);
     }
 

@@ -1086,6 +1086,33 @@ fn a_map_hopeless_after_the_first_look_is_not_asked_about_the_second() {
     assert_eq!(r.report().candidates["v"], ["gold-map", "good"], "{:?}", r.report().candidates);
 }
 
+/// The same behind a filter passing one row in two: the maps answer, at the probe and at each look, only the tuples
+/// the filter lets through, and the first look judges the map candidates on those alone (#21).
+#[test]
+fn at_the_first_look_maps_are_judged_on_the_tuples_the_filters_let_through() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = session_over(dir.path(), 400, 0.15, &[Fixed::one_in("gold", 0.001, true, 2)], false, long_item);
+    let fading = FixedMap::right_at_first("fading", 0.2, 1);
+    let good = FixedMap::new("good", 0.1, false);
+    for op in [FixedMap::new("gold-map", 1.0, true), fading.clone(), good.clone()] {
+        s.register(op).unwrap();
+    }
+    let frame = filter_then_map(&s, "{t.text} is a multiple of 2");
+    let r = frame.collect(Targets::new(0.5, 0.5, 0.95).unwrap()).unwrap();
+    let sc = r.report().screening.clone().expect("screening ran");
+    assert_eq!(sc.rows.len(), 20, "{:?}", r.plan().warnings);
+    let through = |rows: &[usize]| rows.iter().copied().filter(|r| r % 2 == 0).collect::<Vec<usize>>();
+    // (The probe lets some tuple through, so no map answered a rejected one for its cost.)
+    assert!(!through(&sc.rows[..4]).is_empty());
+    let first = through(&sc.rows[..12]);
+    assert_eq!(fading.asked(), first, "the probe's and the first look's tuples the filter let through");
+    let why: Vec<&str> = sc.dropped.iter().filter(|d| d.operator == "fading").map(|d| d.reason.as_str()).collect();
+    let judged = format!("hopeless: gave gold's value on 1 of the {} screening tuples so far where", first.len());
+    assert!(why.len() == 1 && why[0].starts_with(&judged), "{why:?}");
+    let all = through(&sc.rows);
+    assert_eq!(good.asked()[..all.len()], all[..], "the good candidate answered every screening tuple let through");
+}
+
 /// Where the first look leaves no candidate that could pay for its profiling (a query of one map, whose only
 /// candidate the probe left is hopeless there),
 /// gold runs without the second look: 12 screening tuples, not 20 (#21).
