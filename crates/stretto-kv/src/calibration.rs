@@ -11,10 +11,11 @@
 //! steps ([`MAP_STEPS`], a fixed number, so that answers of different lengths do not weigh on the figure). A query
 //! measures only the way its operator asks (a first query over new items pays for its own figures, not for another
 //! kind's); `stretto kv build` measures both ([`Pass::ALL`]). A way lacking a figure is measured at every ratio asked
-//! and every ratio already on record, so that all of a way's figures come from one run. Each item's seconds (one
-//! run, after an untimed run warms the runtime and every ratio's pasts are read once) are added to
-//! [`CALIBRATION_FILE`] in the cache directory, one JSON line each (the file rewritten and renamed into place), and
-//! read back by later queries; a foreign line is skipped.
+//! and every ratio already on record, so that all of a way's figures come from one run. Each item's seconds (the
+//! least of [`CALIBRATION_ROUNDS`] timed rounds over every ratio in turn, after an untimed run warms the runtime and
+//! every ratio's pasts are read once) are added to [`CALIBRATION_FILE`] in the cache directory, one JSON line each
+//! (the file rewritten and renamed into place), and read back by later queries; a foreign line, or one of fewer
+//! rounds (an earlier version's), is skipped, so its figure is measured again.
 //!
 //! ```no_run
 //! use stretto_kv::calibration::{calibrate, Pass, Rungs};
@@ -52,6 +53,13 @@ pub const CALIBRATION_ITEMS: usize = 8;
 
 /// One-token steps after a map's question pass in its calibration.
 pub const MAP_STEPS: usize = 4;
+
+/// Timed rounds a calibration figure is the least of. Each round times every ratio in turn, so that a pause of the
+/// machine (another process, a page-cache miss) lands on one ratio's run of one round, not on a share: one round
+/// measured Qwen2.5-Coder-0.5B's uncompressed map pass over 8 e-commerce descriptions at 0.97 s per item and its
+/// compressed ones at 0.21–0.22 s (a round over 8 other items: 0.21 s at all three), and so offered its compressed
+/// rungs at a 22% share, which the probe found no cheaper.
+pub const CALIBRATION_ROUNDS: usize = 2;
 
 /// The file, in the cache directory, that calibration figures are appended to.
 pub const CALIBRATION_FILE: &str = "calibration.jsonl";
@@ -103,6 +111,14 @@ struct Line {
     /// SHA-256 of the item's cached prefix ([`Decoder::item_prefix`]), as the cache records name it.
     item: String,
     seconds: f64,
+    /// How many timed rounds `seconds` is the least of (absent in an earlier version's lines, which took one).
+    #[serde(default = "one_round")]
+    rounds: usize,
+}
+
+/// What a line without `rounds` took.
+fn one_round() -> usize {
+    1
 }
 
 /// What a calibration measured over some items: per pass and ratio, the mean seconds per item.
@@ -140,7 +156,8 @@ pub fn calibration_items(config: &DecoderConfig, items: &[String]) -> Vec<(Strin
 }
 
 /// Reads the figures of [`CALIBRATION_FILE`] in `kv_dir`: (profile id, pass, item SHA-256) to seconds, the latest
-/// line winning. A missing file is an empty record; a torn or foreign line is skipped.
+/// line winning. A missing file is an empty record; a torn or foreign line, or one of fewer than
+/// [`CALIBRATION_ROUNDS`] rounds, is skipped.
 fn read_figures(path: &Path) -> Result<HashMap<(String, Pass, String), f64>> {
     let mut out = HashMap::new();
     let f = match File::open(path) {
@@ -151,7 +168,7 @@ fn read_figures(path: &Path) -> Result<HashMap<(String, Pass, String), f64>> {
     for line in BufReader::new(f).lines() {
         let Ok(line) = line else { break };
         let Ok(l) = serde_json::from_str::<Line>(&line) else { continue };
-        if l.seconds.is_finite() && l.seconds > 0.0 {
+        if l.seconds.is_finite() && l.seconds > 0.0 && l.rounds >= CALIBRATION_ROUNDS {
             out.insert((l.profile, l.pass, l.item), l.seconds);
         }
     }
@@ -279,9 +296,10 @@ pub fn calibrate(
         };
         // A first, untimed run of the first group warms the runtime (allocations at the batch's shapes, thread
         // pools) so that no ratio pays for it: over 8 e-commerce descriptions a first run took 1.6–2.5× the runs
-        // after it, which agreed within 15% of each other; each figure is then one run. A map's run warms both
-        // ways (its steps start with the question pass). Every ratio's records are read once first, so that none
-        // is timed from a cold disk while another comes from the page cache.
+        // after it, which agreed within 15% of each other. A map's run warms both ways (its steps start with the
+        // question pass). Every ratio's records are read once first, so that none is timed from a cold disk while
+        // another comes from the page cache. Each figure is then the least of [`CALIBRATION_ROUNDS`] rounds, each
+        // timing every ratio in turn.
         let warm = if lacking.contains(&Pass::Map) { Pass::Map } else { Pass::Filter };
         timed(&source(&measured[0]), warm, &batches[..batches.len().min(1)])?;
         for p in &measured {
@@ -290,11 +308,19 @@ pub fn calibrate(
                 src.get(dec, items)?;
             }
         }
+        // Per profile and lacking pass, the least seconds per item over the rounds.
+        let mut least = vec![vec![f64::INFINITY; lacking.len()]; measured.len()];
+        for _ in 0..CALIBRATION_ROUNDS.max(1) {
+            for (p, least) in measured.iter().zip(least.iter_mut()) {
+                let src = source(p);
+                for (&pass, least) in lacking.iter().zip(least.iter_mut()) {
+                    *least = least.min(timed(&src, pass, &batches)? / texts.len() as f64);
+                }
+            }
+        }
         let mut text = String::new();
-        for p in &measured {
-            let src = source(p);
-            for &pass in &lacking {
-                let each = timed(&src, pass, &batches)? / texts.len() as f64;
+        for (p, least) in measured.iter().zip(&least) {
+            for (&pass, &each) in lacking.iter().zip(least) {
                 // As a later read of the file will see it (JSON's float parsing may differ in the last bit), so that
                 // this query and the next decide on the same figure.
                 let each: f64 = serde_json::to_string(&each)
@@ -302,7 +328,8 @@ pub fn calibrate(
                     .map_err(|e| KvError::Runtime(e.to_string()))?;
                 for (sha, _) in &chosen {
                     figures.insert((p.id(), pass, sha.clone()), each);
-                    let line = Line { profile: p.id(), pass, item: sha.clone(), seconds: each };
+                    let line =
+                        Line { profile: p.id(), pass, item: sha.clone(), seconds: each, rounds: CALIBRATION_ROUNDS };
                     text.push_str(&serde_json::to_string(&line).map_err(|e| KvError::Runtime(e.to_string()))?);
                     text.push('\n');
                 }
@@ -348,11 +375,22 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join(CALIBRATION_FILE);
         let line = |s: f64| {
-            serde_json::to_string(&Line { profile: "m@p-0.00".into(), pass: Pass::Map, item: "ab".into(), seconds: s })
-                .unwrap()
+            let line = Line {
+                profile: "m@p-0.00".into(),
+                pass: Pass::Map,
+                item: "ab".into(),
+                seconds: s,
+                rounds: CALIBRATION_ROUNDS,
+            };
+            serde_json::to_string(&line).unwrap()
         };
-        std::fs::write(&path, format!("{}\nnot json\n{}\n{{\"profile\":\"m@p-0.00\",\"pa", line(0.5), line(0.25)))
-            .unwrap();
+        // An earlier version's line (one round, no `rounds` field) is skipped: its figure is measured again.
+        let old = r#"{"profile":"m@p-0.50","pass":"map","item":"ab","seconds":0.125}"#;
+        std::fs::write(
+            &path,
+            format!("{}\nnot json\n{}\n{old}\n{{\"profile\":\"m@p-0.00\",\"pa", line(0.5), line(0.25)),
+        )
+        .unwrap();
         let figures = read_figures(&path).unwrap();
         assert_eq!(figures.len(), 1);
         assert_eq!(figures[&("m@p-0.00".to_string(), Pass::Map, "ab".to_string())], 0.25);
