@@ -4172,16 +4172,17 @@ mod tests {
             ]
         };
         let names = |t: &[Tried]| t.iter().map(|t| ops[t.idx].name().to_string()).collect::<Vec<_>>();
+        // The candidates `task`'s hopeless test at `credible` drops from `t`, judged as `judged` says.
+        let judge = |task: &SemanticTask,
+                     t: &mut [Vec<Tried>],
+                     credible: f64,
+                     judged: (&'static str, Option<&[bool]>)| {
+            let mut dropped = Vec::new();
+            probe_hopeless(std::slice::from_ref(task), std::slice::from_ref(&ops), t, credible, judged, &mut dropped);
+            dropped
+        };
         let mut t = vec![answers()];
-        let mut dropped = Vec::new();
-        probe_hopeless(
-            std::slice::from_ref(&map),
-            std::slice::from_ref(&ops),
-            &mut t,
-            0.95,
-            (PROBED, None),
-            &mut dropped,
-        );
+        let dropped = judge(&map, &mut t, 0.95, (PROBED, None));
         assert_eq!(names(&t[0]), ["gold", "once", "short", "unknown"]);
         assert_eq!(dropped.len(), 1);
         assert!(dropped[0].reason.contains("on 0 of the 4 probe tuples"), "{}", dropped[0].reason);
@@ -4189,40 +4190,19 @@ mod tests {
         let mut t = vec![answers()];
         let first = [true, false, false, false];
         let judged = (FIRST_LOOK, Some(first.as_slice()));
-        probe_hopeless(std::slice::from_ref(&map), std::slice::from_ref(&ops), &mut t, 0.95, judged, &mut Vec::new());
+        judge(&map, &mut t, 0.95, judged);
         assert_eq!(names(&t[0]), ["gold", "never", "once", "short", "unknown"]);
         // At a lower credibility its best is lower still; a filter's candidates are never judged here; nor where
         // gold answered no tuple.
         let mut t = vec![answers()];
-        probe_hopeless(
-            std::slice::from_ref(&map),
-            std::slice::from_ref(&ops),
-            &mut t,
-            0.5,
-            (PROBED, None),
-            &mut Vec::new(),
-        );
+        judge(&map, &mut t, 0.5, (PROBED, None));
         assert_eq!(names(&t[0]), ["gold", "short", "unknown"], "once in 4 is at most 31% at 50%");
         let mut t = vec![answers()];
-        probe_hopeless(
-            std::slice::from_ref(&filter),
-            std::slice::from_ref(&ops),
-            &mut t,
-            0.95,
-            (PROBED, None),
-            &mut Vec::new(),
-        );
+        judge(&filter, &mut t, 0.95, (PROBED, None));
         assert_eq!(t[0].len(), 5);
         let mut t = vec![answers()];
         t[0][0] = tried(0, v(&[None, None, None, None]));
-        probe_hopeless(
-            std::slice::from_ref(&map),
-            std::slice::from_ref(&ops),
-            &mut t,
-            0.95,
-            (PROBED, None),
-            &mut Vec::new(),
-        );
+        judge(&map, &mut t, 0.95, (PROBED, None));
         assert_eq!(t[0].len(), 5);
     }
 

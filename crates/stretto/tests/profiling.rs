@@ -1057,32 +1057,45 @@ fn the_compressed_rungs_of_a_map_hopeless_on_the_probe_are_never_asked() {
     assert_eq!(r.report().candidates["v"], ["gold-map"], "{:?}", r.report().candidates);
 }
 
+/// "Multiple of `modulus`" and a map over 400 long rows ([`long_item`]), 15% profiled, at targets 0.5, with gold's
+/// map, a candidate giving gold's value on its first `right_for` answers only ("fading"), and a good candidate: the
+/// result, its screening, and the rows fading and the good candidate were asked about, in order.
+fn first_look_run(
+    modulus: usize,
+    right_for: usize,
+) -> (stretto::QueryResult, stretto::engine::Screening, Vec<usize>, Vec<usize>) {
+    let dir = tempfile::tempdir().unwrap();
+    let s = session_over(dir.path(), 400, 0.15, &[Fixed::one_in("gold", 0.001, true, modulus)], false, long_item);
+    let fading = FixedMap::right_at_first("fading", 0.2, right_for);
+    let good = FixedMap::new("good", 0.1, false);
+    for op in [FixedMap::new("gold-map", 1.0, true), fading.clone(), good.clone()] {
+        s.register(op).unwrap();
+    }
+    let frame = filter_then_map(&s, &format!("{{t.text}} is a multiple of {modulus}"));
+    let r = frame.collect(Targets::new(0.5, 0.5, 0.95).unwrap()).unwrap();
+    let sc = r.report().screening.clone().expect("screening ran");
+    assert_eq!(sc.rows.len(), 20, "{:?}", r.plan().warnings);
+    (r, sc, fading.asked(), good.asked())
+}
+
+/// Why the screening dropped `name`: it must have, once.
+fn dropped_once(sc: &stretto::engine::Screening, name: &str) -> String {
+    let why: Vec<&str> = sc.dropped.iter().filter(|d| d.operator == name).map(|d| d.reason.as_str()).collect();
+    assert_eq!(why.len(), 1, "{:?}", sc.dropped);
+    why[0].to_string()
+}
+
 /// With a pay check, the screening after the probe is looked at in two halves: a map candidate that gave gold's
 /// value on 3 of the 4 probe tuples, and a wrong one on every tuple after, is not hopeless on the probe but is after
 /// the first look (3 of 12, at the upper end of its credible interval), and is not asked about the second look's
 /// tuples; a good candidate answers every screening tuple (#21).
 #[test]
 fn a_map_hopeless_after_the_first_look_is_not_asked_about_the_second() {
-    let dir = tempfile::tempdir().unwrap();
-    let s = session_over(dir.path(), 400, 0.15, &[Fixed::one_in("gold", 0.001, true, 1)], false, long_item);
-    let fading = FixedMap::right_at_first("fading", 0.2, 3);
-    let good = FixedMap::new("good", 0.1, false);
-    for op in [FixedMap::new("gold-map", 1.0, true), fading.clone(), good.clone()] {
-        s.register(op).unwrap();
-    }
-    let frame = filter_then_map(&s, "{t.text} is a multiple of one");
-    let r = frame.collect(Targets::new(0.5, 0.5, 0.95).unwrap()).unwrap();
-    let sc = r.report().screening.clone().expect("screening ran");
-    assert_eq!(sc.rows.len(), 20, "{:?}", r.plan().warnings);
-    assert_eq!(fading.asked(), sc.rows[..12], "the probe and the first look, in order");
-    let why: Vec<&str> = sc.dropped.iter().filter(|d| d.operator == "fading").map(|d| d.reason.as_str()).collect();
-    assert_eq!(why.len(), 1, "{:?}", sc.dropped);
-    assert!(
-        why[0].starts_with("hopeless: gave gold's value on 3 of the 12 screening tuples so far where"),
-        "{}",
-        why[0]
-    );
-    assert_eq!(good.asked()[..20], sc.rows[..], "the good candidate answered every screening tuple");
+    let (r, sc, fading, good) = first_look_run(1, 3);
+    assert_eq!(fading, sc.rows[..12], "the probe and the first look, in order");
+    let why = dropped_once(&sc, "fading");
+    assert!(why.starts_with("hopeless: gave gold's value on 3 of the 12 screening tuples so far where"), "{why}");
+    assert_eq!(good[..20], sc.rows[..], "the good candidate answered every screening tuple");
     assert_eq!(r.report().candidates["v"], ["gold-map", "good"], "{:?}", r.report().candidates);
 }
 
@@ -1090,27 +1103,17 @@ fn a_map_hopeless_after_the_first_look_is_not_asked_about_the_second() {
 /// the filter lets through, and the first look judges the map candidates on those alone (#21).
 #[test]
 fn at_the_first_look_maps_are_judged_on_the_tuples_the_filters_let_through() {
-    let dir = tempfile::tempdir().unwrap();
-    let s = session_over(dir.path(), 400, 0.15, &[Fixed::one_in("gold", 0.001, true, 2)], false, long_item);
-    let fading = FixedMap::right_at_first("fading", 0.2, 1);
-    let good = FixedMap::new("good", 0.1, false);
-    for op in [FixedMap::new("gold-map", 1.0, true), fading.clone(), good.clone()] {
-        s.register(op).unwrap();
-    }
-    let frame = filter_then_map(&s, "{t.text} is a multiple of 2");
-    let r = frame.collect(Targets::new(0.5, 0.5, 0.95).unwrap()).unwrap();
-    let sc = r.report().screening.clone().expect("screening ran");
-    assert_eq!(sc.rows.len(), 20, "{:?}", r.plan().warnings);
+    let (_, sc, fading, good) = first_look_run(2, 1);
     let through = |rows: &[usize]| rows.iter().copied().filter(|r| r % 2 == 0).collect::<Vec<usize>>();
     // (The probe lets some tuple through, so no map answered a rejected one for its cost.)
     assert!(!through(&sc.rows[..4]).is_empty());
     let first = through(&sc.rows[..12]);
-    assert_eq!(fading.asked(), first, "the probe's and the first look's tuples the filter let through");
-    let why: Vec<&str> = sc.dropped.iter().filter(|d| d.operator == "fading").map(|d| d.reason.as_str()).collect();
+    assert_eq!(fading, first, "the probe's and the first look's tuples the filter let through");
+    let why = dropped_once(&sc, "fading");
     let judged = format!("hopeless: gave gold's value on 1 of the {} screening tuples so far where", first.len());
-    assert!(why.len() == 1 && why[0].starts_with(&judged), "{why:?}");
+    assert!(why.starts_with(&judged), "{why}");
     let all = through(&sc.rows);
-    assert_eq!(good.asked()[..all.len()], all[..], "the good candidate answered every screening tuple let through");
+    assert_eq!(good[..all.len()], all[..], "the good candidate answered every screening tuple let through");
 }
 
 /// Where the first look leaves no candidate that could pay for its profiling (a query of one map, whose only
