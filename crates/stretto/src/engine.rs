@@ -845,14 +845,7 @@ fn hopeless_on_probe(
             if values.len() != gold.len() {
                 continue;
             }
-            let (gold, values): (Vec<Option<String>>, Vec<Option<String>>) = gold
-                .iter()
-                .zip(values)
-                .enumerate()
-                .filter(|(k, _)| counted(*k))
-                .map(|(_, (g, v))| (g.clone(), v.clone()))
-                .unzip();
-            let (matched, answered) = gold_values_given(&gold, &values);
+            let (matched, answered) = gold_values_given(gold, values, counted);
             if answered == 0 {
                 continue;
             }
@@ -1203,7 +1196,7 @@ fn screened(gold: &OpOutput, output: &OpOutput, secs: &[f64]) -> Screened {
             (pos > 0 && pos < labels.len()).then(|| stretto_core::metrics::auc(s, &labels))
         }
         (OpOutput::Values { values: g, .. }, OpOutput::Values { values, .. }) => {
-            let (matched, answered) = gold_values_given(g, values);
+            let (matched, answered) = gold_values_given(g, values, |_| true);
             (answered > 0).then(|| matched as f64 / answered as f64)
         }
         _ => None,
@@ -1211,10 +1204,16 @@ fn screened(gold: &OpOutput, output: &OpOutput, secs: &[f64]) -> Screened {
     Screened { cost, quality }
 }
 
-/// Of the tuples where gold gave a map value, (how many `values` gives the same value on, how many there are).
-fn gold_values_given(gold: &[Option<String>], values: &[Option<String>]) -> (usize, usize) {
-    let answered = gold.iter().filter(|g| g.is_some()).count();
-    (gold.iter().zip(values).filter(|(g, v)| g.is_some() && g == v).count(), answered)
+/// Of the tuples where gold gave a map value, among the positions `counted` marks, (how many `values` gives the same
+/// value on, how many there are).
+fn gold_values_given(
+    gold: &[Option<String>],
+    values: &[Option<String>],
+    counted: impl Fn(usize) -> bool,
+) -> (usize, usize) {
+    let answered = gold.iter().enumerate().filter(|(k, g)| counted(*k) && g.is_some()).count();
+    let matched = gold.iter().zip(values).enumerate().filter(|(k, (g, v))| counted(*k) && g.is_some() && g == v);
+    (matched.count(), answered)
 }
 
 /// One logical operator's candidates' answers on some tuples (gold's first), with their seconds per tuple; `None`
@@ -2976,8 +2975,8 @@ fn profile_candidates(
                         .map(Some)
                 })
             };
-            // The test sequence planned on the screening tuples answered so far (`map_positions`: those the maps'
-            // candidates answered), where the certified global search will plan on the sample's hold-out.
+            // The test sequence planned on the screening tuples (`map_positions`: those the maps' candidates
+            // answered), where the certified global search will plan on the sample's hold-out.
             let forecast_on = |tried: &[Vec<Tried>], map_positions: &[usize]| -> Option<Forecast> {
                 let result = sample_result.as_ref().filter(|_| o.method == "global")?;
                 let global = Global { certification: certification(o).unwrap_or_default() };
