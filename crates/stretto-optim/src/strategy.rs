@@ -270,6 +270,32 @@ pub fn min_certifiable_positives(targets: &Targets) -> f64 {
     ((1.0 - targets.credible).ln() / t.ln() - 1.0).max(0.0)
 }
 
+/// The largest share of a hold-out's gold result rows on which a plan can give a wrong map value and still be
+/// certified at `targets`, over every hold-out of at most `most_positives` gold result rows. A wrong value kept in
+/// gold's place is a false positive and a false negative at once, so a plan erring on `e` of `m` held-out result
+/// rows has both bounds at most `BetaQuantile(1 − α; 1 + m − e, 1 + e)`, and the joint test certifies it only where
+/// both marginals reach their targets: `e` is at most the largest count whose bound reaches `max(precision,
+/// recall)`. The share is never above `1 − max(precision, recall)`, what large hold-outs tend to; it is much below
+/// on small ones (none of 30 rows at 0.9 and 95%, where 30 error-free rows give 0.908 and 29 of 30 give 0.853). 0
+/// where no hold-out that small certifies even an error-free plan.
+pub fn max_certifiable_error_share(targets: &Targets, most_positives: usize) -> f64 {
+    let t = targets.precision.max(targets.recall);
+    let certifies = |m: usize, e: usize| beta_lower_bound((m - e) as f64, e as f64, targets.credible) >= t;
+    // The most errors certifiable never falls as the hold-out grows (one more error-free row only raises the
+    // bound), so one pass over the sizes finds each size's count; the share, though, goes up and down in steps.
+    let (mut errors, mut share) = (0usize, 0.0f64);
+    for m in 1..=most_positives {
+        if !certifies(m, 0) {
+            continue;
+        }
+        while errors < m && certifies(m, errors + 1) {
+            errors += 1;
+        }
+        share = share.max(errors as f64 / m as f64);
+    }
+    share.min(1.0 - t)
+}
+
 /// Settings shared by the certified strategies.
 #[derive(Debug, Clone)]
 pub struct Certification {
@@ -1471,6 +1497,44 @@ mod tests {
         assert!((min_certifiable_positives(&Targets::new(1.0, 0.9, 0.95).unwrap()) - 27.43).abs() < 0.01);
         // ... and targets of 1 are beyond any hold-out.
         assert!(min_certifiable_positives(&Targets::new(1.0, 1.0, 0.95).unwrap()).is_infinite());
+    }
+
+    #[test]
+    fn a_small_hold_out_certifies_a_smaller_share_of_wrong_map_values_than_the_targets_leave() {
+        let targets = |t: f64| Targets::new(t, t, 0.95).unwrap();
+        // At 0.9, 30 error-free rows certify (0.908) and 29 of 30 do not, nor does any error up to 30 rows; the
+        // first error is allowed on a larger hold-out, and then its share is the largest.
+        assert!(beta_lower_bound(30.0, 0.0, 0.95) >= 0.9 && beta_lower_bound(29.0, 1.0, 0.95) < 0.9);
+        assert_eq!(max_certifiable_error_share(&targets(0.9), 30), 0.0);
+        let first = (1..200).find(|&m| beta_lower_bound(m as f64 - 1.0, 1.0, 0.95) >= 0.9).unwrap();
+        assert!(first > 30);
+        assert!((max_certifiable_error_share(&targets(0.9), first) - 1.0 / first as f64).abs() < 1e-12);
+        // Each share is one a hold-out of some size up to the most certifies, and no larger one is.
+        for t in [0.5, 0.7, 0.8, 0.9] {
+            for most in [5, 12, 30, 61] {
+                let share = max_certifiable_error_share(&targets(t), most);
+                assert!(share <= 1.0 - t, "{t} {most}: {share}");
+                let mut best = 0.0f64;
+                for m in 1..=most {
+                    for e in 0..=m {
+                        if beta_lower_bound((m - e) as f64, e as f64, 0.95) >= t {
+                            best = best.max(e as f64 / m as f64);
+                        }
+                    }
+                }
+                assert!((share - best.min(1.0 - t)).abs() < 1e-12, "{t} {most}: {share} vs {best}");
+            }
+        }
+        // Well below what the targets leave on the hold-outs of the engine's default samples ...
+        assert!(max_certifiable_error_share(&targets(0.7), 31) < 0.2);
+        // ... and nearer to it on large ones.
+        assert!(max_certifiable_error_share(&targets(0.7), 3000) > 0.28);
+        // Nothing certifies on a hold-out too small even for an error-free plan, nor at a target of 1.
+        assert_eq!(max_certifiable_error_share(&targets(0.9), 20), 0.0);
+        assert_eq!(max_certifiable_error_share(&targets(1.0), 300), 0.0);
+        // The larger target decides.
+        let mixed = Targets::new(0.5, 0.9, 0.95).unwrap();
+        assert_eq!(max_certifiable_error_share(&mixed, 61), max_certifiable_error_share(&targets(0.9), 61));
     }
 
     #[test]
