@@ -1250,10 +1250,10 @@ fn gold_through(tried: &[Vec<Tried>], looked: usize) -> usize {
 /// `gold`, by what they answered beside gold: a plan leaves a tuple to a cheaper stage only where that stage's value
 /// is kept, and a kept value that is not gold's puts the tuple in the result with a false positive and a false
 /// negative at once, so beyond the tuples where some candidate gave gold's value (their share at the upper end of its
-/// credible interval, over every tuple all of them answered) a plan can keep at most the errors the targets allow
-/// (`1 − max(precision, recall)` of them). 1 where that cannot be read: gold is no map, a candidate's values are not
+/// credible interval, over every tuple all of them answered) a plan can keep at most the wrong values it may make
+/// (`errors`, a share: [`MapErrors`]). 1 where that cannot be read: gold is no map, a candidate's values are not
 /// known (its figures came from the cost record) or cover fewer tuples than gold's, or there is no tuple.
-fn map_takeover_share(gold: &Tried, others: &[Tried], precision: f64, recall: f64, credible: f64) -> f64 {
+fn map_takeover_share(gold: &Tried, others: &[Tried], errors: f64, credible: f64) -> f64 {
     let OpOutput::Values { values: gold, .. } = &gold.output else { return 1.0 };
     let n = gold.len();
     if n == 0 {
@@ -1271,7 +1271,38 @@ fn map_takeover_share(gold: &Tried, others: &[Tried], precision: f64, recall: f6
     }
     let k = matched.iter().filter(|m| **m).count() as f64;
     let upper = 1.0 - stretto_optim::bounds::beta_lower_bound(n as f64 - k, k, credible);
-    (upper + 1.0 - precision.max(recall)).clamp(0.0, 1.0)
+    (upper + errors).clamp(0.0, 1.0)
+}
+
+/// The share of a map's tuples on which a plan for `o`, profiled on `sample` tuples, can keep a wrong value, and how
+/// a reason names it. A certified plan is tested on the sample's hold-out, which holds at most as many gold result
+/// rows as tuples: at most the share [`max_certifiable_error_share`](stretto_optim::strategy::max_certifiable_error_share)
+/// gives for that many, none at all at targets of 0.9 on the default 30-tuple hold-out (where `1 − 0.9` was assumed
+/// before). A plan of a method that certifies nothing keeps the errors the targets allow, `1 − max(precision,
+/// recall)`.
+struct MapErrors {
+    share: f64,
+    what: String,
+}
+
+fn map_errors(o: &QueryOptions, sample: usize) -> MapErrors {
+    let loose = 1.0 - o.precision.max(o.recall);
+    let certified = certification(o).zip(Targets::new(o.precision, o.recall, o.credible).ok());
+    match certified {
+        Some((cert, targets)) => {
+            // Each class is rounded apart, so the split holds out at most one more than the share rounded down.
+            let most = cert.most_held_out(sample).floor() as usize + 1;
+            let share = stretto_optim::strategy::max_certifiable_error_share(&targets, most);
+            MapErrors {
+                share,
+                what: format!(
+                    "the wrong values a certified plan can keep ({:.1}% of a hold-out of at most {most} result rows)",
+                    100.0 * share
+                ),
+            }
+        }
+        None => MapErrors { share: loose, what: format!("the errors the targets allow ({:.0}%)", 100.0 * loose) },
+    }
 }
 
 /// The logical operators whose gold is a filter that answered, in the order the ordering DP gives gold's plan
@@ -2014,6 +2045,8 @@ fn profile_candidates(
     let mut order: Vec<usize> = (0..n).collect();
     order.shuffle(&mut rand::rngs::StdRng::seed_from_u64(o.seed));
     let want = sample_size(o, n);
+    let map_errors = map_errors(o, want);
+    let wrong_kept = map_errors.what.as_str();
     let mut sample: Vec<usize> = order[..want].to_vec();
     let screen_rows = if gold_only.is_none() && cands.iter().any(|c| c.len() > 2) { o.screen.min(n - want) } else { 0 };
     sample.sort_unstable();
@@ -2536,7 +2569,7 @@ fn profile_candidates(
                 // A map's candidates take over from gold at most where their values can stand for gold's (all of
                 // its tuples where some candidate is neither asked nor recorded).
                 let share = if task.kind == LogicalKind::Map && !unasked && gold.idx == 0 {
-                    map_takeover_share(gold, others, o.precision, o.recall, o.credible)
+                    map_takeover_share(gold, others, map_errors.share, o.credible)
                 } else {
                     1.0
                 };
@@ -2740,7 +2773,7 @@ fn profile_candidates(
                              while no plan can save more than {saving:.1} s on the other {rest} tuples{note} (every \
                              tuple reaching an operator decided by its cheapest candidate, at no cost where some were \
                              neither asked nor recorded; maps reached by the tuples the filters let through, and left to a \
-                             candidate at most where one gave gold's value, plus the errors the targets allow), so \
+                             candidate at most where one gave gold's value, plus {wrong_kept}), so \
                              gold ran directly without asking the other {}",
                             kept(&est),
                             memo_note(free),
@@ -2871,7 +2904,7 @@ fn profile_candidates(
                     .iter()
                     .map(|c| match (task.kind, t.first()) {
                         (LogicalKind::Map, Some(g)) if c.idx != 0 => {
-                            map_takeover_share(g, std::slice::from_ref(c), o.precision, o.recall, o.credible)
+                            map_takeover_share(g, std::slice::from_ref(c), map_errors.share, o.credible)
                         }
                         _ => 1.0,
                     })
@@ -2900,7 +2933,7 @@ fn profile_candidates(
                                 "profiling it would cost {cost:.1} s, and deciding in {instead} place the other {rest} \
                                  tuples that reach its operator would save at most {saving:.1} s (it can keep at most \
                                  {:.0}% of them: where its values matched gold's on the screening tuples, at the upper \
-                                 end of the credible interval, and the errors the targets allow)",
+                                 end of the credible interval, and {wrong_kept})",
                                 100.0 * share
                             )
                         } else {
@@ -2929,7 +2962,7 @@ fn profile_candidates(
                  not need), and no plan can save more than \
                  {saving:.1} s on the other {rest} tuples{note} (every tuple reaching an operator decided by its \
                  cheapest candidate; maps reached by the tuples the filters let through, and left to a candidate at \
-                 most where one gave gold's value, plus the errors the targets allow), so gold ran directly",
+                 most where one gave gold's value, plus {wrong_kept}), so gold ran directly",
                 kept(&tried),
                 memo_note(free)
             ))
@@ -3072,7 +3105,7 @@ fn profile_candidates(
                          its own plan would not need), and no plan can save more than {saving:.1} s on the other \
                          {rest} tuples{note} (every tuple reaching an operator decided by its cheapest candidate; maps \
                          reached by the tuples the filters let through, and left to a candidate at most where one gave \
-                         gold's value, plus the errors the targets allow), so gold ran directly",
+                         gold's value, plus {wrong_kept}), so gold ran directly",
                         rows.len(),
                         kept(&tried),
                         memo_note(free)
@@ -3148,7 +3181,7 @@ fn profile_candidates(
                          (with gold's answers its own plan would not need), and no plan can save more than \
                          {saving:.1} s on the other {rest} tuples{note} (every tuple reaching an operator decided by \
                          its cheapest candidate; maps reached by the tuples the filters let through, and left to a \
-                         candidate at most where one gave gold's value, plus the errors the targets allow), so gold \
+                         candidate at most where one gave gold's value, plus {wrong_kept}), so gold \
                          ran directly",
                         kept(&tried),
                         memo_note(free)
@@ -4443,29 +4476,54 @@ mod tests {
             secs: vec![0.1; values.len()],
         };
         let gold = map(0, &[Some("Puma"), None, Some("Nike"), Some("Adidas")].repeat(5));
-        // Never gold's value on 20 tuples: at 95%, at most 1 − 0.05^(1/21) = 13.3% of matches, plus the 30% of errors
-        // targets of 0.7 allow.
+        // Never gold's value on 20 tuples: at 95%, at most 1 − 0.05^(1/21) = 13.3% of matches, plus the wrong values
+        // a plan may keep (30% here).
         let wrong = map(1, &[Some("x"); 20]);
-        let share = map_takeover_share(&gold, std::slice::from_ref(&wrong), 0.7, 0.7, 0.95);
+        let share = map_takeover_share(&gold, std::slice::from_ref(&wrong), 0.3, 0.95);
         let expected = 1.0 - 0.05f64.powf(1.0 / 21.0) + 0.3;
         assert!((share - expected).abs() < 1e-6, "{share} vs {expected}");
-        // The larger target decides the errors allowed.
-        let strict = map_takeover_share(&gold, std::slice::from_ref(&wrong), 0.5, 0.9, 0.95);
-        assert!((strict - (expected - 0.2)).abs() < 1e-6, "{strict}");
-        // Gold's values everywhere (a null included): nothing stops it from taking every tuple.
-        assert_eq!(map_takeover_share(&gold, std::slice::from_ref(&gold), 0.9, 0.9, 0.95), 1.0);
+        // Where no wrong value may be kept, the matches alone.
+        let strict = map_takeover_share(&gold, std::slice::from_ref(&wrong), 0.0, 0.95);
+        assert!((strict - (expected - 0.3)).abs() < 1e-6, "{strict}");
+        // Gold's values everywhere (a null included): the upper end of the credible interval of 20 of 20,
+        // 0.95^(1/21), even where no wrong value may be kept.
+        let all = 0.95f64.powf(1.0 / 21.0);
+        assert!((map_takeover_share(&gold, std::slice::from_ref(&gold), 0.0, 0.95) - all).abs() < 1e-9);
+        assert_eq!(map_takeover_share(&gold, std::slice::from_ref(&gold), 0.1, 0.95), 1.0);
         // Two candidates matching on different tuples: a cascade of both could keep either's, so the union counts.
         let first = map(1, &[Some("Puma"), None, Some("x"), Some("x")].repeat(5));
         let second = map(2, &[Some("x"), Some("x"), Some("Nike"), Some("Adidas")].repeat(5));
-        let alone = map_takeover_share(&gold, std::slice::from_ref(&first), 0.9, 0.9, 0.95);
+        let alone = map_takeover_share(&gold, std::slice::from_ref(&first), 0.1, 0.95);
         assert!(alone < 0.9, "half the values matched: {alone}");
-        assert_eq!(map_takeover_share(&gold, &[first, second], 0.9, 0.9, 0.95), 1.0);
+        assert!((map_takeover_share(&gold, &[first, second], 0.0, 0.95) - all).abs() < 1e-9);
         // Values not known (a figure from the cost record), or covering fewer tuples: no bound.
         let recorded = Tried { idx: 1, output: OpOutput::Scores(Vec::new()), secs: vec![0.1; 20] };
-        assert_eq!(map_takeover_share(&gold, &[wrong.clone(), recorded], 0.9, 0.9, 0.95), 1.0);
-        assert_eq!(map_takeover_share(&gold, &[map(1, &[Some("x"); 3])], 0.9, 0.9, 0.95), 1.0);
+        assert_eq!(map_takeover_share(&gold, &[wrong.clone(), recorded], 0.0, 0.95), 1.0);
+        assert_eq!(map_takeover_share(&gold, &[map(1, &[Some("x"); 3])], 0.0, 0.95), 1.0);
         // Gold is no map: no bound.
         let filter = Tried { idx: 0, output: OpOutput::Scores(vec![1.0; 20]), secs: vec![0.1; 20] };
-        assert_eq!(map_takeover_share(&filter, &[wrong], 0.9, 0.9, 0.95), 1.0);
+        assert_eq!(map_takeover_share(&filter, &[wrong], 0.0, 0.95), 1.0);
+    }
+
+    #[test]
+    fn a_certified_plan_keeps_only_the_wrong_map_values_its_hold_out_can_certify() {
+        let at = |t: f64, method: &str| {
+            let mut o = QueryOptions::new("movie", "Extract the [title] of {reviews.reviewtext}");
+            (o.precision, o.recall, o.method) = (t, t, method.into());
+            o
+        };
+        // The default 60-tuple sample holds out at most 31 result rows: none may be wrong at 0.9, where 30
+        // error-free rows certify (0.908) and 29 of 30 do not (0.853).
+        let strict = map_errors(&at(0.9, "global"), 60);
+        assert_eq!(strict.share, 0.0);
+        assert!(strict.what.contains("0.0% of a hold-out of at most 31 result rows"), "{}", strict.what);
+        // At 0.7 some may, fewer than the 30% the targets leave; more on a larger sample, never above 30%.
+        let some = map_errors(&at(0.7, "global"), 60).share;
+        let more = map_errors(&at(0.7, "global"), 600).share;
+        assert!(0.0 < some && some < more && more <= 0.3, "{some} {more}");
+        // A method that certifies nothing keeps the errors the targets allow.
+        let lotus = map_errors(&at(0.9, "lotus"), 60);
+        assert!((lotus.share - 0.1).abs() < 1e-12, "{}", lotus.share);
+        assert!(lotus.what.contains("the errors the targets allow (10%)"), "{}", lotus.what);
     }
 }
