@@ -276,7 +276,7 @@ pub fn min_certifiable_positives(targets: &Targets) -> f64 {
 /// rows has both bounds at most `BetaQuantile(1 − α; 1 + m − e, 1 + e)`, and the joint test certifies it only where
 /// both marginals reach their targets: `e` is at most the largest count whose bound reaches `max(precision,
 /// recall)`. The share is never above `1 − max(precision, recall)`, what large hold-outs tend to; it is much below
-/// on small ones (none of 30 rows at 0.9 and 95%, where 30 error-free rows give 0.908 and 29 of 30 give 0.853). 0
+/// on small ones (none of 30 rows at 0.9 and 95%, where 30 error-free rows give 0.908 and 29 of 30 give 0.856). 0
 /// where no hold-out that small certifies even an error-free plan.
 pub fn max_certifiable_error_share(targets: &Targets, most_positives: usize) -> f64 {
     let t = targets.precision.max(targets.recall);
@@ -294,6 +294,21 @@ pub fn max_certifiable_error_share(targets: &Targets, most_positives: usize) -> 
         share = share.max(errors as f64 / m as f64);
     }
     share.min(1.0 - t)
+}
+
+/// Whether the global hold-out test can certify any plan in which a cheap stage decides a map's values, on a hold-out
+/// of at most `most_positives` gold result rows. Such a plan is exact on neither side
+/// ([`Problem::exactness`](crate::problem::Problem::exactness)), so it must pass the joint test, whose posterior
+/// probability depends on the true positives and both error counts only and is largest with no error on every row:
+/// where even that is below the credible level (or a target is 1), no such plan is certified. At 0.9 and 95% that takes 35 error-free
+/// rows (30 give a joint probability of about 0.926, though each marginal bound alone reaches 0.9 there).
+pub fn cheap_map_plans_certifiable(targets: &Targets, most_positives: usize) -> bool {
+    // No finite hold-out certifies a target of 1.
+    if targets.precision.max(targets.recall) >= 1.0 {
+        return false;
+    }
+    let m = most_positives as f64;
+    joint_target_probability(m, 0.0, 0.0, targets.precision, targets.recall) >= targets.credible
 }
 
 /// Settings shared by the certified strategies.
@@ -1535,6 +1550,21 @@ mod tests {
         // The larger target decides.
         let mixed = Targets::new(0.5, 0.9, 0.95).unwrap();
         assert_eq!(max_certifiable_error_share(&mixed, 61), max_certifiable_error_share(&targets(0.9), 61));
+    }
+
+    #[test]
+    fn no_plan_keeping_a_cheap_map_value_certifies_on_a_hold_out_too_small_for_the_joint_test() {
+        let t9 = Targets::new(0.9, 0.9, 0.95).unwrap();
+        let first = (1..200).find(|&m| cheap_map_plans_certifiable(&t9, m)).unwrap();
+        // Each marginal certifies 28 error-free rows; the joint test needs more, 35 at 0.9 and 95%.
+        assert!(first > 30 && first <= 40, "{first}");
+        let joint = |m: usize| joint_target_probability(m as f64, 0.0, 0.0, 0.9, 0.9);
+        assert!(joint(first - 1) < 0.95 && joint(first) >= 0.95);
+        assert!(!cheap_map_plans_certifiable(&t9, 31));
+        assert!(beta_lower_bound(30.0, 0.0, 0.95) >= 0.9, "the marginal alone would");
+        // Lower targets need fewer rows.
+        assert!(cheap_map_plans_certifiable(&Targets::new(0.8, 0.8, 0.95).unwrap(), 31));
+        assert!(!cheap_map_plans_certifiable(&Targets::new(1.0, 1.0, 0.95).unwrap(), 600));
     }
 
     #[test]

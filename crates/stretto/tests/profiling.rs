@@ -1133,7 +1133,7 @@ fn at_the_first_look_maps_are_judged_on_the_tuples_the_filters_let_through() {
 #[test]
 fn gold_runs_without_the_second_look_where_the_first_leaves_nothing_to_profile() {
     let fading = FixedMap::right_at_first("fading", 0.2, 3);
-    let (r, sc) = one_map_beside(&fading, 0.5);
+    let (r, sc) = one_map_beside(&fading, 0.5, 0.15);
     assert!(r.fell_back_to_gold(), "{:?} {sc:?}", r.plan().warnings);
     assert_eq!(sc.tuples, 12);
     assert_eq!(sc.rows.len(), 12);
@@ -1142,29 +1142,51 @@ fn gold_runs_without_the_second_look_where_the_first_leaves_nothing_to_profile()
     assert!(why.contains("on the first 12 of the 20 screening tuples the 0 candidates left"), "{why}");
 }
 
-/// At targets of 0.9 the default sample's hold-out (at most 31 gold result rows) certifies no plan keeping a wrong
+/// At targets of 0.9 an 80-tuple sample's hold-out (at most 41 gold result rows) certifies no plan keeping a wrong
 /// map value, so a map candidate decides in gold's place at most where its values match gold's. One giving a wrong
-/// value to every third tuple (8 of the first 12 right, at most 83% at 95% credibility), at 0.72 s against gold's
+/// value to every third tuple (8 of the first 12 right, at most 83% at 95% credibility), at 0.68 s against gold's
 /// 1 s, cannot pay for its profiling on that share: it leaves after the first look at the screening, not asked
 /// about the second. Were it allowed the 10% of wrong values the targets leave, it would seem to pay (#21).
 #[test]
 fn a_map_candidate_at_a_target_its_hold_out_allows_no_error_on_saves_only_where_it_matches_gold() {
-    let shaky = FixedMap::wrong_every("shaky", 0.72, 3);
-    let (r, sc) = one_map_beside(&shaky, 0.9);
+    let shaky = FixedMap::wrong_every("shaky", 0.68, 3);
+    let (r, sc) = one_map_beside(&shaky, 0.9, 0.2);
     assert_eq!(shaky.asked(), sc.rows[..12], "the probe and the first look, in order");
     let why = dropped_once(&sc, "shaky");
     assert!(why.starts_with("profiling it would cost"), "{why}");
     assert!(why.contains("(it can keep at most 83% of them"), "{why}");
-    assert!(why.contains("the wrong values a certified plan can keep (0.0% of a hold-out of at most 31"), "{why}");
+    assert!(why.contains("the wrong values a certified plan can keep (0.0% of a hold-out of at most 41"), "{why}");
     assert_eq!(r.report().candidates["v"], ["gold-map"], "{:?}", r.report().candidates);
 }
 
-/// A query of one map over 400 long rows ([`long_item`]), 15% profiled, at targets `target`, with gold's map,
+/// At targets of 0.9 the default 60-tuple sample's hold-out (at most 31 gold result rows) is too small for the joint
+/// test to certify any plan in which a cheap stage decides map values, even one without an error: a query of maps
+/// alone runs gold after gold's answers to the probe, and never asks a candidate, however cheap and right (#21).
+#[test]
+fn no_map_candidate_is_asked_where_the_hold_out_cannot_certify_a_cheap_map_value() {
+    let good = FixedMap::new("good", 0.1, false);
+    let (r, _) = one_map_beside(&good, 0.9, 0.15);
+    assert!(good.asked().is_empty(), "asked about {:?}", good.asked());
+    let warnings = r.plan().warnings.join(" | ");
+    assert!(r.fell_back_to_gold() && warnings.contains("gold ran directly without asking"), "{warnings}");
+    assert!(warnings.contains("no plan keeping a cheap stage's map value can be certified on a hold-out of at most 31"));
+    // At 0.8 it could be: the candidate is asked, and profiled.
+    let good = FixedMap::new("good", 0.1, false);
+    let (r, _) = one_map_beside(&good, 0.8, 0.15);
+    assert!(!good.asked().is_empty());
+    assert_eq!(r.report().candidates["v"], ["gold-map", "good"], "{:?}", r.report().candidates);
+}
+
+/// A query of one map over 400 long rows ([`long_item`]), a `sample` share profiled, at targets `target`, with gold's map,
 /// `candidate`, and a candidate as dear as gold (which makes the query screen its candidates; it leaves on the
 /// probe): the result and its screening.
-fn one_map_beside(candidate: &Arc<FixedMap>, target: f64) -> (stretto::QueryResult, stretto::engine::Screening) {
+fn one_map_beside(
+    candidate: &Arc<FixedMap>,
+    target: f64,
+    sample: f64,
+) -> (stretto::QueryResult, stretto::engine::Screening) {
     let dir = tempfile::tempdir().unwrap();
-    let s = session_over(dir.path(), 400, 0.15, &[Fixed::one_in("gold", 0.001, true, 1)], false, long_item);
+    let s = session_over(dir.path(), 400, sample, &[Fixed::one_in("gold", 0.001, true, 1)], false, long_item);
     for op in [FixedMap::new("gold-map", 1.0, true), candidate.clone(), FixedMap::new("dear-map", 0.95, false)] {
         s.register(op).unwrap();
     }
