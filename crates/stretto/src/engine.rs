@@ -1289,6 +1289,18 @@ struct MapErrors {
     what: String,
 }
 
+impl MapErrors {
+    /// The share of a map's tuples the candidates `others` could decide in `gold`'s place: none where no plan keeping
+    /// a cheap map value can be certified, else [`map_takeover_share`] with this share of wrong values.
+    fn takeover(&self, gold: &Tried, others: &[Tried], credible: f64) -> f64 {
+        if self.certifiable {
+            map_takeover_share(gold, others, self.share, credible)
+        } else {
+            0.0
+        }
+    }
+}
+
 fn map_errors(o: &QueryOptions, sample: usize) -> MapErrors {
     let loose = 1.0 - o.precision.max(o.recall);
     let targets = Targets::new(o.precision, o.recall, o.credible).ok();
@@ -2590,12 +2602,12 @@ fn profile_candidates(
                 let cheapest = others.iter().map(|c| c.cost() + prefill[c.idx]).fold(floor, f64::min);
                 // A map's candidates take over from gold at most where their values can stand for gold's (all of
                 // its tuples where some candidate is neither asked nor recorded).
-                let share = if task.kind == LogicalKind::Map && !map_errors.certifiable {
-                    0.0
-                } else if task.kind == LogicalKind::Map && !unasked && gold.idx == 0 {
-                    map_takeover_share(gold, others, map_errors.share, o.credible)
-                } else {
-                    1.0
+                // Where no cheap map plan can be certified, not even unasked candidates take over.
+                let share = match task.kind {
+                    LogicalKind::Map if !map_errors.certifiable || (!unasked && gold.idx == 0) => {
+                        map_errors.takeover(gold, others, o.credible)
+                    }
+                    _ => 1.0,
                 };
                 saving += seen_by(task, tried, rest, looked) * (share * gold_total - cheapest).max(0.0);
             }
@@ -2927,9 +2939,8 @@ fn profile_candidates(
                 let shares: Vec<f64> = t
                     .iter()
                     .map(|c| match (task.kind, t.first()) {
-                        (LogicalKind::Map, _) if c.idx != 0 && !map_errors.certifiable => 0.0,
                         (LogicalKind::Map, Some(g)) if c.idx != 0 => {
-                            map_takeover_share(g, std::slice::from_ref(c), map_errors.share, o.credible)
+                            map_errors.takeover(g, std::slice::from_ref(c), o.credible)
                         }
                         _ => 1.0,
                     })
