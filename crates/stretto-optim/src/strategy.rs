@@ -206,6 +206,14 @@ pub trait Strategy: Send + Sync {
     fn certification(&self) -> Option<&Certification> {
         None
     }
+    /// Whether its certificate is one test of the whole result on the hold-out, the pipeline's own precision and
+    /// recall over the held-out tuples (`global`), rather than tests of each operator apart (`local`,
+    /// `independent`, where a map's rows are every tuple reaching it) or none (the baselines). Only then do the
+    /// hold-out's gold result rows bound what a plan may get wrong ([`max_certifiable_error_share`],
+    /// [`cheap_map_plans_certifiable`]), and only then can a test sequence ([`Global::plan_tests`]) be forecast.
+    fn tests_whole_result(&self) -> bool {
+        false
+    }
 }
 
 /// The methods of `stretto optimize --method`.
@@ -1205,6 +1213,9 @@ impl Strategy for Global {
     }
     fn certification(&self) -> Option<&Certification> {
         Some(&self.certification)
+    }
+    fn tests_whole_result(&self) -> bool {
+        true
     }
     fn optimize(&self, problem: &Problem, targets: &Targets, seed: u64) -> Result<Optimized> {
         certified_search(problem, targets, seed, &self.certification, Mode::Global, targets.credible)

@@ -438,6 +438,12 @@ fn certification(o: &QueryOptions) -> Option<Certification> {
     }
 }
 
+/// Whether `o`'s method certifies with one test of the whole result on the hold-out
+/// ([`tests_whole_result`](stretto_optim::strategy::Strategy::tests_whole_result): `global`).
+fn tests_whole_result(o: &QueryOptions) -> bool {
+    strategy(&o.method).is_ok_and(|s| s.tests_whole_result())
+}
+
 /// Why no plan but gold can be certified for `o` on a profiling sample of `sample` tuples whose share of gold
 /// result rows is at most `share`: its hold-out would hold fewer gold result rows than even an error-free plan
 /// needs ([`min_certifiable_positives`](stretto_optim::strategy::min_certifiable_positives)), or fewer tuples
@@ -552,6 +558,10 @@ pub struct Screening {
     pub rows: Vec<usize>,
     /// Operator-reported seconds of every candidate on them, gold included.
     pub seconds: f64,
+    /// Candidates other than gold that answered some of them (each until it was dropped; the first ones, the
+    /// probe's, at least), over every logical operator. 0 where gold alone answered: the costs earlier queries
+    /// recorded, or gold's own answers, showed that no other could pay.
+    pub candidates: usize,
     /// Candidates not profiled further.
     pub dropped: Vec<Dropped>,
 }
@@ -1299,12 +1309,36 @@ impl MapErrors {
             0.0
         }
     }
+
+    /// How a reason says which of a map's tuples a plan can leave to a cheaper candidate.
+    fn left_to(&self) -> String {
+        if self.certifiable {
+            format!("left to a candidate at most where one gave gold's value, plus {}", self.what)
+        } else {
+            format!("left to no candidate, as {}", self.what)
+        }
+    }
+
+    /// How a reason says why a map's candidate can decide in another's place at most the `share` of the tuples
+    /// reaching its operator.
+    fn keeps(&self, share: f64) -> String {
+        if self.certifiable {
+            format!(
+                "it can keep at most {:.0}% of them: where its values matched gold's on the screening tuples, at the \
+                 upper end of the credible interval, and {}",
+                100.0 * share,
+                self.what
+            )
+        } else {
+            format!("it can keep none of them, as {}", self.what)
+        }
+    }
 }
 
 fn map_errors(o: &QueryOptions, sample: usize) -> MapErrors {
     let loose = 1.0 - o.precision.max(o.recall);
     let targets = Targets::new(o.precision, o.recall, o.credible).ok();
-    let certified = certification(o).zip(targets).filter(|_| o.method == "global");
+    let certified = certification(o).zip(targets).filter(|_| tests_whole_result(o));
     match certified {
         Some((cert, targets)) => {
             // Each class is rounded apart, so the split holds out at most one more than the share rounded down.
@@ -2078,9 +2112,8 @@ fn profile_candidates(
     order.shuffle(&mut rand::rngs::StdRng::seed_from_u64(o.seed));
     let want = sample_size(o, n);
     let map_errors = map_errors(o, want);
-    let wrong_kept = map_errors.what.as_str();
-    let no_cheap_maps =
-        if map_errors.certifiable { String::new() } else { format!(", and left to no candidate: {wrong_kept}") };
+    let left_to = map_errors.left_to();
+    let no_cheap_maps = if map_errors.certifiable { String::new() } else { format!(", and {left_to}") };
     let mut sample: Vec<usize> = order[..want].to_vec();
     let screen_rows = if gold_only.is_none() && cands.iter().any(|c| c.len() > 2) { o.screen.min(n - want) } else { 0 };
     sample.sort_unstable();
@@ -2808,9 +2841,8 @@ fn profile_candidates(
                              tuples would already cost {cost:.1} s{} (with gold's answers its own plan would not need), \
                              while no plan can save more than {saving:.1} s on the other {rest} tuples{note} (every \
                              tuple reaching an operator decided by its cheapest candidate, at no cost where some were \
-                             neither asked nor recorded; maps reached by the tuples the filters let through, and left to a \
-                             candidate at most where one gave gold's value, plus {wrong_kept}), so \
-                             gold ran directly without asking the other {}",
+                             neither asked nor recorded; maps reached by the tuples the filters let through, and \
+                             {left_to}), so gold ran directly without asking the other {}",
                             kept(&est),
                             memo_note(free),
                             askable - asked
@@ -2862,6 +2894,7 @@ fn profile_candidates(
         }
         let recorded_stop = recorded_stop.or(probe_stop);
         screening.seconds = spent(&tried) + asked_live.lock().map_or(0.0, |s| *s);
+        screening.candidates = kept(&tried);
         // Which candidates answered the probe (a decline is not among them).
         let mut ran: Vec<BTreeSet<usize>> = tried.iter().map(|t| t.iter().map(|t| t.idx).collect()).collect();
         // (Those dropped on their recorded costs leave with the rest.)
@@ -2905,6 +2938,7 @@ fn profile_candidates(
                 }
                 let more = probe_pass(&|t, i, setup| i > 0 && setup && !not_asked.contains(&(t, i)))?;
                 screening.seconds += spent(&more);
+                screening.candidates += kept(&more);
                 for (t, ((tried, ran), more)) in tried.iter_mut().zip(ran.iter_mut()).zip(more).enumerate() {
                     ran.extend(more.iter().map(|t| t.idx));
                     // (The setup is counted in the screening's seconds above.)
@@ -2967,10 +3001,8 @@ fn profile_candidates(
                         reason: if share < 1.0 {
                             format!(
                                 "profiling it would cost {cost:.1} s, and deciding in {instead} place the other {rest} \
-                                 tuples that reach its operator would save at most {saving:.1} s (it can keep at most \
-                                 {:.0}% of them: where its values matched gold's on the screening tuples, at the upper \
-                                 end of the credible interval, and {wrong_kept})",
-                                100.0 * share
+                                 tuples that reach its operator would save at most {saving:.1} s ({})",
+                                map_errors.keeps(share)
                             )
                         } else {
                             format!(
@@ -2997,8 +3029,8 @@ fn profile_candidates(
                  profiling them on {want} tuples would cost {cost:.1} s{} (with gold's answers its own plan would \
                  not need), and no plan can save more than \
                  {saving:.1} s on the other {rest} tuples{note} (every tuple reaching an operator decided by its \
-                 cheapest candidate; maps reached by the tuples the filters let through, and left to a candidate at \
-                 most where one gave gold's value, plus {wrong_kept}), so gold ran directly",
+                 cheapest candidate; maps reached by the tuples the filters let through, and {left_to}), so gold \
+                 ran directly",
                 kept(&tried),
                 memo_note(free)
             ))
@@ -3047,7 +3079,7 @@ fn profile_candidates(
             // The test sequence planned on the screening tuples (`map_positions`: those the maps' candidates
             // answered), where the certified global search will plan on the sample's hold-out.
             let forecast_on = |tried: &[Vec<Tried>], map_positions: &[usize]| -> Option<Forecast> {
-                let result = sample_result.as_ref().filter(|_| o.method == "global")?;
+                let result = sample_result.as_ref().filter(|_| tests_whole_result(o))?;
                 let global = Global { certification: certification(o).unwrap_or_default() };
                 let on = ScreeningAnswers { tried, map_positions, prefill_of: &prefill_of };
                 screening_forecast(&tasks, &cands, &on, result, o, &global)
@@ -3140,8 +3172,8 @@ fn profile_candidates(
                          the rest and profiling them on {want} tuples would cost {cost:.1} s{} (with gold's answers \
                          its own plan would not need), and no plan can save more than {saving:.1} s on the other \
                          {rest} tuples{note} (every tuple reaching an operator decided by its cheapest candidate; maps \
-                         reached by the tuples the filters let through, and left to a candidate at most where one gave \
-                         gold's value, plus {wrong_kept}), so gold ran directly",
+                         reached by the tuples the filters let through, and {left_to}), so gold ran \
+                         directly",
                         rows.len(),
                         kept(&tried),
                         memo_note(free)
@@ -3206,7 +3238,7 @@ fn profile_candidates(
                             .and_then(|f| forecast_stop(&f, &tried, rows.len(), rest, cost))
                         {
                             Some(why) => gold_only = Some(why),
-                            None => split_first = (o.method == "global").then_some(rest),
+                            None => split_first = tests_whole_result(o).then_some(rest),
                         }
                     } else if let Some(why) = cannot_certify(&tried, rows.len()) {
                         gold_only = Some(format!("after screening, {why}"));
@@ -3216,9 +3248,8 @@ fn profile_candidates(
                         "profiling the {} candidates left after screening on {want} tuples would cost {cost:.1} s{} \
                          (with gold's answers its own plan would not need), and no plan can save more than \
                          {saving:.1} s on the other {rest} tuples{note} (every tuple reaching an operator decided by \
-                         its cheapest candidate; maps reached by the tuples the filters let through, and left to a \
-                         candidate at most where one gave gold's value, plus {wrong_kept}), so gold \
-                         ran directly",
+                         its cheapest candidate; maps reached by the tuples the filters let through, and \
+                         {left_to}), so gold ran directly",
                         kept(&tried),
                         memo_note(free)
                     ));
@@ -3987,9 +4018,15 @@ pub fn render(r: &QueryReport, show: usize) -> String {
         line(format!("kv caches: {note}"));
     }
     if let Some(sc) = &r.screening {
+        let who = match sc.candidates {
+            0 => "gold alone".to_string(),
+            1 => "gold and 1 other candidate".to_string(),
+            k => format!("gold and {k} other candidates"),
+        };
         line(format!(
-            "screening: every candidate on {} other tuples ({:.1} s of operator time); {} not profiled further",
+            "screening: {who} on {} other tuples ({}{:.1} s of operator time); {} not profiled further",
             sc.tuples,
+            if sc.candidates > 0 { "each until it was dropped; " } else { "" },
             sc.seconds,
             sc.dropped.len()
         ));
@@ -4556,6 +4593,11 @@ mod tests {
         let none = map_errors(&at(0.9, "global"), 60);
         assert!(!none.certifiable && none.share == 0.0);
         assert!(none.what.contains("no plan keeping a cheap stage's map value can be certified"), "{}", none.what);
+        // Reasons say so, rather than adding it to a share.
+        assert!(none.left_to().starts_with("left to no candidate, as no plan keeping"), "{}", none.left_to());
+        assert!(none.keeps(0.0).starts_with("it can keep none of them, as no plan keeping"), "{}", none.keeps(0.0));
+        assert!(some.left_to().starts_with("left to a candidate at most where one gave gold's value, plus the wrong"));
+        assert!(some.keeps(0.42).starts_with("it can keep at most 42% of them"), "{}", some.keeps(0.42));
         // A larger sample holds out enough rows.
         assert!(map_errors(&at(0.9, "global"), 600).certifiable);
         // At 0.7 fewer than the 30% the targets leave; more on a larger sample, never above 30%.

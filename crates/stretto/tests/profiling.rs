@@ -1165,15 +1165,23 @@ fn a_map_candidate_at_a_target_its_hold_out_allows_no_error_on_saves_only_where_
 #[test]
 fn no_map_candidate_is_asked_where_the_hold_out_cannot_certify_a_cheap_map_value() {
     let good = FixedMap::new("good", 0.1, false);
-    let (r, _) = one_map_beside(&good, 0.9, 0.15);
+    let (r, sc) = one_map_beside(&good, 0.9, 0.15);
     assert!(good.asked().is_empty(), "asked about {:?}", good.asked());
     let warnings = r.plan().warnings.join(" | ");
     assert!(r.fell_back_to_gold() && warnings.contains("gold ran directly without asking"), "{warnings}");
-    assert!(warnings.contains("no plan keeping a cheap stage's map value can be certified on a hold-out of at most 31"));
+    assert!(warnings.contains(
+        "left to no candidate, as no plan keeping a cheap stage's map value can be certified on a hold-out of at most 31"
+    ));
+    // The report says that gold alone answered the screening tuples.
+    assert_eq!(sc.candidates, 0);
+    assert!(stretto::engine::render(r.report(), 0).contains("screening: gold alone on 4 other tuples"));
     // At 0.8 it could be: the candidate is asked, and profiled.
     let good = FixedMap::new("good", 0.1, false);
-    let (r, _) = one_map_beside(&good, 0.8, 0.15);
+    let (r, sc) = one_map_beside(&good, 0.8, 0.15);
     assert!(!good.asked().is_empty());
+    // It and the candidate as dear as gold answered the probe.
+    assert_eq!(sc.candidates, 2);
+    assert!(stretto::engine::render(r.report(), 0).contains("screening: gold and 2 other candidates on"));
     assert_eq!(r.report().candidates["v"], ["gold-map", "good"], "{:?}", r.report().candidates);
 }
 
