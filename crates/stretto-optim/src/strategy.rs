@@ -287,14 +287,13 @@ pub fn min_certifiable_positives(targets: &Targets) -> f64 {
 /// ([`joint_target_probability`]), which must reach the credible level. The share is never above `1 −
 /// max(precision, recall)`, what large hold-outs tend to; it is much below on small ones (at 0.8 and 95%, 1 of 25
 /// rows, 4.0%, on hold-outs of at most 31, where each marginal bound alone would allow 2 of 29, 6.9%; none of up to
-/// 34 rows at 0.9).
-/// 0 where no hold-out that small certifies even an error-free plan ([`cheap_map_plans_certifiable`]), or at a
-/// target of 1.
+/// 34 rows at 0.9). 0 where no hold-out that small certifies even an error-free plan
+/// ([`cheap_map_plans_certifiable`]), or at a target of 1.
 pub fn max_certifiable_error_share(targets: &Targets, most_positives: usize) -> f64 {
-    let t = targets.precision.max(targets.recall);
-    if t >= 1.0 {
+    // The smallest hold-out on which an error-free plan passes; none up to the most (or a target of 1): no share.
+    let Some(first) = (1..=most_positives).find(|&m| cheap_map_plans_certifiable(targets, m)) else {
         return 0.0;
-    }
+    };
     let certifies = |m: usize, e: usize| {
         let wrong = e as f64;
         joint_target_probability((m - e) as f64, wrong, wrong, targets.precision, targets.recall) >= targets.credible
@@ -302,24 +301,22 @@ pub fn max_certifiable_error_share(targets: &Targets, most_positives: usize) -> 
     // The probability only grows with error-free rows, so the most errors certifiable never falls as the hold-out
     // grows, and one pass over the sizes finds each size's count; the share, though, goes up and down in steps.
     let (mut errors, mut share) = (0usize, 0.0f64);
-    for m in 1..=most_positives {
-        if errors == 0 && !certifies(m, 0) {
-            continue;
-        }
+    for m in first..=most_positives {
         while errors < m && certifies(m, errors + 1) {
             errors += 1;
         }
         share = share.max(errors as f64 / m as f64);
     }
-    share.min(1.0 - t)
+    share.min(1.0 - targets.precision.max(targets.recall))
 }
 
 /// Whether the global hold-out test can certify any plan in which a cheap stage decides a map's values, on a hold-out
 /// of at most `most_positives` gold result rows. Such a plan is exact on neither side
 /// ([`Problem::exactness`](crate::problem::Problem::exactness)), so it must pass the joint test, whose posterior
 /// probability depends on the true positives and both error counts only and is largest with no error on every row:
-/// where even that is below the credible level (or a target is 1), no such plan is certified. At 0.9 and 95% that takes 35 error-free
-/// rows (30 give a joint probability of about 0.926, though each marginal bound alone reaches 0.9 there).
+/// where even that is below the credible level (or a target is 1), no such plan is certified. At 0.9 and 95% that
+/// takes 35 error-free rows (30 give a joint probability of about 0.926, though each marginal bound alone reaches 0.9
+/// there).
 pub fn cheap_map_plans_certifiable(targets: &Targets, most_positives: usize) -> bool {
     // No finite hold-out certifies a target of 1.
     if targets.precision.max(targets.recall) >= 1.0 {
