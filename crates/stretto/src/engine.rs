@@ -1335,6 +1335,25 @@ impl MapErrors {
     }
 }
 
+/// What a pay check's saving assumes, as a stop's reason says it: every tuple reaching an operator decided by its
+/// cheapest candidate (`unknown`: how candidates without a figure count), and where the query has maps, which of
+/// their tuples a cheap candidate can decide: those the filters let through, and `maps` (what
+/// [`MapErrors::left_to`] says; empty where the reason says no more). A query without maps says nothing of them.
+fn saving_terms(tasks: &[SemanticTask], unknown: &str, maps: &str) -> String {
+    let mut terms = format!("every tuple reaching an operator decided by its cheapest candidate{unknown}");
+    let has_maps = tasks.iter().any(|t| t.kind == LogicalKind::Map);
+    let has_filters = tasks.iter().any(|t| t.kind == LogicalKind::Filter);
+    match (has_maps, has_filters, maps.is_empty()) {
+        (true, true, true) => terms.push_str("; maps reached by the tuples the filters let through"),
+        (true, true, false) => {
+            terms.push_str(&format!("; maps reached by the tuples the filters let through, and {maps}"))
+        }
+        (true, false, false) => terms.push_str(&format!("; the maps' tuples {maps}")),
+        _ => {}
+    }
+    terms
+}
+
 fn map_errors(o: &QueryOptions, sample: usize) -> MapErrors {
     let loose = 1.0 - o.precision.max(o.recall);
     let targets = Targets::new(o.precision, o.recall, o.credible).ok();
@@ -2113,7 +2132,8 @@ fn profile_candidates(
     let want = sample_size(o, n);
     let map_errors = map_errors(o, want);
     let left_to = map_errors.left_to();
-    let no_cheap_maps = if map_errors.certifiable { String::new() } else { format!(", and {left_to}") };
+    // What the pay checks' savings assume, as their stops say it.
+    let assumed = saving_terms(&tasks, "", &left_to);
     let mut sample: Vec<usize> = order[..want].to_vec();
     let screen_rows = if gold_only.is_none() && cands.iter().any(|c| c.len() > 2) { o.screen.min(n - want) } else { 0 };
     sample.sort_unstable();
@@ -2733,11 +2753,11 @@ fn profile_candidates(
                          items recorded the {} candidates cheaper than gold to cost there (another task's figures \
                          scaled by gold's cost now over its cost then) showed that screening and profiling them on \
                          {want} tuples would cost {cost:.1} s{} (with gold's answers its own plan would not need), \
-                         and no plan can save more than {saving:.1} s on the other {rest} tuples{note} (every tuple \
-                         reaching an operator decided by its cheapest candidate{unknown}; maps reached by the tuples \
-                         the filters let through{no_cheap_maps}), so gold ran directly without asking them",
+                         and no plan can save more than {saving:.1} s on the other {rest} tuples{note} ({}), so gold \
+                         ran directly without asking them",
                         kept(&est),
-                        memo_note(free)
+                        memo_note(free),
+                        saving_terms(&tasks, unknown, if map_errors.certifiable { "" } else { &left_to })
                     )
                 })
             })
@@ -2839,12 +2859,15 @@ fn profile_candidates(
                             "on the first {probe} screening tuples gold and {asked} of the {askable} other candidates \
                              answered{recorded}, and screening and profiling the {} of them cheaper than gold on {want} \
                              tuples would already cost {cost:.1} s{} (with gold's answers its own plan would not need), \
-                             while no plan can save more than {saving:.1} s on the other {rest} tuples{note} (every \
-                             tuple reaching an operator decided by its cheapest candidate, at no cost where some were \
-                             neither asked nor recorded; maps reached by the tuples the filters let through, and \
-                             {left_to}), so gold ran directly without asking the other {}",
+                             while no plan can save more than {saving:.1} s on the other {rest} tuples{note} ({}), so \
+                             gold ran directly without asking the other {}",
                             kept(&est),
                             memo_note(free),
+                            saving_terms(
+                                &tasks,
+                                ", at no cost where some were neither asked nor recorded",
+                                &left_to
+                            ),
                             askable - asked
                         ));
                         break;
@@ -3028,9 +3051,7 @@ fn profile_candidates(
                 "on the first {probe} screening tuples the {} candidates cheaper than gold showed that screening and \
                  profiling them on {want} tuples would cost {cost:.1} s{} (with gold's answers its own plan would \
                  not need), and no plan can save more than \
-                 {saving:.1} s on the other {rest} tuples{note} (every tuple reaching an operator decided by its \
-                 cheapest candidate; maps reached by the tuples the filters let through, and {left_to}), so gold \
-                 ran directly",
+                 {saving:.1} s on the other {rest} tuples{note} ({assumed}), so gold ran directly",
                 kept(&tried),
                 memo_note(free)
             ))
@@ -3171,9 +3192,7 @@ fn profile_candidates(
                         "on the first {looked} of the {} screening tuples the {} candidates left showed that screening \
                          the rest and profiling them on {want} tuples would cost {cost:.1} s{} (with gold's answers \
                          its own plan would not need), and no plan can save more than {saving:.1} s on the other \
-                         {rest} tuples{note} (every tuple reaching an operator decided by its cheapest candidate; maps \
-                         reached by the tuples the filters let through, and {left_to}), so gold ran \
-                         directly",
+                         {rest} tuples{note} ({assumed}), so gold ran directly",
                         rows.len(),
                         kept(&tried),
                         memo_note(free)
@@ -3247,9 +3266,7 @@ fn profile_candidates(
                     gold_only = Some(format!(
                         "profiling the {} candidates left after screening on {want} tuples would cost {cost:.1} s{} \
                          (with gold's answers its own plan would not need), and no plan can save more than \
-                         {saving:.1} s on the other {rest} tuples{note} (every tuple reaching an operator decided by \
-                         its cheapest candidate; maps reached by the tuples the filters let through, and \
-                         {left_to}), so gold ran directly",
+                         {saving:.1} s on the other {rest} tuples{note} ({assumed}), so gold ran directly",
                         kept(&tried),
                         memo_note(free)
                     ));
@@ -4609,5 +4626,31 @@ mod tests {
             assert!(loose.certifiable && (loose.share - 0.1).abs() < 1e-12, "{method}: {}", loose.share);
             assert!(loose.what.contains("the errors the targets allow (10.0%)"), "{}", loose.what);
         }
+    }
+
+    /// A stop's reason says what its bound assumes of maps only where the query has them.
+    #[test]
+    fn a_pay_check_stop_speaks_of_maps_only_in_a_query_with_maps() {
+        let filter = SemanticTask::filter("f", "{t.text} is long");
+        let map = SemanticTask::map("m", "Extract the [sport] of {t.text}", "sport", ValueType::String);
+        let cheapest = "every tuple reaching an operator decided by its cheapest candidate";
+        assert_eq!(saving_terms(std::slice::from_ref(&filter), "", "left to no candidate, as x"), cheapest);
+        let both = [filter.clone(), map.clone()];
+        assert_eq!(
+            saving_terms(&both, ", at no cost", "left to no candidate, as x"),
+            format!(
+                "{cheapest}, at no cost; maps reached by the tuples the filters let through, and left to no \
+                     candidate, as x"
+            )
+        );
+        assert_eq!(
+            saving_terms(&both, "", ""),
+            format!("{cheapest}; maps reached by the tuples the filters let through")
+        );
+        assert_eq!(
+            saving_terms(std::slice::from_ref(&map), "", "left to no candidate, as x"),
+            format!("{cheapest}; the maps' tuples left to no candidate, as x")
+        );
+        assert_eq!(saving_terms(&[map], "", ""), cheapest);
     }
 }
