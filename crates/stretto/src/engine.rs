@@ -1341,15 +1341,16 @@ impl MapErrors {
 /// [`MapErrors::left_to`] says; empty where the reason says no more). A query without maps says nothing of them.
 fn saving_terms(tasks: &[SemanticTask], unknown: &str, maps: &str) -> String {
     let mut terms = format!("every tuple reaching an operator decided by its cheapest candidate{unknown}");
-    let has_maps = tasks.iter().any(|t| t.kind == LogicalKind::Map);
-    let has_filters = tasks.iter().any(|t| t.kind == LogicalKind::Filter);
-    match (has_maps, has_filters, maps.is_empty()) {
-        (true, true, true) => terms.push_str("; maps reached by the tuples the filters let through"),
-        (true, true, false) => {
-            terms.push_str(&format!("; maps reached by the tuples the filters let through, and {maps}"))
+    if !tasks.iter().any(|t| t.kind == LogicalKind::Map) {
+        return terms;
+    }
+    if tasks.iter().any(|t| t.kind == LogicalKind::Filter) {
+        terms.push_str("; maps reached by the tuples the filters let through");
+        if !maps.is_empty() {
+            terms.push_str(&format!(", and {maps}"));
         }
-        (true, false, false) => terms.push_str(&format!("; the maps' tuples {maps}")),
-        _ => {}
+    } else if !maps.is_empty() {
+        terms.push_str(&format!("; the maps' tuples {maps}"));
     }
     terms
 }
