@@ -16,6 +16,14 @@ pub enum CoreError {
         /// The underlying I/O error.
         source: std::io::Error,
     },
+    /// A file could not be written (its folder is missing or read-only, the disk is full).
+    #[error("cannot write {path}: {source}")]
+    Write {
+        /// The file.
+        path: PathBuf,
+        /// The underlying I/O error.
+        source: std::io::Error,
+    },
     /// A CSV file is malformed (ragged row, unparseable value, bad quoting).
     #[error("malformed CSV {path}: {message}")]
     Csv {

@@ -142,7 +142,7 @@ impl PlanFile {
 /// Writes a file atomically: a sibling temp file, flushed, then renamed over the target.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
     use std::io::Write;
-    let io = |source| CoreError::Io { path: path.to_path_buf(), source };
+    let io = |source| CoreError::Write { path: path.to_path_buf(), source };
     let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
     let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "out".into());
     // Unique per process and per call: two threads writing the same file never share a temporary.
@@ -224,5 +224,20 @@ mod tests {
             let err = PlanFile::parse(text, "p.json").unwrap_err().to_string();
             assert!(err.contains(needle) && err.contains("p.json"), "{err}");
         }
+    }
+
+    #[test]
+    fn a_write_that_fails_says_write_and_names_the_target_and_leaves_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let target = dir.path().join("no-such-folder").join("plan.json");
+        let err = write_atomic(&target, b"{}").unwrap_err();
+        assert!(matches!(err, CoreError::Write { .. }), "{err}");
+        let text = err.to_string();
+        assert!(text.starts_with(&format!("cannot write {}", target.display())), "{text}");
+        // Into an existing folder it writes, and leaves no temporary beside the file.
+        let target = dir.path().join("plan.json");
+        write_atomic(&target, b"{}").unwrap();
+        let names: Vec<_> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
+        assert_eq!(names, vec![std::ffi::OsString::from("plan.json")]);
     }
 }
