@@ -1230,8 +1230,7 @@ fn run(cli: Cli) -> Result<(), BoxError> {
             };
             let r = match &input {
                 None => {
-                    stretto::Targets::new(o.precision, o.recall, o.credible)?;
-                    stretto::optim::strategy::strategy(&o.method)?;
+                    o.check()?;
                     let tasks = parse_query(&o.query)?;
                     let table = one_table(&tasks)?;
                     let (input, pulled) = stretto::engine::input_of(&o.dataset, &tasks, o.limit)?;
@@ -1241,8 +1240,7 @@ fn run(cli: Cli) -> Result<(), BoxError> {
                     run_pipeline(&registry, &pulled, &input, &o)?
                 }
                 Some(path) => {
-                    stretto::Targets::new(o.precision, o.recall, o.credible)?;
-                    stretto::optim::strategy::strategy(&o.method)?;
+                    o.check()?;
                     let tasks = parse_query(&o.query)?;
                     let name = match &table {
                         Some(t) => t.clone(),

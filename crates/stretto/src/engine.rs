@@ -108,6 +108,25 @@ impl QueryOptions {
             progress: false,
         }
     }
+
+    /// Checks what can be checked before any data is read or model run: the targets, the method, and the sample
+    /// settings ([`check_sample`]).
+    pub fn check(&self) -> Result<()> {
+        Targets::new(self.precision, self.recall, self.credible)?;
+        strategy(&self.method)?;
+        check_sample(self.sample_fraction, self.max_sample)
+    }
+}
+
+/// Checks a profiling sample's settings: its `fraction` of the input in (0, 1], and a `max` of at least one tuple.
+pub fn check_sample(fraction: f64, max: usize) -> Result<()> {
+    if !(fraction > 0.0 && fraction <= 1.0) {
+        return Err(Error::Query(format!("sample fraction {fraction} is outside (0, 1]")));
+    }
+    if max == 0 {
+        return Err(Error::Query("the most tuples profiled (max sample) is 0; it must be at least 1".into()));
+    }
+    Ok(())
 }
 
 /// Parses the benchmark syntax: operators separated by ` -- `; an operator naming an output field in brackets
@@ -385,8 +404,7 @@ pub fn input_from(
 /// Runs a query over a bundled dataset end to end.
 pub fn run_query(registry: &Registry, o: &QueryOptions) -> Result<QueryReport> {
     // Checked before the data is even read: nothing else can go wrong cheaply.
-    Targets::new(o.precision, o.recall, o.credible)?;
-    strategy(&o.method)?;
+    o.check()?;
     let tasks = parse_query(&o.query)?;
     let (input, pulled) = input_of(&o.dataset, &tasks, o.limit)?;
     run_pipeline(registry, &pulled, &input, o)
@@ -401,6 +419,7 @@ pub fn run_pipeline(
     input: &RecordBatch,
     o: &QueryOptions,
 ) -> Result<QueryReport> {
+    o.check()?;
     let profiled = profile_to_run(registry, pulled, input, o)?;
     finish_pipeline(registry, pulled, &profiled, o)
 }

@@ -198,9 +198,7 @@ impl SessionBuilder {
         if c.operators.provider == ExecutionProvider::Cuda && !cfg!(feature = "cuda") {
             return Err(Error::Query("the CUDA execution provider needs Stretto built with `--features cuda`".into()));
         }
-        if !(c.sample_fraction > 0.0 && c.sample_fraction <= 1.0) {
-            return Err(Error::Query(format!("sample fraction {} is outside (0, 1]", c.sample_fraction)));
-        }
+        crate::engine::check_sample(c.sample_fraction, c.max_sample)?;
         if c.operators.ladder.is_empty() {
             return Err(Error::Query("the LLM ladder names no model".into()));
         }

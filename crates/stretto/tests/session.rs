@@ -159,6 +159,15 @@ fn bad_input_gives_typed_errors_naming_the_culprit() {
     let dir = tempfile::tempdir().unwrap();
     let s = Session::builder(dir.path().join("home")).memo_off().build().unwrap();
 
+    // Sample settings outside their domain are refused when the session is built.
+    for (fraction, max, want) in
+        [(0.0, 600, "sample fraction 0 is outside (0, 1]"), (1.5, 600, "1.5"), (0.15, 0, "max sample")]
+    {
+        let built = Session::builder(dir.path().join("home")).memo_off().sample(fraction, 40).max_sample(max).build();
+        let e = built.err().unwrap_or_else(|| panic!("sample {fraction}, max {max} should be refused")).to_string();
+        assert!(e.contains(want), "{e}");
+    }
+
     let missing = dir.path().join("nowhere.csv");
     match s.read_csv(&missing, &Default::default()) {
         Err(e @ Error::Read { .. }) => assert!(e.to_string().contains("nowhere.csv"), "{e}"),
