@@ -81,6 +81,9 @@ pub enum SqlError {
 /// A result of this crate.
 pub type Result<T, E = SqlError> = std::result::Result<T, E>;
 
+/// The name of [`SemanticPipelineRule`], the analyzer rule that gathers the semantic functions.
+const RULE_NAME: &str = "stretto_semantic_pipeline";
+
 impl SqlError {
     /// A DataFusion error, with Stretto's own errors inside it brought back out as themselves.
     pub fn from_datafusion(e: DataFusionError) -> Self {
@@ -95,6 +98,9 @@ fn unwrap_df(e: DataFusionError) -> SqlError {
             Ok(s) => SqlError::Stretto(*s),
             Err(b) => SqlError::DataFusion(DataFusionError::External(b)),
         },
+        // DataFusion labels an analyzer rule's error with the rule's name, which says nothing to a user: the error
+        // itself names the semantic function at fault.
+        DataFusionError::Context(c, inner) if c == RULE_NAME => unwrap_df(*inner),
         DataFusionError::Context(c, inner) => match unwrap_df(*inner) {
             SqlError::DataFusion(d) => SqlError::DataFusion(DataFusionError::Context(c, Box::new(d))),
             other => other,

@@ -33,7 +33,7 @@ pub struct SemanticPipelineRule;
 
 impl AnalyzerRule for SemanticPipelineRule {
     fn name(&self) -> &str {
-        "stretto_semantic_pipeline"
+        crate::RULE_NAME
     }
 
     fn analyze(&self, plan: LogicalPlan, config: &ConfigOptions) -> Result<LogicalPlan> {

@@ -135,6 +135,8 @@ fn misplaced_or_malformed_semantic_functions_are_named() {
     for (sql, needle) in &cases {
         let e = plan_error(&ctx, sql);
         assert!(e.contains(needle) && !e.contains("panicked"), "{sql}\n  -> {e}");
+        // The message is the user's to act on: it does not open with the name of the rule that found the problem.
+        assert!(!e.contains("stretto_semantic_pipeline"), "{sql}\n  -> {e}");
     }
     // Settings are checked when set or when planned, naming the setting.
     let e = ctx.sql("SET stretto.recall = 1.5").and_then(|_| {
