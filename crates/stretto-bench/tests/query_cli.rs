@@ -92,7 +92,7 @@ fn a_two_operator_query_gets_a_certified_plan_cheaper_than_gold_that_meets_its_t
 #[test]
 fn bad_queries_fail_before_any_model_work() {
     let dir = tempfile::tempdir().unwrap();
-    let cases: [(&[&str], &str); 9] = [
+    let cases: [(&[&str], &str); 10] = [
         (&["--query", "{reviews.nope} is positive"], "unknown column"),
         (&["--query", "is positive"], "references no column"),
         (&["--query", "{reviews.reviewtext} is positive -- "], "operator 2 of the query is empty"),
@@ -102,6 +102,8 @@ fn bad_queries_fail_before_any_model_work() {
         (&["--query", "{reviews.reviewtext} is positive", "--sample", "0"], "sample fraction 0 is outside (0, 1]"),
         (&["--query", "{reviews.reviewtext} is positive", "--sample", "2"], "sample fraction 2 is outside (0, 1]"),
         (&["--query", "{reviews.reviewtext} is positive", "--max-sample", "0"], "max sample"),
+        // A misspelt model is named, not left out of the query without a word.
+        (&["--query", "{reviews.reviewtext} is positive", "--models", "smollm2-135M"], "unknown model `smollm2-135M`"),
     ];
     for (args, want) in cases {
         let mut all = vec!["query", "--dataset", "movie"];

@@ -118,6 +118,18 @@ impl QueryOptions {
     }
 }
 
+/// Checks that every model a query may use (`models`) is a catalog model or one of the user's, registered under
+/// `home`: a misspelt name would otherwise leave its operators out of the query without a word, and gold to whatever
+/// remains (the keyword filter, where no model is left).
+pub fn check_models(home: &std::path::Path, models: &[String]) -> Result<()> {
+    for m in models {
+        if !stretto_kv::prepare::is_user_model(home, m) {
+            stretto_kv::models::spec(m)?;
+        }
+    }
+    Ok(())
+}
+
 /// Checks a profiling sample's settings: its `fraction` of the input in (0, 1], and a `max` of at least one tuple.
 pub fn check_sample(fraction: f64, max: usize) -> Result<()> {
     if !(fraction > 0.0 && fraction <= 1.0) {
@@ -420,6 +432,7 @@ pub fn run_pipeline(
     o: &QueryOptions,
 ) -> Result<QueryReport> {
     o.check()?;
+    check_models(&registry.context().model_home, &o.models)?;
     let profiled = profile_to_run(registry, pulled, input, o)?;
     finish_pipeline(registry, pulled, &profiled, o)
 }

@@ -222,11 +222,7 @@ impl SessionBuilder {
         for m in &c.operators.encoders {
             stretto_kv::prepare::check_encoder_name(home, m)?;
         }
-        for m in &c.models {
-            if !stretto_kv::prepare::is_user_model(home, m) {
-                stretto_kv::models::spec(m)?;
-            }
-        }
+        crate::engine::check_models(home, &c.models)?;
         // What answers cost is kept beside the memo, so that a later session's pay checks can read it.
         config.operators = config.operators.with_persisted_costs()?;
         let registry = crate::registry_for(&config.operators)?;
