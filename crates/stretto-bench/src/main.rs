@@ -1483,7 +1483,16 @@ fn run_kv(action: KvAction) -> Result<(), BoxError> {
             );
         }
         KvAction::Verify { dataset, kv_dir } => {
-            let r = KvStore::open(&dir(kv_dir), &dataset)?.verify()?;
+            let store = KvStore::open(&dir(kv_dir), &dataset)?;
+            if !store.root().exists() {
+                // Nothing built yet verifies (the exit status stays 0), but a mistyped directory should not pass
+                // unnoticed.
+                eprintln!(
+                    "note: {} does not exist: no KV cache of `{dataset}` was built there",
+                    store.root().display()
+                );
+            }
+            let r = store.verify()?;
             for (_, why) in &r.corrupt {
                 println!("{why}");
             }
