@@ -9,8 +9,6 @@
 #[path = "common/reviews.rs"]
 mod reviews;
 
-use stretto_kv::tasks::filter_question;
-
 /// Passes per width; the fastest is reported.
 const REPS: usize = 3;
 
@@ -18,19 +16,16 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     if std::env::args().nth(2).is_none() {
         eprintln!("(model qwen2.5-coder-0.5b: pass [N] [MODEL] to choose)");
     }
-    let reviews::Probe { n, model, dec, text, .. } = reviews::load_with(64, "qwen2.5-coder-0.5b")?;
+    let probe = reviews::load_with(64, "qwen2.5-coder-0.5b")?;
     let widths: Vec<usize> = std::env::args()
         .nth(3)
         .unwrap_or_else(|| "1,4,8,16".into())
         .split(',')
         .map(|w| w.trim().parse::<usize>())
         .collect::<Result<_, _>>()?;
-    let pasts: Vec<_> = (0..n)
-        .map(|i| Ok(dec.prefill(&dec.encode(&dec.item_prefix(text.value(i)))?, false)?.0))
-        .collect::<Result<_, Box<dyn std::error::Error>>>()?;
+    let reviews::PlotFilter { pasts, question: q, answers: (yes, no) } = reviews::plot_filter(&probe)?;
+    let reviews::Probe { n, model, dec, .. } = probe;
     let refs: Vec<_> = pasts.iter().collect();
-    let q = dec.encode(&dec.question_suffix(&filter_question("the text above discusses the story or the plot")))?;
-    let (yes, no) = (dec.token_id("1")?, dec.token_id("0")?);
     // Warm-up: the session's first runs pay one-off allocations.
     dec.log_odds(&refs[..n.min(8)], &q, yes, no, 8)?;
     let mut best = vec![f64::INFINITY; widths.len()];

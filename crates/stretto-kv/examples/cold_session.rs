@@ -16,19 +16,15 @@ mod reviews;
 
 use stretto_core::context::default_home;
 use stretto_kv::decoder::{Decoder, Step, Want};
-use stretto_kv::tasks::filter_question;
 
 /// Question passes per timed batch (the ladder's configured batch).
 const BATCH: usize = 8;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let reviews::Probe { n, model, dec, text, .. } = reviews::load_with(24, "qwen2.5-coder-0.5b")?;
-    let pasts: Vec<_> = (0..n)
-        .map(|i| Ok(dec.prefill(&dec.encode(&dec.item_prefix(text.value(i)))?, false)?.0))
-        .collect::<Result<_, Box<dyn std::error::Error>>>()?;
+    let probe = reviews::load_with(24, "qwen2.5-coder-0.5b")?;
+    let reviews::PlotFilter { pasts, question: q, answers: (yes, no) } = reviews::plot_filter(&probe)?;
+    let reviews::Probe { n, model, dec, .. } = probe;
     let refs: Vec<_> = pasts.iter().collect();
-    let q = dec.encode(&dec.question_suffix(&filter_question("the text above discusses the story or the plot")))?;
-    let (yes, no) = (dec.token_id("1")?, dec.token_id("0")?);
     drop(dec);
     println!("{model}, {n} movie reviews, question passes in batches of {BATCH} on a freshly loaded session:");
     for round in 1..=2 {

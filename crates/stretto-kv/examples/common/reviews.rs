@@ -5,7 +5,8 @@ use arrow::array::{Array, AsArray, StringArray};
 use arrow::datatypes::Int64Type;
 use stretto_core::context::default_home;
 use stretto_core::datasets::Dataset;
-use stretto_kv::decoder::Decoder;
+use stretto_kv::decoder::{Decoder, KvPast};
+use stretto_kv::tasks::filter_question;
 
 /// A probe's inputs.
 pub struct Probe {
@@ -41,4 +42,27 @@ pub fn load_with(n: usize, model: &str) -> Result<Probe, Box<dyn std::error::Err
     }
     let labels: Vec<bool> = (0..n).map(|i| lab.value(i) == 1).collect();
     Ok(Probe { n, model, dec, text, labels })
+}
+
+/// The plot filter the batch probes ask.
+#[allow(dead_code)] // (Not every probe asks it.)
+pub struct PlotFilter {
+    /// The pasts of the probe's reviews (prefilled by its decoder, not timed).
+    pub pasts: Vec<KvPast>,
+    /// The question's tokens after a past.
+    pub question: Vec<u32>,
+    /// The '1' / '0' answer tokens.
+    pub answers: (u32, u32),
+}
+
+/// [`PlotFilter`] over the first `probe.n` reviews.
+#[allow(dead_code)] // (Not every probe asks it.)
+pub fn plot_filter(probe: &Probe) -> Result<PlotFilter, Box<dyn std::error::Error>> {
+    let dec = &probe.dec;
+    let pasts = (0..probe.n)
+        .map(|i| Ok(dec.prefill(&dec.encode(&dec.item_prefix(probe.text.value(i)))?, false)?.0))
+        .collect::<Result<_, Box<dyn std::error::Error>>>()?;
+    let question =
+        dec.encode(&dec.question_suffix(&filter_question("the text above discusses the story or the plot")))?;
+    Ok(PlotFilter { pasts, question, answers: (dec.token_id("1")?, dec.token_id("0")?) })
 }
