@@ -430,9 +430,10 @@ impl Certification {
     /// [`Certification::min_holdout`], or leaves none to fit on. `None` where it can.
     pub fn too_small(&self, fit: &[usize], hold: &[usize]) -> Option<String> {
         (hold.len() < self.min_holdout || fit.is_empty()).then(|| {
+            let n = fit.len() + hold.len();
             format!(
-                "only {} profiled tuples: too few to certify a cheaper plan (need {} held out)",
-                fit.len() + hold.len(),
+                "only {n} profiled tuple{}: too few to certify a cheaper plan (need {} held out)",
+                if n == 1 { "" } else { "s" },
                 self.min_holdout
             )
         })
@@ -1590,6 +1591,15 @@ mod tests {
             }
         }
         assert!((share - best.min(0.1)).abs() < 1e-12, "{share} vs {best}");
+    }
+
+    #[test]
+    fn a_sample_too_small_to_certify_says_how_many_tuples_it_has() {
+        let cert = Certification::default();
+        let one = cert.too_small(&[], &[0]).unwrap_or_default();
+        assert!(one.starts_with("only 1 profiled tuple: too few"), "{one}");
+        let three = cert.too_small(&[0], &[1, 2]).unwrap_or_default();
+        assert!(three.starts_with("only 3 profiled tuples: too few"), "{three}");
     }
 
     #[test]
