@@ -63,7 +63,7 @@ pub fn build(
         positions: if rerotate { Positions::Rerotate } else { Positions::Keep },
     };
     for m in models {
-        stretto::kv::models::spec(m)?;
+        stretto::kv::models::decoder_spec(m)?;
     }
     let store = KvStore::open(kv_dir, dataset)?;
     Ok(store.build_within(&stretto::core::context::default_home(), &spec, &items, 0, memory_budget)?)

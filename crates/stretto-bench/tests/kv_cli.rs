@@ -158,6 +158,11 @@ fn stats_report_every_profile_and_bad_arguments_are_clear() {
     let (ok, _, err) =
         stretto(dir.path(), &["kv", "build", "--dataset", "movie", "--column", "reviewtext", "--press", "magic"]);
     assert!(!ok && err.contains("unknown press"), "{err}");
+    // An unknown model is answered with the decoders a cache can be built for.
+    let (ok, _, err) =
+        stretto(dir.path(), &["kv", "build", "--dataset", "movie", "--column", "reviewtext", "--models", "nope"]);
+    assert!(!ok && err.contains("unknown model `nope`; known models: smollm2-135m, qwen2.5"), "{err}");
+    assert!(!err.contains("onnxruntime"), "{err}");
     // The build's memory budget is a byte count; the report says what it ran under.
     let build = |budget: &str| {
         let mut args = build_args();

@@ -650,6 +650,15 @@ pub fn spec(name: &str) -> Result<&'static ModelSpec> {
     })
 }
 
+/// The catalog entry called `name` where it is asked for as a decoder LLM: an unknown name's error lists the
+/// catalog's decoders only, not every artifact the catalog holds (the runtime, class names, encoders).
+pub fn decoder_spec(name: &str) -> Result<&'static ModelSpec> {
+    spec(name).map_err(|_| ModelError::UnknownModel {
+        name: name.to_string(),
+        known: CATALOG.iter().filter(|m| m.is_decoder()).map(|m| m.name).collect::<Vec<_>>().join(", "),
+    })
+}
+
 /// Where wheels come from.
 pub trait WheelSource {
     /// Places `pin`'s wheel into `dir` (named `pin.file`).

@@ -10,7 +10,7 @@ use crate::bert::EncoderFiles;
 use crate::convert::{convert_gguf, convert_gguf_with, DecoderFiles, Weights};
 use crate::error::{ModelError, Result};
 use crate::export::{Export, ExportKind};
-use crate::models::{default_source, ensure, spec};
+use crate::models::{decoder_spec, default_source, ensure, spec};
 
 /// The folder of a model's converted decoder.
 pub fn decoder_dir(home: &Path, name: &str) -> PathBuf {
@@ -34,7 +34,7 @@ fn converted_decoder(home: &Path, name: &str) -> Result<DecoderFiles> {
             None => {}
         }
     }
-    let s = spec(name)?;
+    let s = decoder_spec(name)?;
     if !s.artifacts.iter().any(|a| a.file == "model.gguf") {
         return Err(ModelError::Usage(format!(
             "`{name}` is not a decoder LLM (it has no GGUF weights); try smollm2-135m"
@@ -284,7 +284,7 @@ pub fn check_decoder_name(home: &Path, name: &str) -> Result<()> {
     match user_kind(home, name) {
         Some(UserKind::Decoder) => Ok(()),
         Some(UserKind::Encoder) => Err(ModelError::Usage(format!("`{name}` is a sentence encoder, not a decoder LLM"))),
-        None => match spec(name)? {
+        None => match decoder_spec(name)? {
             s if s.is_decoder() => Ok(()),
             s => Err(ModelError::Usage(format!("`{name}` is not a decoder LLM ({})", s.about))),
         },

@@ -232,6 +232,10 @@ fn catalog_names_are_checked_for_the_role_they_are_given() {
         assert!(check_decoder_name(home.path(), name).is_err() && check_encoder_name(home.path(), name).is_err());
     }
     assert!(matches!(check_encoder_name(home.path(), "nope"), Err(ModelError::UnknownModel { .. })));
+    // An unknown name asked for as a decoder is answered with the catalog's decoders, not its other artifacts.
+    let err = check_decoder_name(home.path(), "nope").unwrap_err();
+    assert!(matches!(err, ModelError::UnknownModel { .. }), "{err}");
+    assert!(err.to_string().ends_with("known models: smollm2-135m, qwen2.5-coder-0.5b, qwen2.5-coder-1.5b"), "{err}");
     // Nothing was prepared to answer.
     assert_eq!(std::fs::read_dir(home.path()).unwrap().count(), 0);
 }
