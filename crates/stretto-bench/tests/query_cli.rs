@@ -355,4 +355,12 @@ fn gold_and_inputs_too_small_for_profiling_to_pay_run_gold_without_profiling_the
     assert!(ok, "{err}");
     let r: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
     assert_eq!(r["candidates"]["f1"], gold, "{}", r["candidates"]);
+    // With neither, MiniLM's embedding filter is gold, and the plan says so rather than silently.
+    let (ok, out, err) = stretto_with_env(&args, dir.path(), &shared_kv(), &[]);
+    assert!(ok, "{err}");
+    let r: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(r["candidates"]["f1"], serde_json::json!(["embed:minilm"]), "{}", r["candidates"]);
+    let warnings = r["plan"]["warnings"].to_string();
+    assert!(warnings.contains("f1: the allowed models (minilm) leave no LLM that judges it"), "{warnings}");
+    assert!(warnings.contains("its gold is `embed:minilm`"), "{warnings}");
 }

@@ -338,6 +338,36 @@ fn candidates(
     Ok(ops)
 }
 
+/// Why `task`'s gold, as [`candidates`] chose it among `models`, is not an LLM where the registry has an LLM rung that
+/// judges the task but `models` allow none: `None` where gold is an LLM rung, is the task's declared gold, or no LLM
+/// serves the task at all.
+fn gold_not_an_llm(
+    registry: &Registry,
+    task: &SemanticTask,
+    modality: Modality,
+    gold: &RegisteredOp,
+    models: &[String],
+) -> Option<String> {
+    let is_llm = |op: &RegisteredOp| op.properties().compression.is_some();
+    if is_llm(gold) || gold.is_gold_for(task) {
+        return None;
+    }
+    let llm = registry
+        .operators()
+        .map(|(op, _)| op)
+        .find(|op| is_llm(op) && op.serves(task) && op.properties().modality == modality)?;
+    Some(format!(
+        "{}: the allowed models ({}) leave no LLM that judges it, so its gold is `{}` (of the {} family) and the \
+         targets are met against its answers; allow a decoder (such as {}) in the query's models or ladder for an \
+         LLM gold",
+        task.name,
+        models.join(", "),
+        gold.name(),
+        gold.properties().family,
+        llm.properties().model.as_deref().unwrap_or("a ladder model")
+    ))
+}
+
 /// The items whose KV caches a task's operators read: each row's item, or for a join predicate each side's text
 /// once (its pair operators read the sides' caches, never a pair's), in order of first appearance.
 fn cached_items(task: &SemanticTask, batch: &RecordBatch) -> Result<Vec<String>> {
@@ -575,6 +605,10 @@ pub struct Profiled {
     /// Where the whole input's KV caches would not fit the disk budget: that only the tuples profiling reads were
     /// prefilled before it, and why.
     pub kv_note: Option<String>,
+    /// Per logical operator whose gold is no LLM because the query's models allow none that judges it (the
+    /// registry has one), what its gold is instead: the plan's warnings repeat it, since the targets are then met
+    /// against that operator's answers.
+    pub gold_notes: Vec<String>,
     /// Where those caches are deferred: per profiled entry whose operator reads one, the model and the seconds of
     /// its per-item prefill priced into the entry's cost, which execution pays once per tuple and model
     /// ([`Problem::share_costs`]). Empty otherwise, and for a saved profile.
@@ -2127,8 +2161,11 @@ fn profile_candidates(
         t.resolve(&input.schema())?;
     }
     let mut cands = Vec::new();
+    let mut gold_notes = Vec::new();
     for t in &tasks {
-        let mut ops = candidates(registry, t, modality_of(t, &input)?, &o.models)?;
+        let modality = modality_of(t, &input)?;
+        let mut ops = candidates(registry, t, modality, &o.models)?;
+        gold_notes.extend(gold_not_an_llm(registry, t, modality, &ops[0], &o.models));
         if gold_only.is_some() {
             ops.truncate(1);
         }
@@ -3628,6 +3665,7 @@ fn profile_candidates(
         paid: Arc::new(paid),
         spent_seconds,
         kv_note,
+        gold_notes,
         shared_costs,
     })
 }
@@ -3681,6 +3719,7 @@ pub fn reuse_profile(
         paid: Arc::default(),
         spent_seconds: 0.0,
         kv_note: None,
+        gold_notes: Vec::new(),
         shared_costs: BTreeMap::new(),
     })
 }
@@ -3737,7 +3776,7 @@ pub fn optimize(p: &Profiled, o: &QueryOptions, strat: &dyn Strategy) -> Result<
     let targets = Targets::new(o.precision, o.recall, o.credible)?;
     let mut problem = Problem::from_profile(&p.profile)?;
     problem.share_costs(&p.shared_costs);
-    let optimized = {
+    let mut optimized = {
         let _span = tracing::info_span!("optimize", method = strat.name()).entered();
         match &p.gold_only {
             // Only gold was profiled: gold is the answer, a fallback unless gold was asked for.
@@ -3757,6 +3796,7 @@ pub fn optimize(p: &Profiled, o: &QueryOptions, strat: &dyn Strategy) -> Result<
             None => strat.optimize(&problem, &targets, o.seed)?,
         }
     };
+    optimized.warnings.extend(p.gold_notes.iter().cloned());
     let mut plan = optimized.to_plan_file(&problem);
     plan.query = Some(o.query.clone());
     plan.logical = p.tasks.clone();
