@@ -293,6 +293,10 @@ fn rewrite_core(
     if plan_has_semantic(&relational)? {
         return plan_err!("{ONE_BLOCK}");
     }
+    // A conjunction holds a predicate once however often it is written: the same `sem_filter` twice (in WHERE, or
+    // in WHERE and an ON clause) is one logical filter, profiled and run once, as the same `sem_map` twice is one map.
+    let mut seen = std::collections::HashSet::new();
+    filters.retain(|p| seen.insert(p.clone()));
     if filters.is_empty() && maps.is_empty() {
         return Ok(relational);
     }

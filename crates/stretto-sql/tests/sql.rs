@@ -90,6 +90,23 @@ fn semantic_calls_become_one_pipeline_between_the_relational_part_and_the_rest()
 }
 
 #[test]
+fn the_same_semantic_filter_twice_is_one_filter() {
+    let dir = tempfile::tempdir().unwrap();
+    let ctx = SqlContext::new(&session(dir.path())).unwrap();
+    let filter = "sem_filter('{reviews.reviewtext} is clearly positive')";
+    let other = "sem_filter('{reviews.reviewtext} mentions the acting')";
+    let text = ctx
+        .sql(&format!("SELECT reviewid FROM {FIRST_40} WHERE {filter} AND istopcritic AND {other} AND {filter}"))
+        .unwrap()
+        .explain()
+        .unwrap();
+    // Written twice, held once (and profiled and run once); a different predicate stays a filter of its own.
+    assert_eq!(text.matches("'{reviews.reviewtext} is clearly positive'").count(), 1, "{text}");
+    assert!(text.contains("filter_2: '{reviews.reviewtext} mentions the acting'"), "{text}");
+    assert!(!text.contains("filter_3"), "{text}");
+}
+
+#[test]
 fn misplaced_or_malformed_semantic_functions_are_named() {
     let dir = tempfile::tempdir().unwrap();
     let ctx = SqlContext::new(&session(dir.path())).unwrap();
