@@ -1275,6 +1275,9 @@ fn run(cli: Cli) -> Result<(), BoxError> {
                 println!("{}", serde_json::to_string(&r)?);
             } else {
                 print!("{}", stretto_bench::query::render(&r, show));
+                if let Some(p) = &output {
+                    println!("result written to {} ({} rows)", p.display(), r.result.num_rows());
+                }
             }
         }
         Command::Sql {
@@ -1386,6 +1389,9 @@ fn run(cli: Cli) -> Result<(), BoxError> {
                 );
                 for run in result.pipelines() {
                     println!("semantic pipeline: {}", run.summary());
+                }
+                if let Some(p) = &output {
+                    println!("result written to {} ({} rows)", p.display(), batch.num_rows());
                 }
             }
         }

@@ -171,6 +171,13 @@ fn a_query_over_a_users_csv_writes_its_full_result_as_parquet() {
     let names: Vec<String> = written.schema().fields().iter().map(|f| f.name().clone()).collect();
     assert_eq!(names, ["reviews.reviewid", "reviews.reviewtext"]);
     assert!(written.num_rows() > 0 && written.num_rows() < 40, "{} rows", written.num_rows());
+    // As a table, the report says where the whole result went.
+    let mut a = args("result.csv");
+    a.retain(|x| x != "--json");
+    let (ok, out, err) = run(a);
+    assert!(ok, "{err}");
+    assert!(out.contains(&format!("result written to result.csv ({} rows)", written.num_rows())), "{out}");
+    assert!(dir.path().join("result.csv").is_file());
 }
 
 #[test]

@@ -85,6 +85,10 @@ fn sql_over_a_users_csv_writes_the_result_and_reports_the_pipeline() {
     assert!(ok, "{err}");
     assert!(out.contains("| title") && out.contains(&format!("{} rows", rows.len())), "{out}");
     assert!(out.contains("semantic pipeline:") && out.contains("40 input tuples"), "{out}");
+    // It says where the whole result went, and the file holds it.
+    assert!(out.contains(&format!("result written to result.csv ({} rows)", rows.len())), "{out}");
+    let written = stretto::io::read_csv(&dir.path().join("result.csv"), &Default::default()).unwrap();
+    assert_eq!(written.num_rows(), rows.len());
 }
 
 #[test]
