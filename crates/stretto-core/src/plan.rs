@@ -150,6 +150,11 @@ impl LogicalPlan {
     /// applied last so that semantic operators still see every column they reference.
     pub fn pull_up(self) -> Result<PulledUpPlan> {
         let mut pulled = pull(self)?;
+        // A conjunction holds a predicate once: a semantic filter (or join predicate) that an earlier one already
+        // states word for word adds nothing but its cost, so it is dropped (columns are never rewritten, since a map
+        // cannot replace one, so the same words ask the same question wherever they stand).
+        let mut stated = std::collections::HashSet::new();
+        pulled.semantic.retain(|t| t.kind != crate::op::LogicalKind::Filter || stated.insert(t.prompt.clone()));
         let mut seen = std::collections::HashSet::new();
         for t in &pulled.semantic {
             if !seen.insert(t.name.clone()) {
@@ -604,6 +609,27 @@ mod tests {
             text.starts_with("CrossJoin") && text.contains("Join r.id = m.id") && text.contains("Filter (m.id > 0)"),
             "{text}"
         );
+    }
+
+    #[test]
+    fn a_semantic_filter_stated_twice_is_pulled_up_once() {
+        let r = table(&[1, 2, 3], &["a", "b", "c"]);
+        let pulled = PlanBuilder::scan("r", &r)
+            .unwrap()
+            .sem_filter("{r.text} is nice")
+            .unwrap()
+            .sem_map("label", "label of {r.text}", ValueType::Integer)
+            .unwrap()
+            .sem_filter("{r.text} is short")
+            .unwrap()
+            .sem_filter("{r.text} is nice")
+            .unwrap()
+            .build()
+            .pull_up()
+            .unwrap();
+        let names: Vec<_> = pulled.semantic.iter().map(|t| t.name.as_str()).collect();
+        // The first statement stays where it stood; a map with the same words would not be a filter's twin.
+        assert_eq!(names, vec!["filter_1", "label", "filter_2"]);
     }
 
     #[test]
