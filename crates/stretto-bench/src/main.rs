@@ -124,8 +124,14 @@ enum Command {
         #[arg(long)]
         input: Option<PathBuf>,
         /// The table name of --input, as the query's {table.column} references write it.
-        #[arg(long, requires = "input")]
+        // (`conflicts_with` as well: clap waives a `requires` whose target conflicts with an argument given, so
+        // `--dataset D --table T` passed, ignoring T.)
+        #[arg(long, requires = "input", conflicts_with = "dataset")]
         table: Option<String>,
+        /// A column of --input that holds images: paths (relative ones resolve against the file's folder) or, in
+        /// Parquet, bytes; the image operators (bridges) then judge it (repeatable).
+        #[arg(long = "image-column", value_name = "COLUMN", requires = "input", conflicts_with = "dataset")]
+        image_columns: Vec<String>,
         /// Write the full result here (CSV or Parquet by extension), atomically.
         #[arg(long)]
         output: Option<PathBuf>,
@@ -229,6 +235,11 @@ enum Command {
         /// `NAME=PATH`.
         #[arg(long = "input", value_name = "[NAME=]PATH")]
         inputs: Vec<String>,
+        /// A column of an --input table that holds images, as `TABLE.COLUMN`: paths (relative ones resolve against
+        /// the file's folder) or, in Parquet, bytes; the image operators (bridges) then judge it (repeatable; not
+        /// with --cluster, whose executors read the files themselves).
+        #[arg(long = "image-column", value_name = "TABLE.COLUMN", requires = "inputs", conflicts_with = "cluster")]
+        image_columns: Vec<String>,
         /// Precision target in (0, 1] (SQL: SET stretto.precision).
         #[arg(long)]
         precision: Option<f64>,
@@ -781,16 +792,6 @@ fn check_output(path: &std::path::Path) -> Result<stretto::FileFormat, stretto::
     Ok(format)
 }
 
-/// Reads `--input` with the reader its extension names.
-fn read_input(path: &std::path::Path) -> Result<arrow::array::RecordBatch, stretto::Error> {
-    use stretto::io::{read_csv, read_json, read_parquet, FileFormat};
-    match FileFormat::of(path)? {
-        FileFormat::Csv => read_csv(path, &Default::default()),
-        FileFormat::Parquet => read_parquet(path, &Default::default()),
-        FileFormat::Json => read_json(path, &Default::default()),
-    }
-}
-
 /// Blocks of at least this many bytes get their own memory mapping from glibc, returned to the system when freed.
 ///
 /// glibc raises its mapping threshold as large blocks are freed (up to 32 MiB), after which buffers of a few MiB
@@ -1134,6 +1135,7 @@ fn run(cli: Cli) -> Result<(), BoxError> {
             dataset,
             input,
             table,
+            image_columns,
             output,
             query,
             precision,
@@ -1200,7 +1202,7 @@ fn run(cli: Cli) -> Result<(), BoxError> {
                 let Some(column) = &label_column else { return Ok(None) };
                 Ok(Some(match (&labels, &dataset) {
                     (Some(file), _) => {
-                        let batch = read_input(file)?;
+                        let batch = stretto::io::read_path(file)?;
                         TruthLabels::from_batch(&batch, column, table, rows, &file.display().to_string())?
                     }
                     (None, Some(d)) => {
@@ -1246,7 +1248,8 @@ fn run(cli: Cli) -> Result<(), BoxError> {
                         Some(t) => t.clone(),
                         None => path.file_stem().and_then(|s| s.to_str()).unwrap_or("input").to_string(),
                     };
-                    let batch = read_input(path)?;
+                    let read = stretto::io::ReadOptions { image_columns: image_columns.clone() };
+                    let batch = stretto::io::read_path_with(path, &read)?;
                     if one_table(&tasks)?.is_some() {
                         let rows = o.limit.map_or(batch.num_rows(), |l| l.min(batch.num_rows()));
                         o.labels = labels_for(&name, rows)?;
@@ -1284,6 +1287,7 @@ fn run(cli: Cli) -> Result<(), BoxError> {
             query,
             file,
             inputs,
+            image_columns,
             precision,
             recall,
             credible,
@@ -1331,12 +1335,38 @@ fn run(cli: Cli) -> Result<(), BoxError> {
                 Some(addr) => SqlRunner::Cluster(stretto_ballista::ClusterContext::connect(&session, addr)?),
                 None => SqlRunner::Local(stretto_sql::SqlContext::new(&session)?),
             };
+            let mut files = Vec::new();
             for spec in &inputs {
-                let (name, path) = match spec.split_once('=') {
+                files.push(match spec.split_once('=') {
                     Some((n, p)) => (n.to_string(), PathBuf::from(p)),
                     None => (stretto::io::table_name(std::path::Path::new(spec))?, PathBuf::from(spec)),
-                };
-                runner.register_file(&name, &path)?;
+                });
+            }
+            // Each image column names its table, which must be an --input's, before any file is read.
+            let mut images: std::collections::BTreeMap<&str, Vec<String>> = Default::default();
+            for spec in &image_columns {
+                match spec.split_once('.') {
+                    Some((t, c)) if !c.is_empty() && files.iter().any(|(n, _)| n == t) => {
+                        images.entry(t).or_default().push(c.to_string())
+                    }
+                    _ => {
+                        let tables: Vec<&str> = files.iter().map(|(n, _)| n.as_str()).collect();
+                        return Err(format!(
+                            "--image-column {spec}: write it as TABLE.COLUMN, TABLE one of the --input tables ({})",
+                            tables.join(", ")
+                        )
+                        .into());
+                    }
+                }
+            }
+            for (name, path) in &files {
+                match (&runner, images.get(name.as_str())) {
+                    (SqlRunner::Local(s), Some(columns)) => {
+                        let read = stretto::io::ReadOptions { image_columns: columns.clone() };
+                        s.register_file_with(name, path, &read)?
+                    }
+                    _ => runner.register_file(name, path)?,
+                }
             }
             let settings = [("precision", precision.map(|v| v.to_string())), ("recall", recall.map(|v| v.to_string()))]
                 .into_iter()

@@ -181,6 +181,51 @@ fn a_query_over_a_users_csv_writes_its_full_result_as_parquet() {
 }
 
 #[test]
+fn an_image_column_of_a_users_file_is_judged_by_the_image_operators() {
+    let dir = tempfile::tempdir().unwrap();
+    // Two bags and two shoes of the bundled photos, beside a CSV that names them by relative path.
+    let shop = dir.path().join("shop");
+    std::fs::create_dir(&shop).unwrap();
+    let photos = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../data/ecommerce/images");
+    let mut csv = String::from("id,photo\n");
+    for id in ["14856", "20851", "18653", "12967"] {
+        std::fs::copy(photos.join(format!("{id}.jpg")), shop.join(format!("{id}.jpg"))).unwrap();
+        csv.push_str(&format!("{id},{id}.jpg\n"));
+    }
+    std::fs::write(shop.join("products.csv"), csv).unwrap();
+    let query = |extra: &[&str]| {
+        let mut args =
+            vec!["query", "--input", "shop/products.csv", "--query", "{products.photo} shows a bag", "--json"];
+        args.extend_from_slice(extra);
+        stretto(&args, dir.path())
+    };
+    let first_stage = |out: &str| {
+        let r: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+        assert_eq!(r["input_rows"], 4);
+        r["plan"]["stages"][0]["physical"].as_str().unwrap().to_string()
+    };
+
+    // Marked, the paths (resolved against the CSV's folder) are photos, and an image bridge judges them.
+    let (ok, out, err) = query(&["--image-column", "photo"]);
+    assert!(ok, "{err}");
+    let stage = first_stage(&out);
+    assert!(stage.starts_with("f1/caption:") || stage.starts_with("f1/label-bridge:"), "{stage}");
+    // Unmarked, the column is text: the file names go to the LLM as they are.
+    let (ok, out, err) = query(&[]);
+    assert!(ok, "{err}");
+    assert!(first_stage(&out).starts_with("f1/llm:"), "{out}");
+
+    // A column the file lacks is named, and the flag needs a file of the user's.
+    let (ok, _, err) = query(&["--image-column", "picture"]);
+    assert!(!ok && err.contains("picture") && err.contains("columns: id, photo"), "{err}");
+    let (ok, _, err) = stretto(
+        &["query", "--dataset", "movie", "--query", "{reviews.reviewtext} is long", "--image-column", "x"],
+        dir.path(),
+    );
+    assert!(!ok && err.contains("--image-column"), "{err}");
+}
+
+#[test]
 fn a_users_onnx_export_joins_the_query_by_model_name_equals_folder() {
     let dir = tempfile::tempdir().unwrap();
     let export = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../stretto-models/tests/fixtures/hf-export");

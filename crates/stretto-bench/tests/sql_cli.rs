@@ -92,6 +92,39 @@ fn sql_over_a_users_csv_writes_the_result_and_reports_the_pipeline() {
 }
 
 #[test]
+fn an_image_column_of_an_input_table_is_judged_by_the_image_operators() {
+    let dir = tempfile::tempdir().unwrap();
+    let photos = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../data/ecommerce/images");
+    let mut csv = String::from("id,photo\n");
+    for id in ["14856", "18653", "12967"] {
+        csv.push_str(&format!("{id},{}\n", photos.join(format!("{id}.jpg")).display()));
+    }
+    std::fs::write(dir.path().join("products.csv"), csv).unwrap();
+    let sql = |image_column: &str| {
+        let args = [
+            "sql",
+            "SELECT id FROM p WHERE sem_filter('{p.photo} shows a bag')",
+            "--input",
+            "p=products.csv",
+            "--json",
+            "--image-column",
+            image_column,
+        ];
+        stretto(&args, dir.path())
+    };
+    let (ok, out, err) = sql("p.photo");
+    assert!(ok, "{err}");
+    let r: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    let stage = r["pipelines"][0]["plan"]["stages"][0]["physical"].as_str().unwrap().to_string();
+    assert!(stage.starts_with("filter_1/caption:") || stage.starts_with("filter_1/label-bridge:"), "{stage}");
+    // The column names its table, one of the inputs, and must be in its file.
+    let (ok, _, err) = sql("photo");
+    assert!(!ok && err.contains("TABLE.COLUMN") && err.contains("(p)"), "{err}");
+    let (ok, _, err) = sql("p.picture");
+    assert!(!ok && err.contains("picture") && err.contains("columns: id, photo"), "{err}");
+}
+
+#[test]
 fn explain_and_bad_sql_are_answered_before_any_model_work() {
     let dir = tempfile::tempdir().unwrap();
     let (ok, out, err) = stretto(

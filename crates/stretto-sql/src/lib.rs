@@ -217,7 +217,18 @@ impl SqlContext {
 
     /// Reads a CSV, Parquet or NDJSON file (by extension) with Stretto's readers and registers it as `name`.
     pub fn register_file(&self, name: &str, path: impl AsRef<std::path::Path>) -> Result<()> {
-        let batch = stretto::io::read_path(path.as_ref())?;
+        self.register_file_with(name, path, &Default::default())
+    }
+
+    /// [`register_file`](Self::register_file) with read options: the columns that hold images, which the image
+    /// operators then judge.
+    pub fn register_file_with(
+        &self,
+        name: &str,
+        path: impl AsRef<std::path::Path>,
+        options: &stretto::io::ReadOptions,
+    ) -> Result<()> {
+        let batch = stretto::io::read_path_with(path.as_ref(), options)?;
         self.register_batch(name, batch)
     }
 

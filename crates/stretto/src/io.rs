@@ -260,10 +260,18 @@ pub fn table_name(path: &Path) -> Result<String> {
 
 /// Reads a CSV, Parquet or NDJSON file, by its extension, with default options.
 pub fn read_path(path: &Path) -> Result<RecordBatch> {
+    read_path_with(path, &ReadOptions::default())
+}
+
+/// Reads a CSV, Parquet or NDJSON file, by its extension, with `options`' image columns (a CSV's delimiter and
+/// header stay the defaults).
+pub fn read_path_with(path: &Path, options: &ReadOptions) -> Result<RecordBatch> {
     match FileFormat::of(path)? {
-        FileFormat::Csv => read_csv(path, &CsvOptions::default()),
-        FileFormat::Parquet => read_parquet(path, &ReadOptions::default()),
-        FileFormat::Json => read_json(path, &ReadOptions::default()),
+        FileFormat::Csv => {
+            read_csv(path, &CsvOptions { image_columns: options.image_columns.clone(), ..CsvOptions::default() })
+        }
+        FileFormat::Parquet => read_parquet(path, options),
+        FileFormat::Json => read_json(path, options),
     }
 }
 
