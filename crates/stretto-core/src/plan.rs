@@ -147,14 +147,10 @@ impl LogicalPlan {
     /// LLM calls cost orders of magnitude more than relational work, and relational filters and joins shrink
     /// their input, so the relational part runs first. Two things cannot move below a semantic map and stay above
     /// it instead: relational filters that read the map's output (`post_filters`), and projections, which are
-    /// applied last so that semantic operators still see every column they reference.
+    /// applied last so that semantic operators still see every column they reference. A semantic filter (or join
+    /// predicate) whose words an earlier one already states is dropped: a conjunction holds a predicate once.
     pub fn pull_up(self) -> Result<PulledUpPlan> {
         let mut pulled = pull(self)?;
-        // A conjunction holds a predicate once: a semantic filter (or join predicate) that an earlier one already
-        // states word for word adds nothing but its cost, so it is dropped (columns are never rewritten, since a map
-        // cannot replace one, so the same words ask the same question wherever they stand).
-        let mut stated = std::collections::HashSet::new();
-        pulled.semantic.retain(|t| t.kind != crate::op::LogicalKind::Filter || stated.insert(t.prompt.clone()));
         let mut seen = std::collections::HashSet::new();
         for t in &pulled.semantic {
             if !seen.insert(t.name.clone()) {
@@ -164,6 +160,25 @@ impl LogicalPlan {
                 )));
             }
         }
+        // A conjunction holds a predicate once: a semantic filter (or join predicate) that an earlier one states word
+        // for word adds nothing but its cost, so it is dropped. (Execution resolves every task's references against
+        // the pipeline's input, so the same words ask the same question wherever they stand.)
+        let mut stated: HashMap<String, String> = HashMap::new();
+        pulled.semantic.retain(|t| {
+            if t.kind != crate::op::LogicalKind::Filter {
+                return true;
+            }
+            match stated.get(&t.prompt) {
+                Some(first) => {
+                    tracing::info!(dropped = %t.name, kept = %first, prompt = %t.prompt, "the same semantic filter twice: asked once");
+                    false
+                }
+                None => {
+                    stated.insert(t.prompt.clone(), t.name.clone());
+                    true
+                }
+            }
+        });
         pulled.post_filters.shrink_to_fit();
         Ok(pulled)
     }
@@ -243,7 +258,7 @@ impl fmt::Display for LogicalPlan {
 pub struct PulledUpPlan {
     /// Scans, relational filters and joins (no semantic operator).
     pub relational: LogicalPlan,
-    /// Semantic operators in pipeline order (the optimizer may reorder their stages).
+    /// Semantic operators in pipeline order (the optimizer may reorder their stages), each filter predicate once.
     pub semantic: Vec<SemanticTask>,
     /// Relational filters that read semantic map outputs.
     pub post_filters: Vec<Expr>,
@@ -628,8 +643,12 @@ mod tests {
             .pull_up()
             .unwrap();
         let names: Vec<_> = pulled.semantic.iter().map(|t| t.name.as_str()).collect();
-        // The first statement stays where it stood; a map with the same words would not be a filter's twin.
+        // The first statement stays where it stood, and the names the builder gave stay as they were.
         assert_eq!(names, vec!["filter_1", "label", "filter_2"]);
+        // Names are still checked before the twin is dropped.
+        let twice = PlanBuilder::scan("r", &r).unwrap().sem_filter_named("a", "{r.text} is nice").unwrap();
+        let e = twice.sem_filter_named("a", "{r.text} is nice").unwrap().build().pull_up().unwrap_err();
+        assert!(e.to_string().contains("two semantic operators are named `a`"), "{e}");
     }
 
     #[test]
