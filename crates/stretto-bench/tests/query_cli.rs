@@ -210,6 +210,19 @@ fn an_image_column_of_a_users_file_is_judged_by_the_image_operators() {
     assert!(ok, "{err}");
     let stage = first_stage(&out);
     assert!(stage.starts_with("f1/caption:") || stage.starts_with("f1/label-bridge:"), "{stage}");
+    // A map keeps every row: the paths it wrote are absolute, whatever the working directory (a path is its
+    // image's memo key), and a caption bridge answered for each photo.
+    let args = ["query", "--input", "shop/products.csv", "--image-column", "photo", "--output", "all.csv", "--json"];
+    let (ok, _, err) =
+        stretto(&[&args[..], &["--query", "Extract the [kind] of item in {products.photo}"]].concat(), dir.path());
+    assert!(ok, "{err}");
+    let written = stretto::io::read_csv(&dir.path().join("all.csv"), &Default::default()).unwrap();
+    assert_eq!(written.num_rows(), 4);
+    let paths = written.column_by_name("products.photo").expect("the photo column");
+    for p in arrow::array::AsArray::as_string::<i32>(paths).iter() {
+        let p = p.expect("a path in every row");
+        assert!(std::path::Path::new(p).is_absolute() && p.contains("shop/"), "{p}");
+    }
     // Unmarked, the column is text: the file names go to the LLM as they are.
     let (ok, out, err) = query(&[]);
     assert!(ok, "{err}");
@@ -218,11 +231,12 @@ fn an_image_column_of_a_users_file_is_judged_by_the_image_operators() {
     // A column the file lacks is named, and the flag needs a file of the user's.
     let (ok, _, err) = query(&["--image-column", "picture"]);
     assert!(!ok && err.contains("picture") && err.contains("columns: id, photo"), "{err}");
-    let (ok, _, err) = stretto(
-        &["query", "--dataset", "movie", "--query", "{reviews.reviewtext} is long", "--image-column", "x"],
-        dir.path(),
-    );
-    assert!(!ok && err.contains("--image-column"), "{err}");
+    // A file's options do not apply to a bundled dataset: refused, not ignored.
+    for flag in ["--image-column", "--table"] {
+        let args = ["query", "--dataset", "movie", "--query", "{reviews.reviewtext} is long", flag, "x"];
+        let (ok, _, err) = stretto(&args, dir.path());
+        assert!(!ok && err.contains(flag) && err.contains("cannot be used with"), "{err}");
+    }
 }
 
 #[test]

@@ -192,7 +192,10 @@ fn mark_images(path: &Path, batch: RecordBatch, columns: &[String]) -> Result<Re
                         continue;
                     }
                     let p = PathBuf::from(strings.value(row));
-                    let full = if p.is_absolute() { p } else { base.join(p) };
+                    // Absolute, whatever the working directory: the path is the image's memo key, and the value a
+                    // written result holds.
+                    let full =
+                        if p.is_absolute() { p } else { std::path::absolute(base.join(&p)).unwrap_or(base.join(p)) };
                     if !full.is_file() {
                         return Err(Error::read(
                             path,
