@@ -128,8 +128,8 @@ enum Command {
         // `--dataset D --table T` passed, ignoring T.)
         #[arg(long, requires = "input", conflicts_with = "dataset")]
         table: Option<String>,
-        /// A column of --input that holds images: paths (relative ones resolve against the file's folder) or, in
-        /// Parquet, bytes; the image operators (bridges) then judge it (repeatable).
+        /// A column of --input that holds image paths (relative ones resolve against the file's folder; an empty
+        /// cell is a tuple without an image); the image operators (bridges) then judge it (repeatable).
         #[arg(long = "image-column", value_name = "COLUMN", requires = "input", conflicts_with = "dataset")]
         image_columns: Vec<String>,
         /// Write the full result here (CSV or Parquet by extension), atomically.
@@ -235,9 +235,9 @@ enum Command {
         /// `NAME=PATH`.
         #[arg(long = "input", value_name = "[NAME=]PATH")]
         inputs: Vec<String>,
-        /// A column of an --input table that holds images, as `TABLE.COLUMN`: paths (relative ones resolve against
-        /// the file's folder) or, in Parquet, bytes; the image operators (bridges) then judge it (repeatable; not
-        /// with --cluster, whose executors read the files themselves).
+        /// A column of an --input table that holds image paths, as `TABLE.COLUMN` (relative paths resolve against
+        /// the file's folder; an empty cell is a tuple without an image); the image operators (bridges) then judge
+        /// it (repeatable; not with --cluster, whose executors read the files themselves).
         #[arg(long = "image-column", value_name = "TABLE.COLUMN", requires = "inputs", conflicts_with = "cluster")]
         image_columns: Vec<String>,
         /// Precision target in (0, 1] (SQL: SET stretto.precision).

@@ -192,6 +192,8 @@ fn an_image_column_of_a_users_file_is_judged_by_the_image_operators() {
         std::fs::copy(photos.join(format!("{id}.jpg")), shop.join(format!("{id}.jpg"))).unwrap();
         csv.push_str(&format!("{id},{id}.jpg\n"));
     }
+    // And a product without a photo: a tuple without an image, not a failed query.
+    csv.push_str("99,\n");
     std::fs::write(shop.join("products.csv"), csv).unwrap();
     let query = |extra: &[&str]| {
         let mut args =
@@ -201,7 +203,7 @@ fn an_image_column_of_a_users_file_is_judged_by_the_image_operators() {
     };
     let first_stage = |out: &str| {
         let r: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
-        assert_eq!(r["input_rows"], 4);
+        assert_eq!(r["input_rows"], 5);
         r["plan"]["stages"][0]["physical"].as_str().unwrap().to_string()
     };
 
@@ -217,10 +219,11 @@ fn an_image_column_of_a_users_file_is_judged_by_the_image_operators() {
         stretto(&[&args[..], &["--query", "Extract the [kind] of item in {products.photo}"]].concat(), dir.path());
     assert!(ok, "{err}");
     let written = stretto::io::read_csv(&dir.path().join("all.csv"), &Default::default()).unwrap();
-    assert_eq!(written.num_rows(), 4);
+    assert_eq!(written.num_rows(), 5);
     let paths = written.column_by_name("products.photo").expect("the photo column");
-    for p in arrow::array::AsArray::as_string::<i32>(paths).iter() {
-        let p = p.expect("a path in every row");
+    let paths: Vec<_> = arrow::array::AsArray::as_string::<i32>(paths).iter().collect();
+    assert_eq!(paths.iter().filter(|p| p.is_none()).count(), 1, "the product without a photo: {paths:?}");
+    for p in paths.into_iter().flatten() {
         assert!(std::path::Path::new(p).is_absolute() && p.contains("shop/"), "{p}");
     }
     // Unmarked, the column is text: the file names go to the LLM as they are.

@@ -29,7 +29,8 @@ pub enum ColumnKind {
     Number,
     /// Booleans; CSV accepts `true`/`false` in any case.
     Boolean,
-    /// An image: a local path or URL (`Utf8`) or the encoded bytes (`Binary`).
+    /// An image: a local path or URL (`Utf8`) or the encoded bytes (`Binary`). The image operators read local paths;
+    /// Stretto's readers refuse bytes.
     Image,
 }
 

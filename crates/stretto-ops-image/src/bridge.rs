@@ -55,7 +55,7 @@ pub struct LabelBridge {
 pub type Classes = Vec<(String, f32)>;
 
 /// An image's top classes with renormalised weights by the classifier loaded under `ctx`, memoised by file path and
-/// size.
+/// size. A tuple without an image (an empty path: a null or empty cell) has no classes, at no cost.
 pub fn image_classes(
     ctx: &OpContext,
     store: Option<&Memo>,
@@ -76,15 +76,17 @@ pub fn image_classes(
             }
         }
     }
+    for (i, p) in paths.iter().enumerate() {
+        if p.is_empty() {
+            out[i] = Some(Classes::new());
+        }
+    }
     let missing: Vec<usize> = (0..paths.len()).filter(|&i| out[i].is_none()).collect();
     if !missing.is_empty() {
         let c = stretto_ops_text::classifier(ctx).map_err(|e| CoreError::operator_failed("label-bridge", e))?;
         let mut entries = Vec::new();
         for &i in &missing {
             let start = Instant::now();
-            if paths[i].is_empty() {
-                return Err(CoreError::operator("label-bridge", format!("tuple {i} has no image")));
-            }
             let probs = c
                 .classify_files(&[Path::new(&paths[i])], 1)
                 .map_err(|e| CoreError::operator_failed("label-bridge", e))?
@@ -166,6 +168,11 @@ impl PhysicalOp for LabelBridge {
         let (pred, _) = embed_cached(&self.ctx, &self.config.encoder, text_store, &[pred_text], 1)?;
         let mut scores = Vec::with_capacity(items.len());
         for (i, cls) in classes.iter().enumerate() {
+            if cls.is_empty() {
+                // No image: nothing in it can be what the predicate asks for, so the lowest score there is.
+                scores.push(self.props.score_range.0);
+                continue;
+            }
             let start = Instant::now();
             let texts: Vec<String> = cls.iter().map(|(c, _)| format!("a photo of a {c}")).collect();
             let (vecs, _) = embed_cached(&self.ctx, &self.config.encoder, text_store, &texts, 16)?;

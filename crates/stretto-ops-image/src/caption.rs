@@ -16,10 +16,17 @@ use crate::bridge::{image_classes, Classes};
 pub const CAPTION_CLASSES: usize = 5;
 
 /// The caption of an image's classes: `A photo. An image classifier recognises: T-shirt (83%), sweatshirt (4%).`
+/// A tuple without an image (no classes) is captioned [`NO_PHOTO`], so the LLM answers knowing there is none.
 pub fn caption(classes: &Classes) -> String {
+    if classes.is_empty() {
+        return NO_PHOTO.to_string();
+    }
     let parts: Vec<String> = classes.iter().map(|(c, p)| format!("{c} ({:.0}%)", p * 100.0)).collect();
     format!("A photo. An image classifier recognises in it: {}.", parts.join(", "))
 }
+
+/// The caption of a tuple without an image.
+pub const NO_PHOTO: &str = "There is no photo.";
 
 /// What a column reference becomes in a caption filter's question: the LLM reads the caption, not the photo.
 pub const CAPTION_SUBJECT: &str = "the photo described above";
@@ -85,5 +92,15 @@ mod tests {
     fn captions_list_classes_with_confidences() {
         let c = caption(&vec![("T-shirt".into(), 0.834), ("sweatshirt".into(), 0.04)]);
         assert_eq!(c, "A photo. An image classifier recognises in it: T-shirt (83%), sweatshirt (4%).");
+    }
+
+    #[test]
+    fn a_tuple_without_an_image_is_captioned_as_having_none_without_the_classifier() {
+        // An empty model home: a classifier asked for would fail to load.
+        let dir = tempfile::tempdir().unwrap();
+        let ctx = OpContext::new(dir.path().to_path_buf());
+        let (texts, secs) = captions(&ctx, &[String::new(), String::new()]).unwrap();
+        assert_eq!(texts, [NO_PHOTO, NO_PHOTO]);
+        assert_eq!(secs, [0.0, 0.0]);
     }
 }

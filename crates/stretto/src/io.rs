@@ -49,7 +49,8 @@ impl CsvOptions {
 /// How to read Parquet or NDJSON files.
 #[derive(Debug, Clone, Default)]
 pub struct ReadOptions {
-    /// Columns that hold image paths (relative paths resolve against the file's folder) or image bytes.
+    /// Columns that hold image paths (relative paths resolve against the file's folder; image bytes are refused,
+    /// since the image operators read files).
     pub image_columns: Vec<String>,
 }
 
@@ -208,9 +209,14 @@ fn mark_images(path: &Path, batch: RecordBatch, columns: &[String]) -> Result<Re
                 arrays[idx] = Arc::new(StringArray::from(resolved));
                 fields[idx] = kind;
             }
+            // The image operators read image files; bytes would reach them as text and fail there, tuple by tuple.
             DataType::Binary | DataType::LargeBinary => {
-                fields[idx] =
-                    Field::new(c, arrays[idx].data_type().clone(), true).with_metadata(kind.metadata().clone());
+                return Err(Error::read(
+                    path,
+                    Some(format!("column {c}")),
+                    "holds image bytes, and the image operators read image files: write the images to files and \
+                     give their paths",
+                ))
             }
             other => {
                 return Err(Error::read(
@@ -358,6 +364,19 @@ mod tests {
         let names: Vec<_> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
         assert_eq!(names, vec![std::ffi::OsString::from("out.parquet")]);
         assert_eq!(read_parquet(&ok, &ReadOptions::default()).unwrap().num_rows(), 2);
+    }
+
+    #[test]
+    fn image_bytes_are_refused_naming_the_column() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("photos.parquet");
+        let schema = Schema::new(vec![Field::new("photo", DataType::Binary, true)]);
+        let bytes: ArrayRef = Arc::new(arrow::array::BinaryArray::from(vec![&b"\xff\xd8\xff"[..]]));
+        write(&RecordBatch::try_new(Arc::new(schema), vec![bytes]).unwrap(), &p, FileFormat::Parquet).unwrap();
+        let e = read_parquet(&p, &ReadOptions::default().with_image_column("photo")).unwrap_err().to_string();
+        assert!(e.contains("column photo") && e.contains("image bytes") && e.contains("paths"), "{e}");
+        // Unmarked, it is just a column.
+        assert_eq!(read_parquet(&p, &ReadOptions::default()).unwrap().num_rows(), 1);
     }
 
     #[test]
