@@ -234,6 +234,11 @@ fn an_image_column_of_a_users_file_is_judged_by_the_image_operators() {
     // A column the file lacks is named, and the flag needs a file of the user's.
     let (ok, _, err) = query(&["--image-column", "picture"]);
     assert!(!ok && err.contains("picture") && err.contains("columns: id, photo"), "{err}");
+    // An image beside another column in one prompt is refused before any model work, saying how to ask instead.
+    let args = ["query", "--input", "shop/products.csv", "--image-column", "photo", "--query"];
+    let (ok, _, err) = stretto(&[&args[..], &["{products.photo} is the product {products.id}"]].concat(), dir.path());
+    assert!(!ok && err.contains("image column {products.photo} beside {products.id}"), "{err}");
+    assert!(err.contains("of its own"), "{err}");
     // A file's options do not apply to a bundled dataset: refused, not ignored.
     for flag in ["--image-column", "--table"] {
         let args = ["query", "--dataset", "movie", "--query", "{reviews.reviewtext} is long", flag, "x"];

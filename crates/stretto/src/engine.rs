@@ -259,14 +259,35 @@ pub struct QueryReport {
     pub result: RecordBatch,
 }
 
+/// What a task's columns hold. An image operator reads the one image its item names, so a prompt (not a join
+/// predicate, whose sides are read apart) that names an image column beside any other column is refused here,
+/// before any model work: its item would be the paths and texts joined, which no operator can read.
 fn modality_of(task: &SemanticTask, batch: &RecordBatch) -> Result<Modality> {
     let schema = batch.schema();
-    let mut image = false;
+    let (mut images, mut others) = (Vec::new(), Vec::new());
     for r in task.references()? {
         let idx = resolve_column(&schema, &r, &format!("operator `{}`", task.prompt))?;
-        image |= ColumnKind::of_field(schema.field(idx)) == ColumnKind::Image;
+        if ColumnKind::of_field(schema.field(idx)) == ColumnKind::Image {
+            images.push(r);
+        } else {
+            others.push(r);
+        }
     }
-    Ok(if image { Modality::Image } else { Modality::Text })
+    if images.is_empty() {
+        return Ok(Modality::Text);
+    }
+    if images.len() + others.len() > 1 && !task.is_join() {
+        let beside: Vec<String> = images[1..].iter().chain(&others).map(|r| format!("{{{r}}}")).collect();
+        return Err(Error::Query(format!(
+            "`{}` names the image column {{{}}} beside {}: an image operator judges one image alone. Ask about the \
+             image in a semantic operator of its own (`{{{}}} shows …`) and about the other columns in another",
+            task.prompt,
+            images[0],
+            beside.join(", "),
+            images[0]
+        )));
+    }
+    Ok(Modality::Image)
 }
 
 /// Candidate operators of a task, with the gold one first.
