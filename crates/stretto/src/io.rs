@@ -192,7 +192,18 @@ fn mark_images(path: &Path, batch: RecordBatch, columns: &[String]) -> Result<Re
                         resolved.push(None);
                         continue;
                     }
-                    let p = PathBuf::from(strings.value(row));
+                    let value = strings.value(row);
+                    if value.starts_with("http://") || value.starts_with("https://") {
+                        return Err(Error::read(
+                            path,
+                            Some(format!("row {}, column {c}", row + 1)),
+                            format!(
+                                "image {value} is a URL: the image operators read local files and Stretto downloads \
+                                 nothing; fetch the images and give their paths"
+                            ),
+                        ));
+                    }
+                    let p = PathBuf::from(value);
                     // Absolute, whatever the working directory: the path is the image's memo key, and the value a
                     // written result holds.
                     let full =
@@ -391,5 +402,9 @@ mod tests {
         std::fs::write(&p, "id,photo\n1,a.jpg\n2,missing.jpg\n").unwrap();
         let e = read_csv(&p, &CsvOptions::default().with_image_column("photo")).unwrap_err().to_string();
         assert!(e.contains("missing.jpg") && e.contains("row 2"), "{e}");
+        // A URL is named as one: nothing is downloaded.
+        std::fs::write(&p, "id,photo\n1,a.jpg\n2,https://example.org/b.jpg\n").unwrap();
+        let e = read_csv(&p, &CsvOptions::default().with_image_column("photo")).unwrap_err().to_string();
+        assert!(e.contains("https://example.org/b.jpg is a URL") && e.contains("row 2"), "{e}");
     }
 }
