@@ -124,8 +124,8 @@ enum Command {
         #[arg(long)]
         input: Option<PathBuf>,
         /// The table name of --input, as the query's {table.column} references write it.
-        // (`conflicts_with` as well: clap waives a `requires` whose target conflicts with an argument given, so
-        // `--dataset D --table T` passed, ignoring T.)
+        // (`conflicts_with` as well: with `requires` alone, `--dataset D --table T` ran and ignored T; clap seems to
+        // waive a `requires` whose target conflicts with an argument given.)
         #[arg(long, requires = "input", conflicts_with = "dataset")]
         table: Option<String>,
         /// A column of --input that holds image paths (relative ones resolve against the file's folder; an empty

@@ -69,16 +69,13 @@ pub fn image_classes(
     let mut out: Vec<Option<Classes>> = vec![None; paths.len()];
     let mut seconds = vec![0.0; paths.len()];
     for (i, p) in paths.iter().enumerate() {
-        if let Some(e) = store.and_then(|m| m.get(&key(p))) {
+        if p.is_empty() {
+            out[i] = Some(Classes::new());
+        } else if let Some(e) = store.and_then(|m| m.get(&key(p))) {
             if let Some(v) = e.value.as_deref().and_then(|v| serde_json::from_str(v).ok()) {
                 out[i] = Some(v);
                 seconds[i] = e.seconds;
             }
-        }
-    }
-    for (i, p) in paths.iter().enumerate() {
-        if p.is_empty() {
-            out[i] = Some(Classes::new());
         }
     }
     let missing: Vec<usize> = (0..paths.len()).filter(|&i| out[i].is_none()).collect();

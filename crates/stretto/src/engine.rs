@@ -2183,8 +2183,9 @@ fn profile_candidates(
     }
     let mut cands = Vec::new();
     let mut gold_notes = Vec::new();
-    for t in &tasks {
-        let modality = modality_of(t, &input)?;
+    // What each task's columns hold, worked out (and checked) once.
+    let modalities: Vec<Modality> = tasks.iter().map(|t| modality_of(t, &input)).collect::<Result<_>>()?;
+    for (t, &modality) in tasks.iter().zip(&modalities) {
         let mut ops = candidates(registry, t, modality, &o.models)?;
         gold_notes.extend(gold_not_an_llm(registry, t, modality, &ops[0], &o.models));
         if gold_only.is_some() {
@@ -2196,9 +2197,9 @@ fn profile_candidates(
     // (their reasons join the screening's).
     let mut short_items = Vec::new();
     if pay_check {
-        for (t, ops) in tasks.iter().zip(cands.iter_mut()) {
+        for ((t, ops), modality) in tasks.iter().zip(cands.iter_mut()).zip(&modalities) {
             // Over text only: an image item is a path, and a join's pairs are judged side by side.
-            if !t.is_join() && modality_of(t, &input)? == Modality::Text {
+            if !t.is_join() && *modality == Modality::Text {
                 short_items.extend(drop_compressed_over_short_items(t, ops, &t.item_texts(&input)?));
             }
         }
@@ -2427,7 +2428,7 @@ fn profile_candidates(
             let mut profiled: Option<RecordBatch> = None;
             for (t, decs) in &jobs {
                 let task = &tasks[*t];
-                if task.is_join() || modality_of(task, &input)? != Modality::Text {
+                if task.is_join() || modalities[*t] != Modality::Text {
                     continue;
                 }
                 let mut calibrated: BTreeMap<String, stretto_kv::calibration::Calibration> = BTreeMap::new();
