@@ -102,6 +102,14 @@ pub enum LogicalPlan {
         /// The filter task over both sides' columns.
         task: SemanticTask,
     },
+    /// The first `fetch` rows of a relational input (a limit cannot move past a semantic operator, so it is
+    /// refused above one: [`LogicalPlan::pull_up`] says so).
+    Limit {
+        /// Input.
+        input: Box<LogicalPlan>,
+        /// Rows kept.
+        fetch: usize,
+    },
 }
 
 impl LogicalPlan {
@@ -109,7 +117,9 @@ impl LogicalPlan {
     pub fn schema(&self) -> SchemaRef {
         match self {
             LogicalPlan::Scan { batch, .. } => batch.schema(),
-            LogicalPlan::Filter { input, .. } | LogicalPlan::SemFilter { input, .. } => input.schema(),
+            LogicalPlan::Filter { input, .. }
+            | LogicalPlan::SemFilter { input, .. }
+            | LogicalPlan::Limit { input, .. } => input.schema(),
             LogicalPlan::Project { input, columns } => {
                 let s = input.schema();
                 Arc::new(Schema::new(
@@ -134,7 +144,9 @@ impl LogicalPlan {
     pub fn is_relational(&self) -> bool {
         match self {
             LogicalPlan::Scan { .. } => true,
-            LogicalPlan::Filter { input, .. } | LogicalPlan::Project { input, .. } => input.is_relational(),
+            LogicalPlan::Filter { input, .. }
+            | LogicalPlan::Project { input, .. }
+            | LogicalPlan::Limit { input, .. } => input.is_relational(),
             LogicalPlan::Join { left, right, .. } | LogicalPlan::CrossJoin { left, right } => {
                 left.is_relational() && right.is_relational()
             }
@@ -192,6 +204,10 @@ impl LogicalPlan {
                 apply_filter(&batch, predicate)
             }
             LogicalPlan::Project { input, columns } => project(&input.execute_relational()?, columns),
+            LogicalPlan::Limit { input, fetch } => {
+                let batch = input.execute_relational()?;
+                Ok(batch.slice(0, (*fetch).min(batch.num_rows())))
+            }
             LogicalPlan::Join { left, right, on } => {
                 hash_join(&left.execute_relational()?, &right.execute_relational()?, on)
             }
@@ -217,6 +233,10 @@ impl LogicalPlan {
             }
             LogicalPlan::Project { input, columns } => {
                 writeln!(f, "{pad}Project {}", columns.join(", "))?;
+                input.fmt_indent(f, depth + 1)
+            }
+            LogicalPlan::Limit { input, fetch } => {
+                writeln!(f, "{pad}Limit {fetch}")?;
                 input.fmt_indent(f, depth + 1)
             }
             LogicalPlan::Join { left, right, on } => {
@@ -298,6 +318,19 @@ fn pull(plan: LogicalPlan) -> Result<PulledUpPlan> {
         LogicalPlan::Project { input, columns } => {
             let mut p = pull(*input)?;
             p.projection = Some(columns);
+            p
+        }
+        LogicalPlan::Limit { input, fetch } => {
+            let mut p = pull(*input)?;
+            if let Some(t) = p.semantic.first() {
+                return Err(CoreError::InvalidLogicalPlan(format!(
+                    "limit {fetch} stands above the semantic operator `{}`: the rows it keeps depend on that \
+                     operator's answers, so it cannot run before it; limit the input instead, or keep the first \
+                     {fetch} rows of the result",
+                    t.name
+                )));
+            }
+            p.relational = LogicalPlan::Limit { input: Box::new(p.relational), fetch };
             p
         }
         LogicalPlan::Join { left, right, on } => {
@@ -495,6 +528,12 @@ impl PlanBuilder {
         Ok(self.wrap(|input| LogicalPlan::Project { input, columns }))
     }
 
+    /// The first `fetch` rows. It must stand below every semantic operator: the rows a limit above one keeps
+    /// depend on that operator's answers, so [`LogicalPlan::pull_up`] refuses it there.
+    pub fn limit(self, fetch: usize) -> Self {
+        self.wrap(|input| LogicalPlan::Limit { input, fetch })
+    }
+
     /// Inner equi-join with another plan on (left column, right column) pairs.
     pub fn join(self, other: PlanBuilder, on: &[(&str, &str)]) -> Result<Self> {
         let (ls, rs) = (self.plan.schema(), other.plan.schema());
@@ -586,6 +625,30 @@ mod tests {
             vec![Arc::new(Int64Array::from(ids.to_vec())), Arc::new(StringArray::from(texts.to_vec()))],
         )
         .unwrap()
+    }
+
+    #[test]
+    fn a_limit_runs_with_the_relational_part_and_is_refused_above_a_semantic_operator() {
+        let r = table(&[1, 2, 3, 4, 5], &["a", "b", "c", "d", "e"]);
+        let plan = PlanBuilder::scan("r", &r)
+            .unwrap()
+            .filter(col("r.id").gt(lit(1)))
+            .unwrap()
+            .limit(2)
+            .sem_filter("{r.text} is nice")
+            .unwrap()
+            .build();
+        assert!(plan.to_string().contains("Limit 2"), "{plan}");
+        let pulled = plan.pull_up().unwrap();
+        assert_eq!(pulled.semantic.len(), 1);
+        let input = pulled.relational.execute_relational().unwrap();
+        let ids: Vec<i64> = input.column(0).as_primitive::<Int64Type>().values().to_vec();
+        assert_eq!(ids, vec![2, 3], "the filter runs first, then the limit");
+
+        // Above a semantic filter, the rows a limit keeps depend on its answers: it cannot be pulled below it.
+        let above = PlanBuilder::scan("r", &r).unwrap().sem_filter("{r.text} is nice").unwrap().limit(2).build();
+        let e = above.pull_up().unwrap_err().to_string();
+        assert!(e.contains("limit 2") && e.contains("filter_1"), "{e}");
     }
 
     #[test]

@@ -77,12 +77,14 @@ impl DataFrame {
 
     /// Inner equi-join on (left column, right column) pairs.
     pub fn join(self, other: DataFrame, on: &[(&str, &str)]) -> Result<Self> {
-        self.compose(|p| p.join(other.plan, on))
+        let other = other.into_input("join")?;
+        self.compose(|p| p.join(other, on))
     }
 
     /// Cartesian product.
     pub fn cross_join(self, other: DataFrame) -> Result<Self> {
-        self.compose(|p| p.cross_join(other.plan))
+        let other = other.into_input("cross_join")?;
+        self.compose(|p| p.cross_join(other))
     }
 
     /// Semantic filter: a natural-language predicate naming its columns as `{table.column}`.
@@ -97,21 +99,32 @@ impl DataFrame {
 
     /// Semantic join: pairs of rows of both frames for which the predicate holds.
     pub fn sem_join(self, other: DataFrame, predicate: &str) -> Result<Self> {
-        self.compose(|p| p.sem_join(other.plan, predicate))
+        let other = other.into_input("sem_join")?;
+        self.compose(|p| p.sem_join(other, predicate))
     }
 
-    /// At most `n` rows. Before any semantic operation it bounds the rows the semantic operators see; after one,
-    /// it keeps the first `n` result rows (execution still covers the whole input) and must be the last operation.
+    /// This frame's plan as another frame's input. A limit on its results would be lost there (the semantic
+    /// operators of both frames run as one pipeline after the joins), so such a frame is refused.
+    fn into_input(self, op: &str) -> Result<PlanBuilder> {
+        match self.limit {
+            Some(n) => Err(Error::Query(format!(
+                "the frame given to {op} ends in limit({n}) after a semantic operation; its first {n} results are \
+                 only known once the whole query has run, so it cannot feed a {op}; limit its input instead"
+            ))),
+            None => Ok(self.plan),
+        }
+    }
+
+    /// At most `n` rows. Before any semantic operation it bounds the rows the semantic operators see (a `Limit` in
+    /// the logical plan, run with the relational part); after one, it keeps the first `n` result rows (execution
+    /// still covers the whole input) and must be the last operation. Nothing runs until the frame is collected.
     pub fn limit(self, n: usize) -> Result<Self> {
         let has_semantic = !self.plan.clone().build().pull_up()?.semantic.is_empty();
         if has_semantic {
             let limit = Some(self.limit.map_or(n, |l| l.min(n)));
             return Ok(Self { limit, ..self });
         }
-        let batch = self.plan.clone().build().execute_relational()?;
-        let batch = batch.slice(0, n.min(batch.num_rows()));
-        let plan = PlanBuilder::from_plan(LogicalPlan::Scan { table: "limit".into(), batch });
-        Ok(self.with(plan))
+        self.compose(|p| Ok(p.limit(n)))
     }
 
     /// Scores results against true labels: one per tuple the semantic operators see (the frame's rows after its

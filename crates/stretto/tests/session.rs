@@ -208,6 +208,40 @@ fn bad_input_gives_typed_errors_naming_the_culprit() {
 }
 
 #[test]
+fn a_limit_on_the_input_is_lazy_and_a_limit_on_results_cannot_feed_a_join() {
+    let dir = tempfile::tempdir().unwrap();
+    let csv = write_reviews_csv(dir.path(), 40);
+    let s = session(dir.path());
+    let frame = s
+        .read_csv(&csv, &Default::default())
+        .unwrap()
+        .filter(stretto::col("reviews.istopcritic").eq(stretto::lit(true)))
+        .unwrap()
+        .limit(3)
+        .unwrap()
+        .sem_filter("{reviews.reviewtext} is clearly positive")
+        .unwrap();
+    // The limit is a node of the plan, above the filter it follows, not a table computed when it was composed.
+    let plan = frame.logical_plan();
+    let shown = plan.to_string();
+    let (limit, filter) = (shown.find("Limit 3").expect("a Limit node"), shown.find("Filter (").unwrap());
+    assert!(limit < filter && shown.contains("Scan reviews"), "{shown}");
+    // The semantic operators see the first three top critics' reviews.
+    let input = plan.pull_up().unwrap().relational.execute_relational().unwrap();
+    assert_eq!(input.num_rows(), 3);
+    let top = input.column_by_name("reviews.istopcritic").unwrap().as_boolean();
+    assert!((0..3).all(|i| top.value(i)), "the relational filter runs before the limit");
+
+    // A frame limited after a semantic operation cannot be another frame's input: its first results are only known
+    // once the whole query has run.
+    let results = s.read_csv(&csv, &Default::default()).unwrap().sem_filter("{reviews.reviewtext} is long").unwrap();
+    let results = results.limit(2).unwrap();
+    let other = s.read_file(&csv, Some("other")).unwrap();
+    let e = other.join(results, &[("other.reviewid", "reviews.reviewid")]).unwrap_err().to_string();
+    assert!(e.contains("join") && e.contains("limit(2)"), "{e}");
+}
+
+#[test]
 fn a_saved_profile_is_re_optimized_offline_under_other_targets_and_strategies() {
     let dir = tempfile::tempdir().unwrap();
     let csv = write_reviews_csv(dir.path(), 80);
