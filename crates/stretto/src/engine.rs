@@ -4125,7 +4125,16 @@ pub fn render(r: &QueryReport, show: usize) -> String {
         s.push('\n');
     };
     line(format!("query: {}", r.query));
-    line(format!("data: {}; {} tuples, {} profiled", r.dataset, r.input_rows, r.sample_rows));
+    // With gold's operators alone profiled (gold ran directly, or no other candidate exists), the profile is what
+    // each costs, on a tuple or a few whose answers execution reuses: not a sample other plans were fitted on.
+    if !r.candidates.is_empty() && r.candidates.values().all(|c| c.len() <= 1) {
+        line(format!(
+            "data: {}; {} tuples; gold's operators alone profiled, on {} (answers execution reuses)",
+            r.dataset, r.input_rows, r.sample_rows
+        ));
+    } else {
+        line(format!("data: {}; {} tuples, {} profiled", r.dataset, r.input_rows, r.sample_rows));
+    }
     if let Some(note) = &r.kv_caches {
         line(format!("kv caches: {note}"));
     }

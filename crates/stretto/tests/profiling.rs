@@ -672,6 +672,9 @@ fn a_sample_too_small_to_certify_any_plan_runs_gold_without_screening() {
         warnings.contains("hold out at most 20 gold result rows") && warnings.contains("fewer than 28"),
         "{warnings}"
     );
+    // The report does not present gold's cost probe as a sample the optimizer fitted plans on.
+    let text = stretto::engine::render(r.report(), 0);
+    assert!(text.contains("400 tuples; gold's operators alone profiled, on 1 ("), "{text}");
     // At 0.8 a sample of 120 can certify (13 rows), and the cheap candidate is screened and profiled.
     let (_, r) = gold_and_cheap_on_threes(400, 0.3, Targets::new(0.8, 0.8, 0.95).unwrap());
     assert!(r.report().candidates.values().next().unwrap().contains(&"cheap".to_string()), "{:?}", r.plan().warnings);
