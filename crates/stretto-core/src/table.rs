@@ -198,7 +198,20 @@ pub fn resolve_column(schema: &Schema, reference: &str, context: &str) -> Result
 }
 
 /// Renames every column of `batch` to `table.column`, keeping metadata, so columns of joined tables stay distinct.
+/// A batch naming two columns alike is refused.
 pub fn qualify(table: &str, batch: &RecordBatch) -> Result<RecordBatch> {
+    let schema = batch.schema_ref();
+    if let Some((i, f)) =
+        schema.fields().iter().enumerate().find(|(i, f)| schema.fields()[..*i].iter().any(|g| g.name() == f.name()))
+    {
+        return Err(CoreError::InvalidLogicalPlan(format!(
+            "table {table} names two columns `{}` (the second is column {}); a prompt's {{{table}.{}}} could not say \
+             which it means: rename one",
+            f.name(),
+            i + 1,
+            f.name()
+        )));
+    }
     let fields: Vec<Field> =
         batch.schema().fields().iter().map(|f| f.as_ref().clone().with_name(format!("{table}.{}", f.name()))).collect();
     RecordBatch::try_new(Arc::new(Schema::new(fields)), batch.columns().to_vec())
@@ -216,6 +229,22 @@ mod tests {
         let mut f = tempfile::NamedTempFile::new().unwrap();
         f.write_all(content.as_bytes()).unwrap();
         f
+    }
+
+    #[test]
+    fn qualifying_a_batch_that_names_two_columns_alike_is_refused() {
+        use arrow::array::Int64Array;
+        use arrow::datatypes::DataType;
+        let schema = Schema::new(vec![
+            Field::new("a", DataType::Int64, true),
+            Field::new("b", DataType::Int64, true),
+            Field::new("a", DataType::Int64, true),
+        ]);
+        let col = Arc::new(Int64Array::from(vec![1])) as arrow::array::ArrayRef;
+        let batch = RecordBatch::try_new(Arc::new(schema), vec![col.clone(), col.clone(), col]).unwrap();
+        let e = qualify("t", &batch).unwrap_err().to_string();
+        assert!(e.contains("two columns `a`") && e.contains("column 3"), "{e}");
+        assert_eq!(qualify("t", &batch.project(&[0, 1]).unwrap()).unwrap().schema().field(1).name(), "t.b");
     }
 
     #[test]

@@ -163,9 +163,21 @@ pub fn read_json(path: &Path, options: &ReadOptions) -> Result<RecordBatch> {
     mark_images(path, batch, &options.image_columns)
 }
 
-/// Records the image kind of `columns` in their metadata; path columns get relative paths resolved against the
-/// file's folder, and every path must exist.
+/// Refuses a file that names two columns alike (a CSV header can): a prompt's `{table.column}` could not say
+/// which it means, and the result's rows (column → value) would keep one. Then records the image kind of `columns`
+/// in their metadata; path columns get relative paths resolved against the file's folder, and every path must
+/// exist.
 fn mark_images(path: &Path, batch: RecordBatch, columns: &[String]) -> Result<RecordBatch> {
+    let names: Vec<&String> = batch.schema_ref().fields().iter().map(|f| f.name()).collect();
+    for (i, name) in names.iter().enumerate() {
+        if let Some(j) = names[i + 1..].iter().position(|n| n == name) {
+            return Err(Error::read(
+                path,
+                None,
+                format!("columns {} and {} are both named `{name}`; rename one", i + 1, i + j + 2),
+            ));
+        }
+    }
     if columns.is_empty() {
         return Ok(batch);
     }
@@ -345,6 +357,17 @@ pub fn write(batch: &RecordBatch, path: &Path, format: FileFormat) -> Result<()>
 mod tests {
     use super::*;
     use arrow::array::Int64Array;
+
+    #[test]
+    fn a_file_naming_two_columns_alike_is_refused_naming_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("dup.csv");
+        std::fs::write(&p, "id,text,text\n1,a,b\n").unwrap();
+        let e = read_csv(&p, &CsvOptions::default()).unwrap_err().to_string();
+        assert!(e.contains("dup.csv") && e.contains("columns 2 and 3 are both named `text`"), "{e}");
+        std::fs::write(&p, "id,text,note\n1,a,b\n").unwrap();
+        assert_eq!(read_csv(&p, &CsvOptions::default()).unwrap().num_columns(), 3);
+    }
 
     #[test]
     fn a_ragged_csv_row_names_the_file_and_line() {
