@@ -132,7 +132,7 @@ enum Command {
         /// cell is a tuple without an image); the image operators (bridges) then judge it (repeatable).
         #[arg(long = "image-column", value_name = "COLUMN", requires = "input", conflicts_with = "dataset")]
         image_columns: Vec<String>,
-        /// Write the full result here (CSV or Parquet by extension), atomically.
+        /// Write the full result here (CSV, Parquet, or newline-delimited JSON for .jsonl/.ndjson/.json, by extension), atomically.
         #[arg(long)]
         output: Option<PathBuf>,
         /// Semantic operators joined by ` -- `, e.g. "{reviews.reviewtext} is clearly positive".
@@ -252,7 +252,7 @@ enum Command {
         /// Strategy: global, local, independent, lotus, abacus or gold (SQL: SET stretto.method).
         #[arg(long)]
         method: Option<String>,
-        /// Write the full result here (CSV or Parquet by extension), atomically.
+        /// Write the full result here (CSV, Parquet, or newline-delimited JSON for .jsonl/.ndjson/.json, by extension), atomically.
         #[arg(long)]
         output: Option<PathBuf>,
         /// Print one JSON object (columns, rows, the pipeline's plan and bounds) instead of a table.
@@ -778,9 +778,6 @@ fn shown_path(path: &std::path::Path) -> PathBuf {
 /// The format of `--output`, checked before the query runs: a known extension, in a folder that exists.
 fn check_output(path: &std::path::Path) -> Result<stretto::FileFormat, stretto::Error> {
     let format = stretto::FileFormat::of(path)?;
-    if format == stretto::FileFormat::Json {
-        return Err(stretto::Error::Query(format!("--output {} must end in .csv or .parquet", path.display())));
-    }
     let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(std::path::Path::new("."));
     if !dir.is_dir() {
         return Err(stretto::Error::Write {

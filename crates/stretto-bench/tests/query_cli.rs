@@ -178,6 +178,12 @@ fn a_query_over_a_users_csv_writes_its_full_result_as_parquet() {
     assert!(ok, "{err}");
     assert!(out.contains(&format!("result written to result.csv ({} rows)", written.num_rows())), "{out}");
     assert!(dir.path().join("result.csv").is_file());
+    // Newline-delimited JSON too, as the readers take it: the same rows.
+    let (ok, _, err) = run(args("result.jsonl"));
+    assert!(ok, "{err}");
+    let json = stretto::io::read_json(&dir.path().join("result.jsonl"), &Default::default()).unwrap();
+    assert_eq!(json.num_rows(), written.num_rows());
+    assert_eq!(json.schema().field(1).name(), "reviews.reviewtext");
 }
 
 #[test]

@@ -344,7 +344,7 @@ impl SqlResult {
             .map_err(|e| SqlError::DataFusion(DataFusionError::ArrowError(Box::new(e), None)))
     }
 
-    /// Writes the rows to a CSV or Parquet file (by extension), atomically.
+    /// Writes the rows to a CSV, Parquet or newline-delimited JSON file (by extension), atomically.
     pub fn write(&self, path: impl AsRef<std::path::Path>) -> Result<()> {
         let path = path.as_ref();
         let format = stretto::FileFormat::of(path)?;
