@@ -107,6 +107,30 @@ fn the_same_semantic_filter_twice_is_one_filter() {
 }
 
 #[test]
+fn a_prompt_names_its_columns_as_sql_names_them_whatever_their_case() {
+    let dir = tempfile::tempdir().unwrap();
+    let ctx = SqlContext::new(&session(dir.path())).unwrap();
+    // `FROM (...) AS Reviews` is table `reviews`, as `SELECT Reviews.ReviewId` reads it: so is a prompt's reference.
+    let first_40 = "(SELECT * FROM movie.reviews LIMIT 40) AS Reviews";
+    let text = ctx
+        .sql(&format!(
+            "SELECT Reviews.ReviewId, sem_map('The movie title named in {{Reviews.ReviewText}}') AS title FROM {first_40} \
+             WHERE sem_filter('{{Reviews.ReviewText}} is clearly positive') \
+             AND sem_filter('{{reviews.reviewtext}} is clearly positive')"
+        ))
+        .unwrap()
+        .explain()
+        .unwrap();
+    assert!(text.contains("filter_1: '{reviews.reviewtext} is clearly positive'"), "{text}");
+    assert!(text.contains("title := 'The movie title named in {reviews.reviewtext}' (text)"), "{text}");
+    // Spelled two ways, the predicate is still one filter.
+    assert!(!text.contains("filter_2"), "{text}");
+    // A reference that matches no column, in any case, is still an error naming it.
+    let e = plan_error(&ctx, &format!("SELECT * FROM {first_40} WHERE sem_filter('{{Reviews.Nope}} is positive')"));
+    assert!(e.contains("Reviews.Nope") && e.contains("unknown column"), "{e}");
+}
+
+#[test]
 fn misplaced_or_malformed_semantic_functions_are_named() {
     let dir = tempfile::tempdir().unwrap();
     let ctx = SqlContext::new(&session(dir.path())).unwrap();
