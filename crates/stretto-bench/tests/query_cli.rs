@@ -122,6 +122,26 @@ fn bad_queries_fail_before_any_model_work() {
 }
 
 #[test]
+fn a_file_without_rows_gives_an_empty_result_with_the_pipelines_columns() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("today.csv"), "id,text\n").unwrap();
+    let query = "{today.text} is positive -- Extract the [mood] of {today.text}";
+    let (ok, out, err) =
+        stretto(&["query", "--input", "today.csv", "--query", query, "--json", "--output", "out.csv"], dir.path());
+    assert!(ok, "{err}");
+    let r: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!((r["input_rows"].as_u64(), r["rows"].as_array().map(Vec::len)), (Some(0), Some(0)), "{r}");
+    assert_eq!(r["columns"], serde_json::json!(["today.id", "today.text", "mood"]));
+    assert!(r["plan"]["warnings"][0].as_str().unwrap().contains("no rows to query"), "{r}");
+    // The file holds the header, ready for whatever reads it next; nothing was prepared or profiled.
+    assert_eq!(std::fs::read_to_string(dir.path().join("out.csv")).unwrap().trim(), "today.id,today.text,mood");
+    assert!(!dir.path().join("kv").exists() && !dir.path().join("stretto-run").exists());
+    // A prompt naming a column the file lacks is still an error.
+    let (ok, _, err) = stretto(&["query", "--input", "today.csv", "--query", "{today.body} is positive"], dir.path());
+    assert!(!ok && err.contains("today.body"), "{err}");
+}
+
+#[test]
 fn a_query_over_a_users_csv_writes_its_full_result_as_parquet() {
     let dir = tempfile::tempdir().unwrap();
     // A user's own file, written here: 40 reviews with an id and the text.

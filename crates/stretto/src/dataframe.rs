@@ -182,6 +182,17 @@ impl DataFrame {
         profile: fn(&Registry, &PulledUpPlan, &RecordBatch, &QueryOptions) -> Result<Profiled>,
     ) -> Result<ProfiledFrame> {
         let (pulled, input) = self.pulled()?;
+        self.profiled_from(pulled, input, o, profile)
+    }
+
+    /// [`DataFrame::profiled_by`] on the frame's pulled-up plan and its relational part's output.
+    fn profiled_from(
+        &self,
+        pulled: PulledUpPlan,
+        input: RecordBatch,
+        o: &QueryOptions,
+        profile: fn(&Registry, &PulledUpPlan, &RecordBatch, &QueryOptions) -> Result<Profiled>,
+    ) -> Result<ProfiledFrame> {
         let profiled = {
             let _span = tracing::info_span!("profile", source = %self.source).entered();
             profile(&self.session.registry(), &pulled, &input, o)?
@@ -207,9 +218,16 @@ impl DataFrame {
     /// Profiles, optimizes with `strategy` under `targets`, and executes. Only the gold operators are profiled
     /// when nothing else can pay for its profiling (the gold strategy; an input no larger than the sample), and
     /// the result's plan then says so.
+    ///
+    /// An input with no rows (an empty file, or relational filters that keep none) gives an empty result with the
+    /// pipeline's columns, and a plan with no stages that says so: nothing runs.
     pub fn collect_with(&self, targets: Targets, strategy: &dyn Strategy) -> Result<QueryResult> {
         let o = self.options(&targets, strategy);
-        self.profiled_by(&o, engine::profile_to_run)?.collect_with(targets, strategy)
+        let (pulled, input) = self.pulled()?;
+        if input.num_rows() == 0 {
+            return Ok(QueryResult { report: engine::empty_input(&pulled, &input, &o)? });
+        }
+        self.profiled_from(pulled, input, &o, engine::profile_to_run)?.collect_with(targets, strategy)
     }
 }
 

@@ -114,7 +114,11 @@ impl QueryOptions {
     pub fn check(&self) -> Result<()> {
         Targets::new(self.precision, self.recall, self.credible)?;
         strategy(&self.method)?;
-        check_sample(self.sample_fraction, self.max_sample)
+        check_sample(self.sample_fraction, self.max_sample)?;
+        if self.limit == Some(0) {
+            return Err(Error::Query("limit 0 leaves no rows to query; give at least 1".into()));
+        }
+        Ok(())
     }
 }
 
@@ -484,8 +488,79 @@ pub fn run_pipeline(
 ) -> Result<QueryReport> {
     o.check()?;
     check_models(&registry.context().model_home, &o.models)?;
+    if input.num_rows() == 0 {
+        return empty_input(pulled, input, o);
+    }
     let profiled = profile_to_run(registry, pulled, input, o)?;
     finish_pipeline(registry, pulled, &profiled, o)
+}
+
+/// The report of a pipeline whose input has no rows (an empty file, or relational filters that keep none): an
+/// empty result with the pipeline's columns, as SQL gives, and a plan with no stages that says why. No operator
+/// runs, nothing is profiled or written, and the bounds hold trivially (the empty result is exactly gold's). The
+/// prompts are still checked against the input's columns.
+pub fn empty_input(
+    pulled: &stretto_core::plan::PulledUpPlan,
+    input: &RecordBatch,
+    o: &QueryOptions,
+) -> Result<QueryReport> {
+    let tasks = pulled.semantic.clone();
+    if tasks.is_empty() {
+        return Err(Error::Query("the plan has no semantic operator".into()));
+    }
+    let mut fields: Vec<arrow::datatypes::FieldRef> = input.schema().fields().iter().cloned().collect();
+    for t in &tasks {
+        modality_of(t, input)?;
+        if let Some((column, ty)) = &t.output {
+            fields.push(Arc::new(arrow::datatypes::Field::new(column, ty.data_type(), true)));
+        }
+    }
+    let schema = Arc::new(arrow::datatypes::Schema::new(fields));
+    let result = pulled.finish(RecordBatch::new_empty(schema))?;
+    let mut plan = PlanFile::new(Vec::new());
+    plan.query = Some(o.query.clone());
+    plan.logical = tasks;
+    plan.warnings
+        .push(format!("{} has no rows to query: no semantic operator ran, and the result is empty", o.dataset));
+    if let Some(l) = o.labels.as_ref().filter(|l| !l.values.is_empty()) {
+        return Err(Error::Query(format!(
+            "labels `{}` hold {} values for 0 input tuples; they must align with the query's input",
+            l.column,
+            l.values.len()
+        )));
+    }
+    let truth = o
+        .labels
+        .as_ref()
+        .map(|l| serde_json::json!({"column": l.column, "labelled": 0, "positives": 0, "plan": l.score(&[])}));
+    Ok(QueryReport {
+        query: o.query.clone(),
+        dataset: o.dataset.clone(),
+        input_rows: 0,
+        sample_rows: 0,
+        plan,
+        targets: serde_json::json!({"precision": o.precision, "recall": o.recall, "credible": o.credible}),
+        bounds: serde_json::json!({"precision": 1.0, "recall": 1.0, "fell_back_to_gold": false}),
+        achieved: None,
+        truth,
+        timings: BTreeMap::from([("total".to_string(), 0.0)]),
+        cost: CostAccount {
+            profiling_seconds: 0.0,
+            execution_seconds: 0.0,
+            reused_seconds: 0.0,
+            total_seconds: 0.0,
+            gold_estimate_seconds: 0.0,
+            gold_measured: true,
+        },
+        stages: Vec::new(),
+        columns: result.schema().fields().iter().map(|f| f.name().clone()).collect(),
+        rows: Vec::new(),
+        candidates: BTreeMap::new(),
+        screening: None,
+        kv_caches: None,
+        files: Vec::new(),
+        result,
+    })
 }
 
 /// Why a query about to run with `o` on `n` input tuples should profile only its gold operators, if it should:
@@ -4125,6 +4200,15 @@ pub fn render(r: &QueryReport, show: usize) -> String {
         s.push('\n');
     };
     line(format!("query: {}", r.query));
+    if r.input_rows == 0 {
+        // Nothing ran: no stages, times or costs to show.
+        line(format!("data: {}; no rows", r.dataset));
+        for w in &r.plan.warnings {
+            line(format!("  warning: {w}"));
+        }
+        line(format!("result: 0 rows (columns {})", r.columns.join(", ")));
+        return s;
+    }
     // With gold's operators alone profiled (gold ran directly, or no other candidate exists), the profile is what
     // each costs, on a tuple or a few whose answers execution reuses: not a sample other plans were fitted on.
     if !r.candidates.is_empty() && r.candidates.values().all(|c| c.len() <= 1) {

@@ -242,6 +242,29 @@ fn a_limit_on_the_input_is_lazy_and_a_limit_on_results_cannot_feed_a_join() {
 }
 
 #[test]
+fn relational_filters_that_keep_no_row_give_an_empty_result_without_running_anything() {
+    let dir = tempfile::tempdir().unwrap();
+    let csv = write_reviews_csv(dir.path(), 40);
+    let s = session(dir.path());
+    let none = top_critics_positive_titles(
+        s.read_csv(&csv, &Default::default())
+            .unwrap()
+            .filter(stretto::col("reviews.reviewid").lt(stretto::lit(0)))
+            .unwrap(),
+    );
+    let r = none.clone().collect(Targets::new(0.9, 0.9, 0.95).unwrap()).unwrap();
+    assert_eq!(r.batch().num_rows(), 0);
+    let names: Vec<&str> = r.batch().schema_ref().fields().iter().map(|f| f.name().as_str()).collect();
+    assert_eq!(names, ["reviews.reviewid", "reviews.istopcritic", "reviews.reviewtext", "title"]);
+    assert!(r.plan().stages.is_empty() && r.plan().warnings[0].contains("no rows to query"), "{:?}", r.plan());
+    assert!(!dir.path().join("kv").exists() && !dir.path().join("memo").exists(), "nothing was prepared or asked");
+    // Labels must still align with the (empty) input.
+    let one = stretto::engine::TruthLabels { column: "is_positive".into(), values: vec![Some(true)] };
+    let e = none.with_labels(one).collect(Targets::new(0.9, 0.9, 0.95).unwrap()).unwrap_err().to_string();
+    assert!(e.contains("1 values for 0 input tuples"), "{e}");
+}
+
+#[test]
 fn a_saved_profile_is_re_optimized_offline_under_other_targets_and_strategies() {
     let dir = tempfile::tempdir().unwrap();
     let csv = write_reviews_csv(dir.path(), 80);
