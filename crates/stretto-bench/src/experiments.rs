@@ -140,7 +140,7 @@ impl Scale {
                 min_sample: 40,
                 labelled: false,
                 truth_queries: 1,
-                context: stretto::OpContext::from_env(),
+                context: stretto::OpContext::from_env()?,
                 as_run_costs: Default::default(),
             }
             .with_ladder(STRONG_LADDER.map(String::from).to_vec())?),
@@ -156,7 +156,7 @@ impl Scale {
                 min_sample: 40,
                 labelled: false,
                 truth_queries: 0,
-                context: stretto::OpContext::from_env(),
+                context: stretto::OpContext::from_env()?,
                 as_run_costs: Default::default(),
             }),
             "paper" => Ok(Self {
@@ -170,7 +170,7 @@ impl Scale {
                 min_sample: 40,
                 labelled: false,
                 truth_queries: 1,
-                context: stretto::OpContext::from_env(),
+                context: stretto::OpContext::from_env()?,
                 as_run_costs: Default::default(),
             }
             .with_ladder(STRONG_LADDER.map(String::from).to_vec())?),

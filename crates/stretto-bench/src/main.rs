@@ -723,12 +723,12 @@ fn write_table(out: &std::path::Path, name: &str, rows: &impl serde::Serialize, 
     Ok(())
 }
 
-fn context() -> stretto::OpContext {
-    let mut ctx = stretto::OpContext::from_env();
+fn context() -> Result<stretto::OpContext, stretto::core::CoreError> {
+    let mut ctx = stretto::OpContext::from_env()?;
     if cfg!(feature = "cuda") {
         ctx.provider = stretto::ExecutionProvider::Cuda;
     }
-    ctx
+    Ok(ctx)
 }
 
 /// The rung options `stretto query` and `stretto sql` share: the LLM ladder and the sentence encoders, whose models
@@ -837,7 +837,7 @@ fn run(cli: Cli) -> Result<(), BoxError> {
             }
         }
         Command::Ops { json } => {
-            let rows = commands::op_rows(&context())?;
+            let rows = commands::op_rows(&context()?)?;
             if json {
                 println!("{}", serde_json::to_string_pretty(&rows)?);
             } else {
@@ -861,7 +861,7 @@ fn run(cli: Cli) -> Result<(), BoxError> {
             }
         }
         Command::RunPlan { dataset, plan, limit, show } => {
-            let out = commands::run_plan(&context(), &dataset, &plan, limit, std::io::stderr().is_terminal())?;
+            let out = commands::run_plan(&context()?, &dataset, &plan, limit, std::io::stderr().is_terminal())?;
             println!("{} input tuples, {} in the result\n", out.input_rows, out.cascade.len());
             println!("{:<36} {:>8} {:>8} {:>8} {:>8} {:>9}", "stage", "in", "accept", "reject", "unsure", "seconds");
             for s in &out.cascade.stats {
@@ -890,7 +890,7 @@ fn run(cli: Cli) -> Result<(), BoxError> {
             );
         }
         Command::Models { action: ModelsAction::List { json } } => {
-            let home = context().model_home;
+            let home = context()?.model_home;
             let rows = stretto::kv::models::list(&home);
             if json {
                 println!("{}", serde_json::to_string_pretty(&rows)?);
@@ -905,7 +905,7 @@ fn run(cli: Cli) -> Result<(), BoxError> {
         }
         Command::Models { action: ModelsAction::Fetch { names } } => {
             use stretto::kv::models::{spec, CATALOG};
-            let home = context().model_home;
+            let home = context()?.model_home;
             let specs = if names.is_empty() {
                 CATALOG.iter().filter(|m| m.default).collect::<Vec<_>>()
             } else {
@@ -931,7 +931,7 @@ fn run(cli: Cli) -> Result<(), BoxError> {
         }
         Command::Generate { model, prompt, max_tokens, json } => {
             use stretto::kv::decoder::{Decoder, Step};
-            let dec = Decoder::load(&context().model_home, &model, context().threads)?;
+            let dec = Decoder::load(&context()?.model_home, &model, context()?.threads)?;
             let ids = dec.encode(&dec.chat_prompt(&prompt))?;
             let start = std::time::Instant::now();
             let out = dec.generate(&[Step { past: None, tokens: &ids }], max_tokens)?.remove(0);
@@ -946,7 +946,7 @@ fn run(cli: Cli) -> Result<(), BoxError> {
         }
         Command::Embed { model, texts, similarities } => {
             use stretto::kv::embed::{cosine, Embedder};
-            let emb = Embedder::load(&context().model_home, &model, context().threads)?;
+            let emb = Embedder::load(&context()?.model_home, &model, context()?.threads)?;
             let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
             let vectors = emb.embed(&refs, 32)?;
             if !similarities {
@@ -990,7 +990,7 @@ fn run(cli: Cli) -> Result<(), BoxError> {
                 }
                 BenchAction::Protocols { models, datasets, dev, eval, max_chars, answers, out } => {
                     use stretto_bench::protocols;
-                    let ctx = context();
+                    let ctx = context()?;
                     let models = if models.is_empty() { ctx.ladder.clone() } else { models };
                     let o = protocols::ProbeOptions { models, datasets, dev, eval, max_chars, answers };
                     std::fs::create_dir_all(&out)?;
@@ -1010,14 +1010,14 @@ fn run(cli: Cli) -> Result<(), BoxError> {
                 }
                 BenchAction::Encoders { encoders, datasets, dev, eval, batch, out } => {
                     use stretto_bench::encoders;
-                    let ctx = context();
+                    let ctx = context()?;
                     let o = encoders::EncoderOptions { encoders, datasets, dev, eval, batch };
                     let rows = encoders::measure(&ctx.model_home, ctx.threads, &o)?;
                     write_table(&out, "encoders", &rows, &encoders::markdown(&rows, &o))?;
                 }
                 BenchAction::Photos { dev, eval, out } => {
                     use stretto_bench::photos;
-                    let registry = stretto::core::op::Registry::discover(&context())?;
+                    let registry = stretto::core::op::Registry::discover(&context()?)?;
                     let o = photos::PhotoOptions { dev, eval };
                     let rows = photos::measure(&registry, &o)?;
                     write_table(&out, "photos", &rows, &photos::markdown(&rows, &o))?;
@@ -1033,20 +1033,20 @@ fn run(cli: Cli) -> Result<(), BoxError> {
                 BenchAction::Peer { models, items, threads, out } => {
                     use stretto_bench::peer;
                     let o = peer::PeerOptions { models, items, threads };
-                    let rows = peer::measure(&context().model_home, &o)?;
+                    let rows = peer::measure(&context()?.model_home, &o)?;
                     write_table(&out, "peer", &rows, &peer::markdown(&rows, &o))?;
                 }
                 BenchAction::Quant { models, items, threads, seed, batch, weights, out } => {
                     use stretto_bench::quant;
                     let o = quant::QuantOptions { models, items, threads, seed, batch, weights };
-                    let rows = quant::measure(&context().model_home, &o)?;
+                    let rows = quant::measure(&context()?.model_home, &o)?;
                     write_table(&out, "quant", &rows, &quant::markdown(&rows, &o))?;
                 }
                 BenchAction::Cluster { rows, files, executors, ladder, out, work } => {
                     use stretto_bench::cluster;
                     let b = cluster::ClusterBench {
                         stretto: std::env::current_exe()?,
-                        model_home: context().model_home,
+                        model_home: context()?.model_home,
                         rows,
                         files,
                         executors,
@@ -1062,7 +1062,7 @@ fn run(cli: Cli) -> Result<(), BoxError> {
                 }
                 BenchAction::Sembench { queries, only, precision, recall, method, ladder, sample, cold, out } => {
                     use stretto_bench::sembench;
-                    let mut ctx = context();
+                    let mut ctx = context()?;
                     if let Some(l) = ladder {
                         ctx.ladder = l;
                     }
@@ -1169,7 +1169,7 @@ fn run(cli: Cli) -> Result<(), BoxError> {
                 (None, Some(p)) => p.display().to_string(),
                 (None, None) => unreachable!("clap requires --dataset or --input"),
             };
-            let mut ctx = context();
+            let mut ctx = context()?;
             budgets(&mut ctx, disk_budget, memory_budget);
             rung_options(&mut ctx, &mut models, ladder, int8_rungs, encoders);
             for spec in &user_models {
@@ -1316,7 +1316,7 @@ fn run(cli: Cli) -> Result<(), BoxError> {
                 }
                 (None, None) => return Err("give the SQL as an argument or with --file".into()),
             };
-            let mut ctx = context();
+            let mut ctx = context()?;
             budgets(&mut ctx, disk_budget, memory_budget);
             rung_options(&mut ctx, &mut models, ladder, int8_rungs, encoders);
             let session = stretto::Session::builder(ctx.model_home.clone())
@@ -1428,7 +1428,7 @@ fn run(cli: Cli) -> Result<(), BoxError> {
         }
         Command::Executor(mut args) => {
             if args.model_home.is_none() {
-                args.model_home = Some(context().model_home);
+                args.model_home = Some(context()?.model_home);
             }
             let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
             rt.block_on(stretto_ballista::process::run_executor(args))?;
@@ -1448,7 +1448,7 @@ fn run(cli: Cli) -> Result<(), BoxError> {
                      credibility. Models and caches are prepared on first use.\n"
                 );
             }
-            let r = run_query(&stretto::registry_for(&context())?, &o)?;
+            let r = run_query(&stretto::registry_for(&context()?)?, &o)?;
             // The guarantee is relative to gold; the map's answers are also checked against the data's own labels.
             let acc = stretto_bench::demo::sentiment_accuracy(&r.rows);
             if json {
@@ -1484,7 +1484,7 @@ fn run(cli: Cli) -> Result<(), BoxError> {
             println!("{}", serde_json::to_string(&commands::replay(&profile, &plan)?)?);
         }
         Command::Doctor { quick, json } => {
-            let report = stretto::doctor::examine(&context(), !quick)?;
+            let report = stretto::doctor::examine(&context()?, !quick)?;
             if json {
                 println!("{}", serde_json::to_string_pretty(&report)?);
             } else {
@@ -1503,11 +1503,12 @@ fn run_kv(action: KvAction) -> Result<(), BoxError> {
     use stretto::kv::decoder::DEFAULT_MEMORY_BUDGET;
     use stretto::kv::store::KvStore;
     use stretto_bench::kv;
-    let dir = |d: Option<PathBuf>| d.unwrap_or_else(|| context().kv_dir);
+    let env_kv_dir = context()?.kv_dir;
+    let dir = |d: Option<PathBuf>| d.unwrap_or_else(|| env_kv_dir.clone());
     match action {
         KvAction::Build { dataset, column, models, ratios, press, rerotate, limit, kv_dir, memory_budget } => {
             let ratios = kv::parse_ratios(&ratios)?;
-            let budget = memory_budget.or(context().memory_budget).unwrap_or(DEFAULT_MEMORY_BUDGET);
+            let budget = memory_budget.or(context()?.memory_budget).unwrap_or(DEFAULT_MEMORY_BUDGET);
             let r = kv::build(&dir(kv_dir), &dataset, &column, &models, &ratios, &press, rerotate, limit, budget)?;
             println!(
                 "built {} items, {} already present, {} stray temporary files removed, {:.1} s; prefill runs of at \
@@ -1540,7 +1541,7 @@ fn run_kv(action: KvAction) -> Result<(), BoxError> {
         }
         KvAction::Repair { dataset, kv_dir } => {
             // Rebuilds within STRETTO_MEMORY_BUDGET, else the default, as `kv build` does without the flag.
-            let budget = context().memory_budget.unwrap_or(DEFAULT_MEMORY_BUDGET);
+            let budget = context()?.memory_budget.unwrap_or(DEFAULT_MEMORY_BUDGET);
             let (removed, r) = kv::repair(&dir(kv_dir), &dataset, budget)?;
             for line in &removed {
                 println!("removed: {line}");

@@ -47,7 +47,8 @@ fn words(text: &str) -> Vec<String> {
 #[test]
 fn run_plan_executes_the_example_on_real_reviews() {
     let plan = repo().join("examples/plans/movie-keywords.json");
-    let out = stretto_bench::commands::run_plan(&stretto::OpContext::from_env(), "movie", &plan, None, false).unwrap();
+    let out = stretto_bench::commands::run_plan(&stretto::OpContext::from_env().unwrap(), "movie", &plan, None, false)
+        .unwrap();
     assert_eq!(out.input_rows, 1000);
     let texts = out.cascade.batch.column_by_name("reviews.reviewtext").unwrap().as_string::<i32>().clone();
     assert!(!out.cascade.is_empty());

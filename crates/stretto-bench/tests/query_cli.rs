@@ -117,6 +117,12 @@ fn bad_queries_fail_before_any_model_work() {
     assert!(!ok && err.contains("no rows"), "{err}");
     let (ok, _, err) = stretto(&["query", "--dataset", "films", "--query", "{reviews.reviewtext} is x"], dir.path());
     assert!(!ok && err.contains("films"), "{err}");
+    // A budget or thread count the environment spells wrongly is named, not silently replaced by the default.
+    for (var, value) in [("STRETTO_DISK_BUDGET", "10G"), ("STRETTO_MEMORY_BUDGET", "-1"), ("STRETTO_THREADS", "two")] {
+        let args = ["query", "--dataset", "movie", "--query", "{reviews.reviewtext} is x", "--limit", "5"];
+        let (ok, _, err) = stretto_with_env(&args, dir.path(), &dir.path().join("kv"), &[(var, value)]);
+        assert!(!ok && err.contains(&format!("{var}=\"{value}\"")), "{var}: {err}");
+    }
     // Nothing was prepared for these: no KV cache directory was created.
     assert!(!dir.path().join("kv").exists());
 }

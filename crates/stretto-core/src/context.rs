@@ -15,6 +15,7 @@
 use std::path::{Path, PathBuf};
 
 use crate::memo::Memo;
+use crate::{CoreError, Result};
 
 /// Environment variable: the model home.
 pub const HOME_ENV: &str = "STRETTO_HOME";
@@ -188,9 +189,10 @@ impl OpContext {
     }
 
     /// The context the environment describes (`STRETTO_HOME`, `STRETTO_KV_DIR`, `STRETTO_MEMO_DIR`,
-    /// `STRETTO_LADDER`, `STRETTO_THREADS`, `STRETTO_DISK_BUDGET`,
-    /// `STRETTO_MEMORY_BUDGET`), for binaries and tests; libraries take a context instead.
-    pub fn from_env() -> Self {
+    /// `STRETTO_LADDER`, `STRETTO_THREADS`, `STRETTO_DISK_BUDGET`, `STRETTO_MEMORY_BUDGET`), for binaries and
+    /// tests; libraries take a context instead. A number that does not parse (`STRETTO_DISK_BUDGET=10G`) is an
+    /// error naming the variable, not a setting silently left at its default.
+    pub fn from_env() -> Result<Self> {
         let mut ctx = Self::new(default_home());
         if let Some(d) = std::env::var_os(KV_DIR_ENV) {
             ctx.kv_dir = PathBuf::from(d);
@@ -203,16 +205,12 @@ impl OpContext {
         if let Some(models) = ladder_from_env() {
             ctx.ladder = models;
         }
-        if let Some(t) = std::env::var(THREADS_ENV).ok().and_then(|v| v.parse().ok()) {
+        if let Some(t) = env_number(THREADS_ENV, "a number of threads (0: ONNX Runtime's default)")? {
             ctx.threads = t;
         }
-        if let Some(b) = std::env::var(DISK_BUDGET_ENV).ok().and_then(|v| v.trim().parse().ok()) {
-            ctx.disk_budget = Some(b);
-        }
-        if let Some(b) = std::env::var(MEMORY_BUDGET_ENV).ok().and_then(|v| v.trim().parse().ok()) {
-            ctx.memory_budget = Some(b);
-        }
-        ctx
+        ctx.disk_budget = env_number(DISK_BUDGET_ENV, "a number of bytes, such as 10000000000")?;
+        ctx.memory_budget = env_number(MEMORY_BUDGET_ENV, "a number of bytes, such as 1073741824")?;
+        Ok(ctx)
     }
 
     /// Whether models run on the CUDA execution provider.
@@ -288,6 +286,24 @@ impl OpContext {
         Memo::open(dir, name)
             .inspect_err(|e| tracing::warn!(memo = name, error = %e, "memo unavailable; answers are not kept"))
             .ok()
+    }
+}
+
+/// The number environment variable `variable` holds, if it is set; `what` says what it should hold when it does
+/// not parse.
+fn env_number<T: std::str::FromStr>(variable: &str, what: &str) -> Result<Option<T>> {
+    match std::env::var(variable) {
+        Err(std::env::VarError::NotPresent) => Ok(None),
+        Err(std::env::VarError::NotUnicode(v)) => Err(CoreError::Environment {
+            variable: variable.into(),
+            value: v.to_string_lossy().into_owned(),
+            message: format!("it must be {what}"),
+        }),
+        Ok(v) => v.trim().parse().map(Some).map_err(|_| CoreError::Environment {
+            variable: variable.into(),
+            value: v.clone(),
+            message: format!("it must be {what}"),
+        }),
     }
 }
 

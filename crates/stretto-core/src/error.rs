@@ -175,6 +175,16 @@ pub enum CoreError {
         /// The parser's error (with line and column).
         source: serde_json::Error,
     },
+    /// An environment variable holds a value its setting cannot take.
+    #[error("environment variable {variable}={value:?}: {message}")]
+    Environment {
+        /// The variable.
+        variable: String,
+        /// What it holds.
+        value: String,
+        /// What it should hold.
+        message: String,
+    },
 }
 
 /// Result alias for the core crate.

@@ -18,7 +18,7 @@ fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
         ds.table("labels")?.column_by_name("is_tshirt_or_top").ok_or("no label")?.as_primitive::<Int64Type>().clone();
     let labels: Vec<bool> = rows.iter().map(|&i| t.value(i) == 1).collect();
     let paths: Vec<String> = rows.iter().map(|&i| photo.value(i).to_string()).collect();
-    let ctx = stretto_core::OpContext::from_env();
+    let ctx = stretto_core::OpContext::from_env()?;
     let (classes, _) = stretto_ops_image::bridge::image_classes(&ctx, None, &paths, 5)?;
     let caps: Vec<String> = classes.iter().map(stretto_ops_image::caption::caption).collect();
     let dec = stretto_kv::pool::decoder(

@@ -138,7 +138,8 @@ fn scores_images(pixels: Pixels) {
     write_image(&red, [250, 10, 10]);
     write_image(&blue, [10, 10, 250]);
     let registry =
-        Registry::discover(&stretto_core::OpContext::from_env().with_memo(stretto_core::MemoPolicy::Off)).unwrap();
+        Registry::discover(&stretto_core::OpContext::from_env().unwrap().with_memo(stretto_core::MemoPolicy::Off))
+            .unwrap();
     let op = registry.build("vlm-filter", &serde_json::json!({"dir": dir.path(), "name": "tiny"})).unwrap();
     assert_eq!(op.name(), "vlm:tiny");
     let schema = std::sync::Arc::new(Schema::new(vec![Field::new("p.photo", DataType::Utf8, false)]));

@@ -56,7 +56,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     };
     let task = SemanticTask::filter("pair", predicate);
     let memo = std::env::temp_dir().join("stretto-pair-probe");
-    let ctx = stretto_core::OpContext::from_env()
+    let ctx = stretto_core::OpContext::from_env()?
         .with_memo(stretto_core::MemoPolicy::Dir(memo))
         .with_ladder(["smollm2-135m", "qwen2.5-coder-0.5b"]);
     let registry = Registry::discover(&ctx)?;

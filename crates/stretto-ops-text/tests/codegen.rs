@@ -13,7 +13,7 @@ const N: usize = 40;
 /// The environment's context, with this test binary's answers kept out of the user's memo.
 fn context() -> stretto_core::OpContext {
     let dir = std::env::temp_dir().join(format!("stretto-test-memo-cg-{}", std::process::id()));
-    stretto_core::OpContext::from_env().with_memo(stretto_core::MemoPolicy::Dir(dir))
+    stretto_core::OpContext::from_env().unwrap().with_memo(stretto_core::MemoPolicy::Dir(dir))
 }
 
 fn setup() {
