@@ -150,6 +150,9 @@ pub struct CascadeOutput {
     pub rows: Vec<usize>,
     /// Per-stage statistics, in stage order.
     pub stats: Vec<StageStats>,
+    /// Input rows the cascade went through: every row, unless a [fetch](CascadeExecutor::with_fetch) stopped it
+    /// early (then the first `executed` rows).
+    pub executed: usize,
 }
 
 /// Runs cascade plans over tables.
@@ -158,6 +161,7 @@ pub struct CascadeExecutor {
     batch_size: usize,
     progress: bool,
     paid: Option<std::sync::Arc<PaidAnswers>>,
+    fetch: Option<usize>,
 }
 
 /// Which (operator, input row) answers a query already paid for before execution (its profiling sample and
@@ -182,7 +186,7 @@ impl PaidAnswers {
 
 impl Default for CascadeExecutor {
     fn default() -> Self {
-        Self { batch_size: 64, progress: std::io::stderr().is_terminal(), paid: None }
+        Self { batch_size: 64, progress: std::io::stderr().is_terminal(), paid: None, fetch: None }
     }
 }
 
@@ -205,7 +209,16 @@ impl CascadeExecutor {
         self
     }
 
-    /// Applies `plan` to every row of `input`.
+    /// Stops once `fetch` result rows are known: rows are executed in order, a batch of tuples through every stage
+    /// before the next (the first batch twice `fetch`, each next one twice the last, up to the batch size), so the
+    /// result is the first `fetch` result rows of the whole input, and the rows after the batch that completed them
+    /// are never asked about.
+    pub fn with_fetch(mut self, fetch: usize) -> Self {
+        self.fetch = Some(fetch);
+        self
+    }
+
+    /// Applies `plan` to every row of `input` (or, with a fetch, to the rows in order until it is met).
     pub fn execute(&self, plan: &CascadePlan, input: &RecordBatch) -> Result<CascadeOutput> {
         let n = input.num_rows();
         let span = tracing::info_span!("cascade", rows = n, stages = plan.stages.len());
@@ -231,8 +244,21 @@ impl CascadeExecutor {
         );
         bar.set_message("executing");
 
-        for start in (0..n).step_by(self.batch_size) {
-            let end = (start + self.batch_size).min(n);
+        let complete =
+            |alive: &[bool], decided: &[bool], r: usize| alive[r] && (0..n_ops).all(|l| decided[r * n_ops + l]);
+        let (mut executed, mut found) = (n, 0usize);
+        // With a fetch, the first batch is twice the rows wanted and each next one twice the last (up to the batch
+        // size), as SQL's chunks are: a limit of 5 over a filter that keeps half its input stops after about 10
+        // tuples, not after a whole batch.
+        let mut size = self.fetch.map_or(self.batch_size, |k| k.saturating_mul(2).clamp(1, self.batch_size));
+        let mut start = 0;
+        while start < n {
+            if self.fetch.is_some_and(|k| found >= k) {
+                executed = start;
+                break;
+            }
+            let end = (start + size).min(n);
+            size = size.saturating_mul(2).min(self.batch_size);
             for (si, stage) in plan.stages.iter().enumerate() {
                 let rows: Vec<usize> =
                     (start..end).filter(|&r| alive[r] && !decided[r * n_ops + stage.logical]).collect();
@@ -304,16 +330,26 @@ impl CascadeExecutor {
                     }
                 }
             }
+            if self.fetch.is_some() {
+                found += (start..end).filter(|&r| complete(&alive, &decided, r)).count();
+            }
             bar.inc((end - start) as u64);
+            start = end;
         }
         bar.finish_and_clear();
 
-        let rows: Vec<usize> = (0..n).filter(|&r| alive[r] && (0..n_ops).all(|l| decided[r * n_ops + l])).collect();
+        let mut rows: Vec<usize> = (0..executed).filter(|&r| complete(&alive, &decided, r)).collect();
+        if let Some(k) = self.fetch {
+            rows.truncate(k);
+        }
         let batch = self.assemble(plan, input, &rows, &values)?;
         for s in &stats {
             tracing::info!(stage = %s.physical, tuples_in = s.tuples_in, accepted = s.accepted, rejected = s.rejected, unsure = s.unsure, seconds = s.seconds, "stage done");
         }
-        Ok(CascadeOutput { batch, rows, stats })
+        if executed < n {
+            tracing::info!(executed, rows = n, fetch = self.fetch, "stopped early: the fetch was met");
+        }
+        Ok(CascadeOutput { batch, rows, stats, executed })
     }
 
     /// Takes the result rows and appends one typed column per map.

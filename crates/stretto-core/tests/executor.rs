@@ -221,6 +221,46 @@ fn answers_paid_in_profiling_are_booked_as_reused() {
     }
 }
 
+/// With a fetch, the executor goes through the rows in order and stops after the batch that completes the first
+/// `fetch` result rows: the rows after it are never asked about, and the result is the first `fetch` result rows.
+#[test]
+fn a_fetch_stops_execution_once_the_first_result_rows_are_known() {
+    // Ten tuples; the filter keeps the odd ones (1, 3, 5, 7, 9).
+    let odd = Table::filter("odd", &[-1.0, 1.0, -1.0, 1.0, -1.0, 1.0, -1.0, 1.0, -1.0, 1.0]);
+    let ops = [odd.clone()];
+    let plan = PlanFile::new(vec![stage("a/odd", Some(0.0), Some(0.0))]);
+    let cascade = CascadePlan::bind(&plan, vec![SemanticTask::filter("a", "{t.text} is a")], |name| {
+        ops.iter()
+            .find(|o| o.name == name)
+            .map(|o| registered(o.clone()))
+            .ok_or(CoreError::UnknownOperator { name: name.into(), known: String::new() })
+    })
+    .unwrap();
+    // Batches of 2 at most: rows 1 and 3 are known after the second batch, so rows 4..10 are never asked.
+    let out = CascadeExecutor::new(2).with_progress(false).with_fetch(2).execute(&cascade, &input(10)).unwrap();
+    assert_eq!((out.rows.clone(), out.executed, out.batch.num_rows()), (vec![1, 3], 4, 2));
+    assert_eq!(odd.seen.load(Ordering::SeqCst), 4);
+    assert_eq!(out.stats[0].tuples_in, 4);
+    // The first batch is twice the fetch: one row in two passes, so it usually completes it (rows 0..2 for a fetch
+    // of 1, 0..4 for 2, 0..6 for 3), and nothing after it is asked.
+    odd.seen.store(0, Ordering::SeqCst);
+    let out = CascadeExecutor::new(64).with_progress(false).with_fetch(1).execute(&cascade, &input(10)).unwrap();
+    assert_eq!((out.rows.clone(), out.executed), (vec![1], 2));
+    let out = CascadeExecutor::new(64).with_progress(false).with_fetch(2).execute(&cascade, &input(10)).unwrap();
+    assert_eq!((out.rows.clone(), out.executed), (vec![1, 3], 4));
+    odd.seen.store(0, Ordering::SeqCst);
+    let out = CascadeExecutor::new(64).with_progress(false).with_fetch(3).execute(&cascade, &input(10)).unwrap();
+    assert_eq!((out.rows.clone(), out.executed), (vec![1, 3, 5], 6));
+    assert_eq!(odd.seen.load(Ordering::SeqCst), 6);
+    // Batches of 4 at most (twice the fetch of 3 is clamped to 4): rows 0..4 hold two results, and the batch that
+    // completes the fetch, rows 4..8, holds a fourth (7), which is cut.
+    let out = CascadeExecutor::new(4).with_progress(false).with_fetch(3).execute(&cascade, &input(10)).unwrap();
+    assert_eq!((out.rows.clone(), out.executed), (vec![1, 3, 5], 8));
+    // A fetch the input cannot meet goes through every row.
+    let out = CascadeExecutor::new(4).with_progress(false).with_fetch(9).execute(&cascade, &input(10)).unwrap();
+    assert_eq!((out.rows, out.executed), (vec![1, 3, 5, 7, 9], 10));
+}
+
 #[test]
 fn binding_names_unknown_stage_and_operator() {
     let op = Table::filter("x", &[0.0]);

@@ -116,8 +116,11 @@ impl DataFrame {
     }
 
     /// At most `n` rows. Before any semantic operation it bounds the rows the semantic operators see (a `Limit` in
-    /// the logical plan, run with the relational part); after one, it keeps the first `n` result rows (execution
-    /// still covers the whole input) and must be the last operation. Nothing runs until the frame is collected.
+    /// the logical plan, run with the relational part); after one, it keeps the first `n` result rows and must be
+    /// the last operation: execution goes through the input in order and stops once they are known, and profiling
+    /// weighs itself against the tuples gold needs to find them, as SQL's `LIMIT` does (unless a relational filter
+    /// reads a map's output: then the whole input runs, and the first `n` rows are kept). Nothing runs until the
+    /// frame is collected.
     pub fn limit(self, n: usize) -> Result<Self> {
         let has_semantic = !self.plan.clone().build().pull_up()?.semantic.is_empty();
         if has_semantic {
@@ -155,6 +158,10 @@ impl DataFrame {
         o.run_dir = c.run_dir.clone();
         o.progress = c.progress;
         o.labels = self.labels.clone();
+        // A limit on results: profiling weighs itself against the tuples gold needs to find them, and execution
+        // stops once they are known. Not past a relational filter on a map's output, which could drop rows after
+        // the pipeline counted them.
+        o.fetch = self.limit.filter(|_| self.logical_plan().pull_up().is_ok_and(|p| p.post_filters.is_empty()));
         o
     }
 
@@ -170,8 +177,10 @@ impl DataFrame {
     /// Profiles every candidate operator on the session's seeded sample: the profile any plan for this frame
     /// (any strategy, any targets) starts from.
     pub fn profile(&self) -> Result<ProfiledFrame> {
-        // Targets do not matter to profiling; these pass validation.
-        let o = self.options(&Targets::new(0.9, 0.9, 0.95)?, &Global::default());
+        // Targets do not matter to profiling; these pass validation. The profile is of the whole input's sample,
+        // whatever limit the frame puts on its results.
+        let mut o = self.options(&Targets::new(0.9, 0.9, 0.95)?, &Global::default());
+        o.fetch = None;
         self.profiled_by(&o, engine::profile_pipeline)
     }
 

@@ -67,8 +67,9 @@ pub struct QueryOptions {
     /// Rows read from each table.
     pub limit: Option<usize>,
     /// Result rows wanted, when the pipeline's consumer stops after that many (SQL's `LIMIT k` right above the
-    /// pipeline): the pay check then weighs profiling against the tuples gold needs to find `k` rows, not against
-    /// the whole input, and KV caches are built up front only for the screening tuples (the rest on demand).
+    /// pipeline, a frame's `limit(k)` after its semantic operations): the pay check then weighs profiling against
+    /// the tuples gold needs to find `k` rows, not against the whole input, KV caches are built up front only for
+    /// the screening tuples (the rest on demand), and [`execute`] stops once the first `k` result rows are known.
     pub fetch: Option<usize>,
     /// Models physical operators may use (operators without a model are always allowed).
     pub models: Vec<String>,
@@ -115,6 +116,13 @@ impl QueryOptions {
         Targets::new(self.precision, self.recall, self.credible)?;
         strategy(&self.method)?;
         check_sample(self.sample_fraction, self.max_sample)?;
+        if self.check && self.fetch.is_some() {
+            return Err(Error::Query(
+                "check compares the result with gold's on every input tuple; it cannot run with a fetch (a limit on \
+                 results), which stops execution early"
+                    .into(),
+            ));
+        }
         if self.limit == Some(0) {
             return Err(Error::Query("limit 0 leaves no rows to query; give at least 1".into()));
         }
@@ -206,8 +214,8 @@ pub struct CostAccount {
     pub reused_seconds: f64,
     /// `profiling + execution − reused`.
     pub total_seconds: f64,
-    /// The gold plan (its stages ordered) on every input tuple: what running gold directly, with no profiling,
-    /// costs. Measured (the execution's cost) when the plan that ran is gold; otherwise estimated from gold's cost
+    /// The gold plan (its stages ordered) on every input tuple (with a fetch met early, on the tuples execution
+    /// went through): what running gold directly, with no profiling, costs. Measured (the execution's cost) when the plan that ran is gold; otherwise estimated from gold's cost
     /// on the profiled tuples, which were timed beside the query's other operators and may read high.
     pub gold_estimate_seconds: f64,
     /// Whether `gold_estimate_seconds` is measured (the plan that ran is gold).
@@ -223,6 +231,10 @@ pub struct QueryReport {
     pub dataset: String,
     /// Tuples the semantic operators ran on.
     pub input_rows: usize,
+    /// Where execution stopped early, its fetch of result rows met ([`QueryOptions::fetch`]): the first tuples it
+    /// went through. `None`: every input tuple.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub executed_rows: Option<usize>,
     /// Tuples profiled.
     pub sample_rows: usize,
     /// The optimized plan (stages in order, thresholds, prediction, warnings).
@@ -537,6 +549,7 @@ pub fn empty_input(
         query: o.query.clone(),
         dataset: o.dataset.clone(),
         input_rows: 0,
+        executed_rows: None,
         sample_rows: 0,
         plan,
         targets: serde_json::json!({"precision": o.precision, "recall": o.recall, "credible": o.credible}),
@@ -3941,10 +3954,15 @@ pub fn execute(
     let t0 = Instant::now();
     let resolve = |name: &str| registry.get(name);
     let cascade = CascadePlan::bind(&plan, tasks.clone(), resolve)?;
-    let out =
-        CascadeExecutor::default().with_progress(o.progress).with_paid(p.paid.clone()).execute(&cascade, input)?;
+    let mut executor = CascadeExecutor::default().with_progress(o.progress).with_paid(p.paid.clone());
+    if let Some(k) = o.fetch {
+        executor = executor.with_fetch(k);
+    }
+    let out = executor.execute(&cascade, input)?;
     let result = pulled.finish(out.batch.clone())?;
     timings.insert("execution".into(), t0.elapsed().as_secs_f64());
+    // With a fetch met early, what execution went through: the labels, and gold's estimate, cover those tuples.
+    let executed = out.executed;
 
     if let Some(l) = &o.labels {
         if l.values.len() != n {
@@ -3956,6 +3974,7 @@ pub fn execute(
         }
     }
     let mut truth = o.labels.as_ref().map(|l| {
+        let l = TruthLabels { column: l.column.clone(), values: l.values[..executed].to_vec() };
         serde_json::json!({
             "column": l.column,
             "labelled": l.values.iter().flatten().count(),
@@ -4015,7 +4034,7 @@ pub fn execute(
             // Gold ran: what it cost is measured, not estimated.
             execution_seconds
         } else {
-            stretto_optim::strategy::Gold.optimize(problem, &targets, o.seed)?.cost_per_tuple * n as f64
+            stretto_optim::strategy::Gold.optimize(problem, &targets, o.seed)?.cost_per_tuple * executed as f64
         },
         gold_measured: plan_is_gold,
     };
@@ -4027,6 +4046,7 @@ pub fn execute(
             None => o.dataset.clone(),
         },
         input_rows: n,
+        executed_rows: (executed < n).then_some(executed),
         sample_rows: p.sample_rows,
         targets: serde_json::json!({"precision": o.precision, "recall": o.recall, "credible": o.credible}),
         bounds: serde_json::json!({
@@ -4268,6 +4288,13 @@ pub fn render(r: &QueryReport, show: usize) -> String {
             a["result_rows"],
             a["gold_rows"],
             if a["met"] == true { "met" } else { "MISSED" }
+        ));
+    }
+    if let Some(e) = r.executed_rows {
+        line(format!(
+            "execution stopped after {e} of {} tuples: the first {} result rows were known",
+            r.input_rows,
+            r.rows.len()
         ));
     }
     line(format!("{:<62} {:>6} {:>7} {:>7} {:>7} {:>9}", "stage", "in", "accept", "reject", "unsure", "seconds"));

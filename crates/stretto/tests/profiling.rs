@@ -1597,3 +1597,33 @@ fn a_gold_only_profile_prices_its_maps_on_a_tuple_its_own_plan_on_the_sample_let
     assert_eq!(map.asked().len(), 40, "{:?}", map.asked());
     assert_eq!(r.batch().num_rows(), 40);
 }
+
+/// A frame's limit on its results stops execution once the first result rows are known, as SQL's `LIMIT` does:
+/// the rest of the input is never asked about, and the rows are the first of the whole result.
+#[test]
+fn a_limit_on_results_stops_execution_once_the_first_rows_are_known() {
+    use arrow::array::AsArray;
+    use std::sync::atomic::Ordering;
+    let dir = tempfile::tempdir().unwrap();
+    let ops = [Fixed::new("gold", 1.0, true), Fixed::new("cheap", 0.01, false)];
+    let s = session(dir.path(), 400, 0.15, &ops);
+    let frame = s.table("t").unwrap().sem_filter("{t.text} is a multiple of three").unwrap();
+    let targets = Targets::new(0.9, 0.9, 0.95).unwrap();
+    let ids = |r: &stretto::QueryResult| -> Vec<i64> {
+        r.batch().column_by_name("t.id").unwrap().as_primitive::<arrow::datatypes::Int64Type>().values().to_vec()
+    };
+    let limited = frame.clone().limit(5).unwrap().collect(targets).unwrap();
+    assert_eq!(ids(&limited), [0, 3, 6, 9, 12]);
+    let executed = limited.report().executed_rows.expect("execution stopped early");
+    let asked: usize = ops.iter().map(|o| o.asked.load(Ordering::SeqCst)).sum();
+    // Rows 0..10 first (twice the 5 wanted) hold 4 results, the next 20 the fifth: measured, 42 answers in all,
+    // profiling included.
+    assert_eq!(executed, 30);
+    assert!(asked < 64, "{asked} answers for 5 rows");
+    assert!(stretto::engine::render(limited.report(), 0).contains(&format!("stopped after {executed} of 400 tuples")));
+    // Without the limit, every tuple runs, and the limited rows are the whole result's first.
+    let whole = frame.collect(targets).unwrap();
+    assert_eq!(whole.report().executed_rows, None);
+    assert_eq!(ids(&whole)[..5], ids(&limited)[..]);
+    assert_eq!(whole.batch().num_rows(), 134);
+}
