@@ -143,7 +143,7 @@ impl ClusterContext {
         &self.ctx
     }
 
-    /// Registers a CSV, Parquet or NDJSON file, or a directory of them (one partition per file), as `name`. The
+    /// Registers a CSV, TSV, Parquet or NDJSON file, or a directory of them (one partition per file), as `name`. The
     /// executors read the same path, so it must be on a file system they share with the client.
     pub fn register_file(&self, name: &str, path: impl AsRef<Path>) -> Result<()> {
         let path = path.as_ref();
@@ -169,6 +169,10 @@ impl ClusterContext {
             match format {
                 stretto::FileFormat::Csv => {
                     self.ctx.register_csv(name, &location, CsvReadOptions::new().file_extension(&ext)).await
+                }
+                stretto::FileFormat::Tsv => {
+                    let options = CsvReadOptions::new().file_extension(&ext).delimiter(b'\t');
+                    self.ctx.register_csv(name, &location, options).await
                 }
                 stretto::FileFormat::Parquet => {
                     let options = ParquetReadOptions { file_extension: &ext, ..Default::default() };

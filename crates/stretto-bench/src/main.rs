@@ -119,7 +119,7 @@ enum Command {
         /// Bundled dataset (or give --input).
         #[arg(long, required_unless_present = "input", conflicts_with = "input")]
         dataset: Option<String>,
-        /// A CSV, Parquet or NDJSON file to query (format from the extension); its table is named after the file
+        /// A CSV, TSV, Parquet or NDJSON file to query (format from the extension); its table is named after the file
         /// stem unless --table says otherwise.
         #[arg(long)]
         input: Option<PathBuf>,
@@ -132,7 +132,7 @@ enum Command {
         /// cell is a tuple without an image); the image operators (bridges) then judge it (repeatable).
         #[arg(long = "image-column", value_name = "COLUMN", requires = "input", conflicts_with = "dataset")]
         image_columns: Vec<String>,
-        /// Write the full result here (CSV, Parquet, or newline-delimited JSON for .jsonl/.ndjson/.json, by extension), atomically.
+        /// Write the full result here (CSV, TSV, Parquet, or newline-delimited JSON for .jsonl/.ndjson/.json, by extension), atomically.
         #[arg(long)]
         output: Option<PathBuf>,
         /// Semantic operators joined by ` -- `, e.g. "{reviews.reviewtext} is clearly positive".
@@ -153,7 +153,7 @@ enum Command {
         /// Also run the gold plan on everything and print the achieved precision and recall.
         #[arg(long)]
         check: bool,
-        /// True labels of the input tuples (CSV, Parquet or NDJSON): one per row in order, or matched by a
+        /// True labels of the input tuples (CSV, TSV, Parquet or NDJSON): one per row in order, or matched by a
         /// `_index_<table>` column. The result (and, with --check, gold's) is scored against them.
         #[arg(long, requires = "label_column")]
         labels: Option<PathBuf>,
@@ -231,7 +231,7 @@ enum Command {
         /// Read the SQL from this file instead (it may start with `--` comments).
         #[arg(long, value_name = "PATH")]
         file: Option<PathBuf>,
-        /// A CSV, Parquet or NDJSON file to query (repeatable): `PATH` (the table is named after the file stem) or
+        /// A CSV, TSV, Parquet or NDJSON file to query (repeatable): `PATH` (the table is named after the file stem) or
         /// `NAME=PATH`.
         #[arg(long = "input", value_name = "[NAME=]PATH")]
         inputs: Vec<String>,
@@ -252,7 +252,7 @@ enum Command {
         /// Strategy: global, local, independent, lotus, abacus or gold (SQL: SET stretto.method).
         #[arg(long)]
         method: Option<String>,
-        /// Write the full result here (CSV, Parquet, or newline-delimited JSON for .jsonl/.ndjson/.json, by extension), atomically.
+        /// Write the full result here (CSV, TSV, Parquet, or newline-delimited JSON for .jsonl/.ndjson/.json, by extension), atomically.
         #[arg(long)]
         output: Option<PathBuf>,
         /// Print one JSON object (columns, rows, the pipeline's plan and bounds) instead of a table.

@@ -215,7 +215,7 @@ impl SqlContext {
         Ok(())
     }
 
-    /// Reads a CSV, Parquet or NDJSON file (by extension) with Stretto's readers and registers it as `name`.
+    /// Reads a CSV, TSV, Parquet or NDJSON file (by extension) with Stretto's readers and registers it as `name`.
     pub fn register_file(&self, name: &str, path: impl AsRef<std::path::Path>) -> Result<()> {
         self.register_file_with(name, path, &Default::default())
     }
@@ -344,7 +344,7 @@ impl SqlResult {
             .map_err(|e| SqlError::DataFusion(DataFusionError::ArrowError(Box::new(e), None)))
     }
 
-    /// Writes the rows to a CSV, Parquet or newline-delimited JSON file (by extension), atomically.
+    /// Writes the rows to a CSV, TSV, Parquet or newline-delimited JSON file (by extension), atomically.
     pub fn write(&self, path: impl AsRef<std::path::Path>) -> Result<()> {
         let path = path.as_ref();
         let format = stretto::FileFormat::of(path)?;

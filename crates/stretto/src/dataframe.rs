@@ -393,4 +393,10 @@ impl QueryResult {
     pub fn write_parquet(&self, path: impl AsRef<Path>) -> Result<()> {
         io::write(self.batch(), path.as_ref(), FileFormat::Parquet)
     }
+
+    /// Writes the result rows in the format `path`'s extension names (CSV, TSV, Parquet, NDJSON), atomically.
+    pub fn write(&self, path: impl AsRef<Path>) -> Result<()> {
+        let path = path.as_ref();
+        io::write(self.batch(), path, FileFormat::of(path)?)
+    }
 }

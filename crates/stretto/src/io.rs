@@ -1,4 +1,4 @@
-//! Reading user tables (CSV, Parquet, NDJSON) with Arrow's and Parquet's own readers, and writing results
+//! Reading user tables (CSV, TSV, Parquet, NDJSON) with Arrow's and Parquet's own readers, and writing results
 //! atomically: a result file appears whole or not at all.
 
 use std::fs::File;
@@ -259,6 +259,8 @@ fn mark_images(path: &Path, batch: RecordBatch, columns: &[String]) -> Result<Re
 pub enum FileFormat {
     /// Comma-separated values with a header row.
     Csv,
+    /// Tab-separated values with a header row.
+    Tsv,
     /// Apache Parquet.
     Parquet,
     /// Newline-delimited JSON.
@@ -266,15 +268,16 @@ pub enum FileFormat {
 }
 
 impl FileFormat {
-    /// The format `path`'s extension names (`.csv`, `.parquet`/`.pq`, `.json`/`.jsonl`/`.ndjson`).
+    /// The format `path`'s extension names (`.csv`, `.tsv`, `.parquet`/`.pq`, `.json`/`.jsonl`/`.ndjson`).
     pub fn of(path: &Path) -> Result<Self> {
         let ext = path.extension().and_then(|e| e.to_str()).map(str::to_ascii_lowercase);
         match ext.as_deref() {
             Some("csv") => Ok(FileFormat::Csv),
+            Some("tsv") => Ok(FileFormat::Tsv),
             Some("parquet" | "pq") => Ok(FileFormat::Parquet),
             Some("json" | "jsonl" | "ndjson") => Ok(FileFormat::Json),
             _ => Err(Error::Query(format!(
-                "cannot tell the format of {} from its extension; use .csv, .parquet or .jsonl/.ndjson/.json",
+                "cannot tell the format of {} from its extension; use .csv, .tsv, .parquet or .jsonl/.ndjson/.json",
                 path.display()
             ))),
         }
@@ -290,18 +293,22 @@ pub fn table_name(path: &Path) -> Result<String> {
     Ok(stem.chars().map(|c| if c.is_alphanumeric() || c == '_' { c } else { '_' }).collect())
 }
 
-/// Reads a CSV, Parquet or NDJSON file, by its extension, with default options.
+/// Reads a CSV, TSV, Parquet or NDJSON file, by its extension, with default options.
 pub fn read_path(path: &Path) -> Result<RecordBatch> {
     read_path_with(path, &ReadOptions::default())
 }
 
-/// Reads a CSV, Parquet or NDJSON file, by its extension, with `options`' image columns (a CSV's delimiter and
+/// Reads a CSV, TSV, Parquet or NDJSON file, by its extension, with `options`' image columns (a CSV's delimiter and
 /// header stay the defaults).
 pub fn read_path_with(path: &Path, options: &ReadOptions) -> Result<RecordBatch> {
     match FileFormat::of(path)? {
         FileFormat::Csv => {
             read_csv(path, &CsvOptions { image_columns: options.image_columns.clone(), ..CsvOptions::default() })
         }
+        FileFormat::Tsv => read_csv(
+            path,
+            &CsvOptions { image_columns: options.image_columns.clone(), ..CsvOptions::default().with_delimiter(b'\t') },
+        ),
         FileFormat::Parquet => read_parquet(path, options),
         FileFormat::Json => read_json(path, options),
     }
@@ -329,8 +336,9 @@ pub fn write(batch: &RecordBatch, path: &Path, format: FileFormat) -> Result<()>
     let file = tmp.as_file().try_clone().map_err(|e| boxed(Box::new(e)))?;
     // Types a plain file cannot hold as they are (dictionary text) are written as their values.
     match format {
-        FileFormat::Csv => {
-            let mut w = arrow::csv::WriterBuilder::new().with_header(true).build(file);
+        FileFormat::Csv | FileFormat::Tsv => {
+            let delimiter = if format == FileFormat::Tsv { b'\t' } else { b',' };
+            let mut w = arrow::csv::WriterBuilder::new().with_header(true).with_delimiter(delimiter).build(file);
             w.write(batch).map_err(|e| boxed(Box::new(e)))?;
         }
         FileFormat::Json => {
@@ -367,6 +375,20 @@ mod tests {
         assert!(e.contains("dup.csv") && e.contains("columns 2 and 3 are both named `text`"), "{e}");
         std::fs::write(&p, "id,text,note\n1,a,b\n").unwrap();
         assert_eq!(read_csv(&p, &CsvOptions::default()).unwrap().num_columns(), 3);
+    }
+
+    #[test]
+    fn a_tsv_file_is_read_and_written_tab_separated() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("notes.tsv");
+        std::fs::write(&p, "id\ttext\n1\tgood, not great\n2\tbad\n").unwrap();
+        assert_eq!(FileFormat::of(&p).unwrap(), FileFormat::Tsv);
+        let b = read_path(&p).unwrap();
+        assert_eq!((b.num_rows(), b.num_columns()), (2, 2));
+        assert_eq!(b.column(1).as_string::<i32>().value(0), "good, not great");
+        let out = dir.path().join("out.tsv");
+        write(&b, &out, FileFormat::of(&out).unwrap()).unwrap();
+        assert_eq!(std::fs::read_to_string(&out).unwrap(), "id\ttext\n1\tgood, not great\n2\tbad\n");
     }
 
     #[test]

@@ -344,7 +344,7 @@ impl Session {
         DataFrame::scan(self.inner.clone(), &io::table_name(path)?, &batch, &path.display().to_string())
     }
 
-    /// A frame over a file whose format its extension names (CSV, Parquet, NDJSON), as table `table` (default: the
+    /// A frame over a file whose format its extension names (CSV, TSV, Parquet, NDJSON), as table `table` (default: the
     /// file stem).
     pub fn read_file(&self, path: impl AsRef<Path>, table: Option<&str>) -> Result<DataFrame> {
         let path = path.as_ref();
