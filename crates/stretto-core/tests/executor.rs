@@ -103,6 +103,17 @@ fn stage(physical: &str, lower: Option<f64>, upper: Option<f64>) -> PlanStage {
     PlanStage { physical: physical.into(), lower, upper }
 }
 
+/// `plan` bound to `tasks`, its stages' operators found among `ops` by name.
+fn bind(plan: &PlanFile, tasks: Vec<SemanticTask>, ops: &[Arc<Table>]) -> CascadePlan {
+    CascadePlan::bind(plan, tasks, |name| {
+        ops.iter()
+            .find(|o| o.name == name)
+            .map(|o| registered(o.clone()))
+            .ok_or(CoreError::UnknownOperator { name: name.into(), known: String::new() })
+    })
+    .unwrap()
+}
+
 fn tasks() -> Vec<SemanticTask> {
     vec![
         SemanticTask::filter("a", "{t.text} is a"),
@@ -148,13 +159,7 @@ fn hand_computed_cascade() {
         stage("b/b-gold", Some(0.0), Some(0.0)),
         stage("m/m-gold", None, None),
     ]);
-    let cascade = CascadePlan::bind(&plan, tasks(), |name| {
-        ops.iter()
-            .find(|o| o.name == name)
-            .map(|o| registered(o.clone()))
-            .ok_or(CoreError::UnknownOperator { name: name.into(), known: String::new() })
-    })
-    .unwrap();
+    let cascade = bind(&plan, tasks(), &ops);
     // Batch size 2 makes the cascade run over three batches; results must not depend on it.
     for batch_size in [2, 64] {
         for o in &ops {
@@ -191,13 +196,7 @@ fn answers_paid_in_profiling_are_booked_as_reused() {
     let a_gold = Table::filter("a-gold", &[9.0, 9.0, 0.5, -1.0, 0.0]);
     let ops: Vec<Arc<Table>> = vec![a_cheap, a_gold];
     let plan = PlanFile::new(vec![stage("a/a-cheap", Some(-1.0), Some(1.0)), stage("a/a-gold", Some(0.0), Some(0.0))]);
-    let cascade = CascadePlan::bind(&plan, vec![SemanticTask::filter("a", "{t.text} is a")], |name| {
-        ops.iter()
-            .find(|o| o.name == name)
-            .map(|o| registered(o.clone()))
-            .ok_or(CoreError::UnknownOperator { name: name.into(), known: String::new() })
-    })
-    .unwrap();
+    let cascade = bind(&plan, vec![SemanticTask::filter("a", "{t.text} is a")], &ops);
     let mut paid = PaidAnswers::default();
     // Gold answered rows 0, 2 and 3 in profiling; row 0 never reaches gold (the cheap stage accepts it).
     paid.add("a/a-gold", [0, 2, 3]);
@@ -229,13 +228,7 @@ fn a_fetch_stops_execution_once_the_first_result_rows_are_known() {
     let odd = Table::filter("odd", &[-1.0, 1.0, -1.0, 1.0, -1.0, 1.0, -1.0, 1.0, -1.0, 1.0]);
     let ops = [odd.clone()];
     let plan = PlanFile::new(vec![stage("a/odd", Some(0.0), Some(0.0))]);
-    let cascade = CascadePlan::bind(&plan, vec![SemanticTask::filter("a", "{t.text} is a")], |name| {
-        ops.iter()
-            .find(|o| o.name == name)
-            .map(|o| registered(o.clone()))
-            .ok_or(CoreError::UnknownOperator { name: name.into(), known: String::new() })
-    })
-    .unwrap();
+    let cascade = bind(&plan, vec![SemanticTask::filter("a", "{t.text} is a")], &ops);
     // Batches of 2 at most: rows 1 and 3 are known after the second batch, so rows 4..10 are never asked.
     let out = CascadeExecutor::new(2).with_progress(false).with_fetch(2).execute(&cascade, &input(10)).unwrap();
     assert_eq!((out.rows.clone(), out.executed, out.batch.num_rows()), (vec![1, 3], 4, 2));
