@@ -3961,7 +3961,7 @@ pub fn execute(
     let out = executor.execute(&cascade, input)?;
     let result = pulled.finish(out.batch.clone())?;
     timings.insert("execution".into(), t0.elapsed().as_secs_f64());
-    // With a fetch met early, what execution went through: the labels, and gold's estimate, cover those tuples.
+    // With a fetch met early, what execution went through: gold's estimate covers those tuples.
     let executed = out.executed;
 
     if let Some(l) = &o.labels {
@@ -3973,8 +3973,14 @@ pub fn execute(
             )));
         }
     }
+    // With a fetch met, the result is the first k result rows: the labels are scored up to the last of them (a
+    // true row after it was never meant to be returned), so recall says whether any true row before it was missed.
+    let scored = match (o.fetch, out.rows.last()) {
+        (Some(k), Some(&last)) if out.rows.len() == k => last + 1,
+        _ => executed,
+    };
     let mut truth = o.labels.as_ref().map(|l| {
-        let l = TruthLabels { column: l.column.clone(), values: l.values[..executed].to_vec() };
+        let l = TruthLabels { column: l.column.clone(), values: l.values[..scored].to_vec() };
         serde_json::json!({
             "column": l.column,
             "labelled": l.values.iter().flatten().count(),

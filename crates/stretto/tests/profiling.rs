@@ -1612,8 +1612,15 @@ fn a_limit_on_results_stops_execution_once_the_first_rows_are_known() {
     let ids = |r: &stretto::QueryResult| -> Vec<i64> {
         r.batch().column_by_name("t.id").unwrap().as_primitive::<arrow::datatypes::Int64Type>().values().to_vec()
     };
-    let limited = frame.clone().limit(5).unwrap().collect(targets).unwrap();
+    let labels =
+        stretto::engine::TruthLabels { column: "threes".into(), values: (0..400).map(|i| Some(i % 3 == 0)).collect() };
+    let limited = frame.clone().limit(5).unwrap().with_labels(labels).collect(targets).unwrap();
     assert_eq!(ids(&limited), [0, 3, 6, 9, 12]);
+    // Against the labels, up to the last row returned (a true row after it was never meant to be): every true row
+    // before it was returned, and nothing else.
+    let truth = limited.report().truth.clone().unwrap();
+    assert_eq!((truth["labelled"].as_u64(), truth["positives"].as_u64()), (Some(13), Some(5)), "{truth}");
+    assert_eq!((truth["plan"]["precision"].as_f64(), truth["plan"]["recall"].as_f64()), (Some(1.0), Some(1.0)));
     let executed = limited.report().executed_rows.expect("execution stopped early");
     let asked: usize = ops.iter().map(|o| o.asked.load(Ordering::SeqCst)).sum();
     // Rows 0..10 first (twice the 5 wanted) hold 4 results, the next 20 the fifth: measured, 42 answers in all,
