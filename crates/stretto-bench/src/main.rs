@@ -931,7 +931,8 @@ fn run(cli: Cli) -> Result<(), BoxError> {
         }
         Command::Generate { model, prompt, max_tokens, json } => {
             use stretto::kv::decoder::{Decoder, Step};
-            let dec = Decoder::load(&context()?.model_home, &model, context()?.threads)?;
+            let ctx = context()?;
+            let dec = Decoder::load(&ctx.model_home, &model, ctx.threads)?;
             let ids = dec.encode(&dec.chat_prompt(&prompt))?;
             let start = std::time::Instant::now();
             let out = dec.generate(&[Step { past: None, tokens: &ids }], max_tokens)?.remove(0);
@@ -946,7 +947,8 @@ fn run(cli: Cli) -> Result<(), BoxError> {
         }
         Command::Embed { model, texts, similarities } => {
             use stretto::kv::embed::{cosine, Embedder};
-            let emb = Embedder::load(&context()?.model_home, &model, context()?.threads)?;
+            let ctx = context()?;
+            let emb = Embedder::load(&ctx.model_home, &model, ctx.threads)?;
             let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
             let vectors = emb.embed(&refs, 32)?;
             if !similarities {
@@ -1503,12 +1505,12 @@ fn run_kv(action: KvAction) -> Result<(), BoxError> {
     use stretto::kv::decoder::DEFAULT_MEMORY_BUDGET;
     use stretto::kv::store::KvStore;
     use stretto_bench::kv;
-    let env_kv_dir = context()?.kv_dir;
-    let dir = |d: Option<PathBuf>| d.unwrap_or_else(|| env_kv_dir.clone());
+    let env = context()?;
+    let dir = |d: Option<PathBuf>| d.unwrap_or_else(|| env.kv_dir.clone());
     match action {
         KvAction::Build { dataset, column, models, ratios, press, rerotate, limit, kv_dir, memory_budget } => {
             let ratios = kv::parse_ratios(&ratios)?;
-            let budget = memory_budget.or(context()?.memory_budget).unwrap_or(DEFAULT_MEMORY_BUDGET);
+            let budget = memory_budget.or(env.memory_budget).unwrap_or(DEFAULT_MEMORY_BUDGET);
             let r = kv::build(&dir(kv_dir), &dataset, &column, &models, &ratios, &press, rerotate, limit, budget)?;
             println!(
                 "built {} items, {} already present, {} stray temporary files removed, {:.1} s; prefill runs of at \
@@ -1541,7 +1543,7 @@ fn run_kv(action: KvAction) -> Result<(), BoxError> {
         }
         KvAction::Repair { dataset, kv_dir } => {
             // Rebuilds within STRETTO_MEMORY_BUDGET, else the default, as `kv build` does without the flag.
-            let budget = context()?.memory_budget.unwrap_or(DEFAULT_MEMORY_BUDGET);
+            let budget = env.memory_budget.unwrap_or(DEFAULT_MEMORY_BUDGET);
             let (removed, r) = kv::repair(&dir(kv_dir), &dataset, budget)?;
             for line in &removed {
                 println!("removed: {line}");

@@ -292,19 +292,13 @@ impl OpContext {
 /// The number environment variable `variable` holds, if it is set; `what` says what it should hold when it does
 /// not parse.
 fn env_number<T: std::str::FromStr>(variable: &str, what: &str) -> Result<Option<T>> {
-    match std::env::var(variable) {
-        Err(std::env::VarError::NotPresent) => Ok(None),
-        Err(std::env::VarError::NotUnicode(v)) => Err(CoreError::Environment {
-            variable: variable.into(),
-            value: v.to_string_lossy().into_owned(),
-            message: format!("it must be {what}"),
-        }),
-        Ok(v) => v.trim().parse().map(Some).map_err(|_| CoreError::Environment {
-            variable: variable.into(),
-            value: v.clone(),
-            message: format!("it must be {what}"),
-        }),
-    }
+    let Some(value) = std::env::var_os(variable) else { return Ok(None) };
+    let value = value.to_string_lossy().into_owned();
+    value.trim().parse().map(Some).map_err(|_| CoreError::Environment {
+        variable: variable.into(),
+        value,
+        message: format!("it must be {what}"),
+    })
 }
 
 /// The model home the environment names: `STRETTO_HOME`, else `$XDG_CACHE_HOME/stretto`, else `~/.cache/stretto`.

@@ -197,19 +197,23 @@ pub fn resolve_column(schema: &Schema, reference: &str, context: &str) -> Result
     }
 }
 
+/// The first two columns of `schema` with the same name, as 0-based positions (`None`: every name is unique). A
+/// table naming two columns alike cannot be queried: a prompt's `{table.column}` could not say which it means.
+pub fn repeated_column(schema: &Schema) -> Option<(usize, usize)> {
+    let fields = schema.fields();
+    (1..fields.len()).find_map(|j| fields[..j].iter().position(|f| f.name() == fields[j].name()).map(|i| (i, j)))
+}
+
 /// Renames every column of `batch` to `table.column`, keeping metadata, so columns of joined tables stay distinct.
-/// A batch naming two columns alike is refused.
+/// A batch naming two columns alike is refused ([`repeated_column`]).
 pub fn qualify(table: &str, batch: &RecordBatch) -> Result<RecordBatch> {
-    let schema = batch.schema_ref();
-    if let Some((i, f)) =
-        schema.fields().iter().enumerate().find(|(i, f)| schema.fields()[..*i].iter().any(|g| g.name() == f.name()))
-    {
+    if let Some((i, j)) = repeated_column(batch.schema_ref()) {
+        let name = batch.schema_ref().field(j).name().clone();
         return Err(CoreError::InvalidLogicalPlan(format!(
-            "table {table} names two columns `{}` (the second is column {}); a prompt's {{{table}.{}}} could not say \
-             which it means: rename one",
-            f.name(),
+            "table {table} names columns {} and {} `{name}`; a prompt's {{{table}.{name}}} could not say which it \
+             means: rename one",
             i + 1,
-            f.name()
+            j + 1
         )));
     }
     let fields: Vec<Field> =
@@ -243,7 +247,8 @@ mod tests {
         let col = Arc::new(Int64Array::from(vec![1])) as arrow::array::ArrayRef;
         let batch = RecordBatch::try_new(Arc::new(schema), vec![col.clone(), col.clone(), col]).unwrap();
         let e = qualify("t", &batch).unwrap_err().to_string();
-        assert!(e.contains("two columns `a`") && e.contains("column 3"), "{e}");
+        assert!(e.contains("columns 1 and 3 `a`"), "{e}");
+        assert_eq!(repeated_column(batch.schema_ref()), Some((0, 2)));
         assert_eq!(qualify("t", &batch.project(&[0, 1]).unwrap()).unwrap().schema().field(1).name(), "t.b");
     }
 

@@ -158,11 +158,14 @@ impl DataFrame {
         o.run_dir = c.run_dir.clone();
         o.progress = c.progress;
         o.labels = self.labels.clone();
-        // A limit on results: profiling weighs itself against the tuples gold needs to find them, and execution
-        // stops once they are known. Not past a relational filter on a map's output, which could drop rows after
-        // the pipeline counted them.
-        o.fetch = self.limit.filter(|_| self.logical_plan().pull_up().is_ok_and(|p| p.post_filters.is_empty()));
         o
+    }
+
+    /// The fetch a run of `pulled` (this frame's plan, pulled up) takes from a limit on results: profiling weighs
+    /// itself against the tuples gold needs to find them, and execution stops once they are known. Not past a
+    /// relational filter on a map's output, which could drop rows after the pipeline counted them.
+    fn fetch(&self, pulled: &PulledUpPlan) -> Option<usize> {
+        self.limit.filter(|_| pulled.post_filters.is_empty())
     }
 
     fn pulled(&self) -> Result<(PulledUpPlan, RecordBatch)> {
@@ -178,9 +181,8 @@ impl DataFrame {
     /// (any strategy, any targets) starts from.
     pub fn profile(&self) -> Result<ProfiledFrame> {
         // Targets do not matter to profiling; these pass validation. The profile is of the whole input's sample,
-        // whatever limit the frame puts on its results.
-        let mut o = self.options(&Targets::new(0.9, 0.9, 0.95)?, &Global::default());
-        o.fetch = None;
+        // whatever limit the frame puts on its results (no fetch).
+        let o = self.options(&Targets::new(0.9, 0.9, 0.95)?, &Global::default());
         self.profiled_by(&o, engine::profile_pipeline)
     }
 
@@ -231,8 +233,9 @@ impl DataFrame {
     /// An input with no rows (an empty file, or relational filters that keep none) gives an empty result with the
     /// pipeline's columns, and a plan with no stages that says so: nothing runs.
     pub fn collect_with(&self, targets: Targets, strategy: &dyn Strategy) -> Result<QueryResult> {
-        let o = self.options(&targets, strategy);
+        let mut o = self.options(&targets, strategy);
         let (pulled, input) = self.pulled()?;
+        o.fetch = self.fetch(&pulled);
         if input.num_rows() == 0 {
             return Ok(QueryResult { report: engine::empty_input(&pulled, &input, &o)? });
         }
@@ -276,7 +279,8 @@ impl ProfiledFrame {
 
     /// Optimizes with `strategy` under `targets`: the plan, its certified bounds and warnings, before anything runs.
     pub fn optimize(&self, targets: Targets, strategy: &dyn Strategy) -> Result<OptimizedPlan> {
-        let options = self.frame.options(&targets, strategy);
+        let mut options = self.frame.options(&targets, strategy);
+        options.fetch = self.frame.fetch(&self.pulled);
         let planned = engine::optimize(&self.profiled, &options, strategy)?;
         Ok(OptimizedPlan { planned, options })
     }

@@ -507,6 +507,18 @@ pub fn run_pipeline(
     finish_pipeline(registry, pulled, &profiled, o)
 }
 
+/// Checks that `o`'s true labels, if any, hold one value per input tuple of the `n`.
+fn labels_align(o: &QueryOptions, n: usize) -> Result<()> {
+    match &o.labels {
+        Some(l) if l.values.len() != n => Err(Error::Query(format!(
+            "labels `{}` hold {} values for {n} input tuples; they must align with the query's input",
+            l.column,
+            l.values.len()
+        ))),
+        _ => Ok(()),
+    }
+}
+
 /// The report of a pipeline whose input has no rows (an empty file, or relational filters that keep none): an
 /// empty result with the pipeline's columns, as SQL gives, and a plan with no stages that says why. No operator
 /// runs, nothing is profiled or written, and the bounds hold trivially (the empty result is exactly gold's). The
@@ -534,13 +546,7 @@ pub fn empty_input(
     plan.logical = tasks;
     plan.warnings
         .push(format!("{} has no rows to query: no semantic operator ran, and the result is empty", o.dataset));
-    if let Some(l) = o.labels.as_ref().filter(|l| !l.values.is_empty()) {
-        return Err(Error::Query(format!(
-            "labels `{}` hold {} values for 0 input tuples; they must align with the query's input",
-            l.column,
-            l.values.len()
-        )));
-    }
+    labels_align(o, 0)?;
     let truth = o
         .labels
         .as_ref()
@@ -3964,15 +3970,7 @@ pub fn execute(
     // With a fetch met early, what execution went through: gold's estimate covers those tuples.
     let executed = out.executed;
 
-    if let Some(l) = &o.labels {
-        if l.values.len() != n {
-            return Err(Error::Query(format!(
-                "labels `{}` hold {} values for {n} input tuples; they must align with the query's input",
-                l.column,
-                l.values.len()
-            )));
-        }
-    }
+    labels_align(o, n)?;
     // With a fetch met, the result is the first k result rows: the labels are scored up to the last of them (a
     // true row after it was never meant to be returned), so recall says whether any true row before it was missed.
     let scored = match (o.fetch, out.rows.last()) {

@@ -168,15 +168,13 @@ pub fn read_json(path: &Path, options: &ReadOptions) -> Result<RecordBatch> {
 /// in their metadata; path columns get relative paths resolved against the file's folder, and every path must
 /// exist.
 fn mark_images(path: &Path, batch: RecordBatch, columns: &[String]) -> Result<RecordBatch> {
-    let names: Vec<&String> = batch.schema_ref().fields().iter().map(|f| f.name()).collect();
-    for (i, name) in names.iter().enumerate() {
-        if let Some(j) = names[i + 1..].iter().position(|n| n == name) {
-            return Err(Error::read(
-                path,
-                None,
-                format!("columns {} and {} are both named `{name}`; rename one", i + 1, i + j + 2),
-            ));
-        }
+    if let Some((i, j)) = stretto_core::table::repeated_column(batch.schema_ref()) {
+        let name = batch.schema_ref().field(j).name();
+        return Err(Error::read(
+            path,
+            None,
+            format!("columns {} and {} are both named `{name}`; rename one", i + 1, j + 1),
+        ));
     }
     if columns.is_empty() {
         return Ok(batch);
