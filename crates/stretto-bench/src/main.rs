@@ -123,7 +123,8 @@ enum Command {
         /// stem unless --table says otherwise.
         #[arg(long)]
         input: Option<PathBuf>,
-        /// The table name of --input, as the query's {table.column} references write it.
+        /// The table name of --input, as the query's {table.column} references write it (in any case); by default
+        /// the file stem, as `stretto sql` names it (`my-reviews.csv` is `my_reviews`) or as it stands.
         // (`conflicts_with` as well: with `requires` alone, `--dataset D --table T` ran and ignored T; clap seems to
         // waive a `requires` whose target conflicts with an argument given.)
         #[arg(long, requires = "input", conflicts_with = "dataset")]
@@ -1243,24 +1244,35 @@ fn run(cli: Cli) -> Result<(), BoxError> {
                 Some(path) => {
                     o.check()?;
                     let tasks = parse_query(&o.query)?;
-                    let name = match &table {
-                        Some(t) => t.clone(),
-                        None => path.file_stem().and_then(|s| s.to_str()).unwrap_or("input").to_string(),
+                    // The input's table is --table, or else the file's name as `stretto sql` names it (`my-reviews.csv`
+                    // is `my_reviews`) or as it stands; either way in any case, as SQL's unquoted names are.
+                    let names: Vec<String> = match &table {
+                        Some(t) => vec![t.clone()],
+                        None => {
+                            let stem = path.file_stem().and_then(|s| s.to_str()).unwrap_or("input").to_string();
+                            let sql_name = stretto::io::table_name(path)?;
+                            if sql_name == stem {
+                                vec![stem]
+                            } else {
+                                vec![sql_name, stem]
+                            }
+                        }
                     };
                     let read = stretto::io::ReadOptions { image_columns: image_columns.clone() };
                     let batch = stretto::io::read_path_with(path, &read)?;
-                    if one_table(&tasks)?.is_some() {
+                    if let Some(t) = one_table(&tasks)? {
                         let rows = o.limit.map_or(batch.num_rows(), |l| l.min(batch.num_rows()));
-                        o.labels = labels_for(&name, rows)?;
+                        o.labels = labels_for(&t, rows)?;
                     }
                     let (input, pulled) = input_from(
                         |t| {
-                            if t == name {
+                            if names.iter().any(|n| n.eq_ignore_ascii_case(t)) {
                                 Ok(batch.clone())
                             } else {
                                 Err(stretto::Error::Query(format!(
-                                    "the query references table `{t}`, but --input {} is table `{name}` (name it with --table)",
-                                    path.display()
+                                    "the query references table `{t}`, but --input {} is table `{}` (name it with --table)",
+                                    path.display(),
+                                    names[0]
                                 )))
                             }
                         },

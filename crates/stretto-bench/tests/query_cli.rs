@@ -147,6 +147,35 @@ fn a_file_without_rows_gives_an_empty_result_with_the_pipelines_columns() {
     assert!(!ok && err.contains("today.body"), "{err}");
 }
 
+/// A file's table is named as `stretto sql` names it, or by its file name as it stands, in any case; one table
+/// spelled two ways is an error, not a self-join. Header-only files keep the model out of it.
+#[test]
+fn a_users_file_is_its_table_by_the_name_sql_gives_it_in_any_case() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("My-Reviews.csv"), "id,text\n").unwrap();
+    let run = |query: &str, extra: &[&str]| {
+        let mut args = vec!["query", "--input", "My-Reviews.csv", "--query", query, "--json"];
+        args.extend_from_slice(extra);
+        stretto(&args, dir.path())
+    };
+    for (query, extra) in [
+        ("{my_reviews.text} is positive", &[][..]),
+        ("{My_Reviews.text} is positive", &[]),
+        ("{My-Reviews.text} is positive", &[]),
+        ("{critics.text} is positive", &["--table", "Critics"]),
+    ] {
+        let (ok, out, err) = run(query, extra);
+        assert!(ok, "{query}: {err}");
+        let r: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+        let table = query[1..].split_once('.').unwrap().0;
+        assert_eq!(r["columns"], serde_json::json!([format!("{table}.id"), format!("{table}.text")]), "{query}");
+    }
+    let (ok, _, err) = run("{reviews.text} is positive", &[]);
+    assert!(!ok && err.contains("references table `reviews`") && err.contains("table `My_Reviews`"), "{err}");
+    let (ok, _, err) = run("{my_reviews.text} is positive -- {My_Reviews.text} is long", &[]);
+    assert!(!ok && err.contains("spells one table two ways"), "{err}");
+}
+
 #[test]
 fn a_query_over_a_users_csv_writes_its_full_result_as_parquet() {
     let dir = tempfile::tempdir().unwrap();

@@ -455,6 +455,15 @@ pub fn input_from(
             tables.insert(table.to_string());
         }
     }
+    // One table spelled two ways would be read twice and cross-joined with itself.
+    let mut spellings: BTreeMap<String, &String> = BTreeMap::new();
+    for t in &tables {
+        if let Some(other) = spellings.insert(t.to_ascii_lowercase(), t) {
+            return Err(Error::Query(format!(
+                "the query spells one table two ways, `{other}` and `{t}`: spell it one way in every reference"
+            )));
+        }
+    }
     let mut builder: Option<PlanBuilder> = None;
     for t in &tables {
         let full = table(t)?;
