@@ -429,14 +429,22 @@ fn disk_budget(ctx: &stretto_core::OpContext) -> Result<std::sync::Arc<stretto_k
     Ok(stretto_kv::budget::shared(&ctx.kv_dir, ctx.memo_dir(), ctx.disk_budget)?)
 }
 
-/// The relational input of a query's semantic operators over a dataset (tables cross-joined when several).
+/// The relational input of a query's semantic operators over a dataset (tables cross-joined when several), its
+/// tables named in any case.
 pub fn input_of(
     dataset: &str,
     tasks: &[SemanticTask],
     limit: Option<usize>,
 ) -> Result<(RecordBatch, stretto_core::plan::PulledUpPlan)> {
     let ds = Dataset::load(dataset)?;
-    input_from(|t| Ok(ds.table(t)?.clone()), tasks, limit)
+    input_from(
+        |t| {
+            let name = ds.table_names().iter().find(|n| n.eq_ignore_ascii_case(t)).map_or(t, String::as_str);
+            Ok(ds.table(name)?.clone())
+        },
+        tasks,
+        limit,
+    )
 }
 
 /// The relational input of a query's semantic operators over the tables `table` gives by name (cross-joined when
@@ -4162,6 +4170,8 @@ impl TruthLabels {
     /// The bundled label column `column` for table `table` of dataset `dataset` (a side table with
     /// `_index_<table>` and that column), for its first `rows` rows.
     pub fn bundled(dataset: &Dataset, table: &str, column: &str, rows: usize) -> Result<Self> {
+        // The query may name the table in any case, as `input_of` reads it.
+        let table = dataset.table_names().iter().find(|n| n.eq_ignore_ascii_case(table)).map_or(table, String::as_str);
         let index = format!("_index_{table}");
         let mut columns = Vec::new();
         for name in dataset.table_names() {
@@ -4387,6 +4397,21 @@ pub const DEMO_ROWS: usize = 200;
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_bundled_table_is_named_in_any_case_but_one_way_in_a_query() {
+        let tasks = parse_query("{Reviews.reviewtext} is positive").unwrap();
+        let (input, _) = input_of("movie", &tasks, Some(5)).unwrap();
+        assert_eq!(input.num_rows(), 5);
+        assert!(input.schema().field_with_name("Reviews.reviewtext").is_ok(), "{:?}", input.schema());
+        let ds = Dataset::load("movie").unwrap();
+        let labels = TruthLabels::bundled(&ds, "REVIEWS", "is_positive", 5).unwrap();
+        assert_eq!(labels.values, TruthLabels::bundled(&ds, "reviews", "is_positive", 5).unwrap().values);
+        // One table spelled two ways would be cross-joined with itself.
+        let tasks = parse_query("{reviews.reviewtext} is positive -- {Reviews.reviewtext} is long").unwrap();
+        let e = input_of("movie", &tasks, Some(5)).unwrap_err().to_string();
+        assert!(e.contains("`Reviews` and `reviews`"), "{e}");
+    }
 
     #[test]
     fn gold_keeps_the_order_its_answers_were_asked_in_unless_the_unasked_rows_win_the_reordering_back() {
