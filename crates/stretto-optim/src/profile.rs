@@ -18,6 +18,10 @@ pub struct LogicalEntry {
     pub name: String,
     /// Filter or map.
     pub kind: LogicalKind,
+    /// The predicate or instruction the operator was profiled on, where the writer recorded it: a pipeline reusing
+    /// the profile must ask the same.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompt: Option<String>,
 }
 
 /// What one physical operator said about the profiled tuples.

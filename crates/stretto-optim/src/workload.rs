@@ -99,7 +99,7 @@ pub fn generate(seed: u64, config: &WorkloadConfig) -> Workload {
         let is_map = c > 0 && rng.random::<f64>() < config.map_share.unwrap_or(0.3);
         if is_map {
             let name = format!("m{c}");
-            logical.push(LogicalEntry { name: name.clone(), kind: LogicalKind::Map });
+            logical.push(LogicalEntry { name: name.clone(), kind: LogicalKind::Map, prompt: None });
             query.push(format!("extract {name}"));
             let gold: Vec<usize> = (0..n).map(|_| rng.random_range(0..MAP_CARDINALITY)).collect();
             let formatted_share = rng.random_range(0.3..0.8);
@@ -162,7 +162,7 @@ pub fn generate(seed: u64, config: &WorkloadConfig) -> Workload {
             });
         } else {
             let name = format!("f{c}");
-            logical.push(LogicalEntry { name: name.clone(), kind: LogicalKind::Filter });
+            logical.push(LogicalEntry { name: name.clone(), kind: LogicalKind::Filter, prompt: None });
             query.push(format!("{name} holds"));
             let selectivity = rng.random_range(0.15..0.6);
             let own: Vec<f64> = (0..n).map(|_| normal.sample(&mut rng)).collect();

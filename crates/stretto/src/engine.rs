@@ -2056,7 +2056,7 @@ fn screening_forecast(
         query: o.query.clone(),
         population: n as u64,
         tuples: (0..n).map(|r| r.to_string()).collect(),
-        logical: tasks.iter().map(|t| LogicalEntry { name: t.name.clone(), kind: t.kind }).collect(),
+        logical: tasks.iter().map(logical_entry).collect(),
         physical,
     };
     let mut problem = Problem::from_profile(&profile)?;
@@ -2124,7 +2124,7 @@ fn profile_in_two_phases(
         query: o.query.clone(),
         population,
         tuples: sample.iter().map(|r| r.to_string()).collect(),
-        logical: tasks.iter().map(|t| LogicalEntry { name: t.name.clone(), kind: t.kind }).collect(),
+        logical: tasks.iter().map(logical_entry).collect(),
         physical: gold_entries.clone(),
     };
     let positives: Vec<bool> = positive.clone().unwrap_or_else(|| vec![true; n]);
@@ -3715,7 +3715,7 @@ fn profile_candidates(
         query: o.query.clone(),
         population: n as u64,
         tuples: sample.iter().map(|r| r.to_string()).collect(),
-        logical: tasks.iter().map(|t| LogicalEntry { name: t.name.clone(), kind: t.kind }).collect(),
+        logical: tasks.iter().map(logical_entry).collect(),
         physical: entries.into_iter().flatten().collect(),
     };
     // Deferred caches: a tuple outside profiling pays its prefill where an operator reads it.
@@ -3803,8 +3803,14 @@ fn profile_candidates(
     })
 }
 
+/// A profile's record of `task`: its name, kind and prompt.
+fn logical_entry(task: &SemanticTask) -> LogicalEntry {
+    LogicalEntry { name: task.name.clone(), kind: task.kind, prompt: Some(task.prompt.clone()) }
+}
+
 /// A profile saved earlier for this pipeline, ready to be re-optimized without profiling again. Its logical
-/// operators must be the pipeline's and its population the input's size, or it describes another query.
+/// operators must be the pipeline's (and ask what it asks, where the profile recorded it) and its population the
+/// input's size, or it describes another query.
 pub fn reuse_profile(
     pulled: &stretto_core::plan::PulledUpPlan,
     input: &RecordBatch,
@@ -3821,6 +3827,16 @@ pub fn reuse_profile(
             have.iter().map(|h| h.0).collect::<Vec<_>>(),
             want.iter().map(|w| w.0).collect::<Vec<_>>()
         )));
+    }
+    for (task, entry) in tasks.iter().zip(&profile.logical) {
+        if let Some(prompt) = entry.prompt.as_ref().filter(|p| **p != task.prompt) {
+            return Err(Error::Query(format!(
+                "profile {} asked operator `{}` \"{prompt}\"; this pipeline asks \"{}\" (profile it anew)",
+                path.display(),
+                task.name,
+                task.prompt
+            )));
+        }
     }
     if profile.population != input.num_rows() as u64 {
         return Err(Error::Query(format!(

@@ -304,6 +304,11 @@ fn a_saved_profile_is_re_optimized_offline_under_other_targets_and_strategies() 
     let other = other.unwrap().sem_filter("{reviews.reviewtext} mentions the cast").unwrap();
     let e = other.with_profile(&saved).unwrap_err().to_string();
     assert!(e.contains("profile.json") && e.contains("filter_2"), "{e}");
+    // So is one of a pipeline of the same shape asking another question: its thresholds and bounds are not this
+    // question's.
+    let negative = s.read_csv(&csv, &Default::default()).unwrap().sem_filter("{reviews.reviewtext} is negative");
+    let e = negative.unwrap().with_profile(&saved).unwrap_err().to_string();
+    assert!(e.contains("is clearly positive") && e.contains("is negative") && e.contains("filter_1"), "{e}");
 }
 
 #[test]
