@@ -226,7 +226,7 @@ enum Command {
     /// schemas (`movie.reviews`) and --input files.
     Sql {
         /// The SQL: one statement, or several separated by `;` (e.g. `SET stretto.recall = 0.8; SELECT ...`); the
-        /// last one's result is printed.
+        /// last one's result is printed (an INSERT or COPY before it runs; a query before it is refused).
         #[arg(required_unless_present = "file", conflicts_with = "file")]
         query: Option<String>,
         /// Read the SQL from this file instead (it may start with `--` comments).

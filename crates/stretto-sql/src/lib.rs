@@ -56,6 +56,7 @@ use arrow::array::RecordBatch;
 use arrow::datatypes::SchemaRef;
 use datafusion::error::DataFusionError;
 use datafusion::execution::session_state::SessionStateBuilder;
+use datafusion::logical_expr::LogicalPlan;
 use datafusion::physical_plan::ExecutionPlan;
 use datafusion::prelude::{SessionConfig, SessionContext};
 
@@ -233,19 +234,39 @@ impl SqlContext {
     }
 
     /// Plans `sql` (one statement, or several separated by `;`: each runs in turn, and the last one's result is
-    /// returned). `SET` and DDL statements take effect at once; a query is checked (semantic functions included)
-    /// but runs only when collected. The semantic pipelines that statements before it ran (`CREATE TABLE ... AS
+    /// returned). `SET` and DDL statements take effect at once, and so does an `INSERT` or `COPY` before the last
+    /// statement; a query before the last is refused (nothing would return its result). The last statement is
+    /// checked (semantic functions included) but runs only when collected. The semantic pipelines that statements before it ran (`CREATE TABLE ... AS
     /// SELECT ... sem_filter(...)`) are reported in the result's [`pipelines`](SqlResult::pipelines) too.
     pub fn sql(&self, sql: &str) -> Result<SqlFrame> {
         let statements = parse_statements(&self.ctx.state(), sql)?;
         self.log.clear();
         let mut last = None;
-        for statement in statements {
+        let count = statements.len();
+        for (i, statement) in statements.into_iter().enumerate() {
             let frame = self.runtime.block_on(async {
                 let plan = self.ctx.state().statement_to_plan(statement).await?;
-                self.ctx.execute_logical_plan(plan).await
+                let earlier = i + 1 < count;
+                match &plan {
+                    // An INSERT or COPY runs when collected: one before the last statement is collected here.
+                    LogicalPlan::Dml(_) | LogicalPlan::Copy(_) if earlier => {
+                        self.ctx.execute_logical_plan(plan).await?.collect().await?;
+                        Ok(None)
+                    }
+                    LogicalPlan::Ddl(_) | LogicalPlan::Statement(_) => {
+                        Ok(Some(self.ctx.execute_logical_plan(plan).await?))
+                    }
+                    _ if earlier => Err(DataFusionError::Plan(format!(
+                        "statement {} of {count} is a query, and only the last statement's result is returned: run it \
+                         on its own, or make it a CREATE TABLE ... AS or an INSERT",
+                        i + 1
+                    ))),
+                    _ => Ok(Some(self.ctx.execute_logical_plan(plan).await?)),
+                }
             });
-            last = Some(frame.map_err(unwrap_df)?);
+            if let Some(frame) = frame.map_err(unwrap_df)? {
+                last = Some(frame);
+            }
         }
         let df = last.expect("at least one statement");
         let earlier = self.log.runs();

@@ -207,6 +207,26 @@ fn a_query_without_semantic_functions_is_plain_datafusion() {
     assert_eq!(ints(&b, "top"), vec![top as i64]);
 }
 
+/// Every statement runs in turn: an INSERT or COPY before the last is not dropped, and a query before the last,
+/// whose result nothing would return, is refused.
+#[test]
+fn statements_before_the_last_run_and_a_query_among_them_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = session(dir.path());
+    let ctx = SqlContext::new(&s).unwrap();
+    let copy = dir.path().join("copy.csv");
+    let sql = format!(
+        "CREATE TABLE p (id BIGINT); INSERT INTO p VALUES (1), (2); INSERT INTO p VALUES (3); \
+         COPY (SELECT id FROM p) TO '{}' STORED AS CSV; SELECT id FROM p ORDER BY id",
+        copy.display()
+    );
+    let b = ctx.sql(&sql).unwrap().collect().unwrap().batch().unwrap();
+    assert_eq!(ints(&b, "id"), vec![1, 2, 3]);
+    assert_eq!(std::fs::read_to_string(&copy).unwrap().lines().count(), 4, "a header and three rows");
+    let e = plan_error(&ctx, "SELECT 1; SELECT 2");
+    assert!(e.contains("statement 1 of 2 is a query"), "{e}");
+}
+
 /// The same pipeline through SQL and through the DataFrame API gives the same rows, and a LIMIT above it stops
 /// execution early with the first rows of the full result.
 #[test]
