@@ -1346,12 +1346,22 @@ fn run(cli: Cli) -> Result<(), BoxError> {
                 Some(addr) => SqlRunner::Cluster(stretto_ballista::ClusterContext::connect(&session, addr)?),
                 None => SqlRunner::Local(stretto_sql::SqlContext::new(&session)?),
             };
-            let mut files = Vec::new();
+            let mut files: Vec<(String, PathBuf)> = Vec::new();
             for spec in &inputs {
-                files.push(match spec.split_once('=') {
+                let (name, path) = match spec.split_once('=') {
                     Some((n, p)) => (n.to_string(), PathBuf::from(p)),
                     None => (stretto::io::table_name(std::path::Path::new(spec))?, PathBuf::from(spec)),
-                });
+                };
+                // SQL reads unquoted names in lower case: `T` and `t` would be one table, the later file replacing
+                // the earlier.
+                if let Some((_, earlier)) = files.iter().find(|(n, _)| n.eq_ignore_ascii_case(&name)) {
+                    return Err(format!(
+                        "--input {spec}: table `{name}` is already --input {}; name one of them with NAME=PATH",
+                        earlier.display()
+                    )
+                    .into());
+                }
+                files.push((name, path));
             }
             // Each image column names its table, which must be an --input's, before any file is read.
             let mut images: std::collections::BTreeMap<&str, Vec<String>> = Default::default();

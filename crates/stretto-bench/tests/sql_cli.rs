@@ -154,6 +154,15 @@ fn explain_and_bad_sql_are_answered_before_any_model_work() {
     assert!(!ok && err.contains("recall"), "{err}");
     let (ok, _, err) = stretto(&["sql", "SELECT * FROM t", "--input", "absent.csv"], dir.path());
     assert!(!ok && err.contains("absent.csv"), "{err}");
+    // Two files named as one table (SQL reads `T` as `t`) are refused, not the earlier silently replaced.
+    std::fs::create_dir(dir.path().join("b")).unwrap();
+    for f in ["t.csv", "b/T.csv"] {
+        std::fs::write(dir.path().join(f), "id\n1\n").unwrap();
+    }
+    for inputs in [["t.csv", "b/T.csv"], ["x=t.csv", "X=b/T.csv"]] {
+        let (ok, _, err) = stretto(&["sql", "SELECT * FROM t", "--input", inputs[0], "--input", inputs[1]], dir.path());
+        assert!(!ok && err.contains(&format!("--input {}", inputs[1])) && err.contains("NAME=PATH"), "{err}");
+    }
     // Encoders are the session's: a decoder or an unknown name there is refused up front, naming it.
     for (encoders, needle) in [("minilm,smollm2-135m", "`smollm2-135m` is not a sentence encoder"), ("nope", "nope")] {
         let (ok, _, err) = stretto(&["sql", "SELECT 1", "--encoders", encoders, "--int8-rungs"], dir.path());
