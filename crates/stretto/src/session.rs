@@ -89,7 +89,7 @@ impl SessionBuilder {
         self
     }
 
-    /// Models operators may use in queries.
+    /// Models operators may use in queries (models brought with [`model`](Self::model) are added to them).
     pub fn models<S: Into<String>>(mut self, models: impl IntoIterator<Item = S>) -> Self {
         self.config.models = models.into_iter().map(Into::into).collect();
         self
@@ -214,6 +214,9 @@ impl SessionBuilder {
         if self.ladder_named {
             add_missing(&mut config.models, &config.operators.ladder);
         }
+        // A model brought with `model` is allowed, whatever `models` set before or after it.
+        let user: Vec<String> = config.user_models.iter().map(|(n, _)| n.clone()).collect();
+        add_missing(&mut config.models, &user);
         add_missing(&mut config.operators.encoders, &encoders);
         let c = &config;
         for m in &c.operators.ladder {

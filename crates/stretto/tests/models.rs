@@ -147,6 +147,9 @@ fn hugging_face_exports_are_a_gold_rung_and_an_embedding_filter() {
     // An encoder cannot be a rung of the LLM ladder.
     let e = Session::builder(&home).memo_off().ladder([enc.as_str()]).build().unwrap_err().to_string();
     assert!(e.contains(&enc), "{e}");
+    // A model brought stays allowed when `models` is set after it, so its embedding filter is a candidate.
+    let s = Session::builder(&home).memo_off().model(&enc, hf_export("encoder")).models(["minilm"]).build().unwrap();
+    assert_eq!(s.config().models, vec!["minilm".to_string(), enc.clone()]);
 }
 
 /// A real model through Optimum: SmolLM2-135M exported from the catalog's own GGUF weights
