@@ -330,7 +330,16 @@ pub fn write(batch: &RecordBatch, path: &Path, format: FileFormat) -> Result<()>
         message: e.to_string(),
         source: Some(e),
     };
-    let tmp = tempfile::Builder::new().prefix(".stretto-write-").tempfile_in(&dir).map_err(|e| boxed(Box::new(e)))?;
+    // A result file is created as any file is (0666 less the umask; a temporary file's default is owner-only), and
+    // one it replaces keeps its permissions.
+    let mut builder = tempfile::Builder::new();
+    builder.prefix(".stretto-write-");
+    #[cfg(unix)]
+    builder.permissions(std::os::unix::fs::PermissionsExt::from_mode(0o666));
+    let tmp = builder.tempfile_in(&dir).map_err(|e| boxed(Box::new(e)))?;
+    if let Ok(existing) = std::fs::metadata(path) {
+        std::fs::set_permissions(tmp.path(), existing.permissions()).map_err(|e| boxed(Box::new(e)))?;
+    }
     let file = tmp.as_file().try_clone().map_err(|e| boxed(Box::new(e)))?;
     // Types a plain file cannot hold as they are (dictionary text) are written as their values.
     match format {
@@ -418,6 +427,28 @@ mod tests {
         let names: Vec<_> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
         assert_eq!(names, vec![std::ffi::OsString::from("out.parquet")]);
         assert_eq!(read_parquet(&ok, &ReadOptions::default()).unwrap().num_rows(), 2);
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn a_result_file_has_a_plain_files_permissions_and_a_replaced_one_keeps_its_own() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let batch = RecordBatch::try_new(
+            Arc::new(Schema::new(vec![Field::new("n", DataType::Int64, false)])),
+            vec![Arc::new(Int64Array::from(vec![1]))],
+        )
+        .unwrap();
+        let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        // What the umask makes of a file any program creates (not a temporary file's owner-only 0600).
+        let plain = dir.path().join("plain");
+        std::fs::File::create(&plain).unwrap();
+        let out = dir.path().join("out.csv");
+        write(&batch, &out, FileFormat::Csv).unwrap();
+        assert_eq!(mode(&out), mode(&plain));
+        std::fs::set_permissions(&out, std::fs::Permissions::from_mode(0o640)).unwrap();
+        write(&batch, &out, FileFormat::Csv).unwrap();
+        assert_eq!(mode(&out), 0o640);
     }
 
     #[test]
