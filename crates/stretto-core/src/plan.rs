@@ -22,7 +22,7 @@
 //! # Ok::<(), stretto_core::CoreError>(())
 //! ```
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::fmt;
 use std::sync::Arc;
 
@@ -552,14 +552,16 @@ impl PlanBuilder {
             })
             .collect::<Result<Vec<_>>>()?;
         let filters = self.filters + other.filters;
-        Ok(Self { plan: LogicalPlan::Join { left: Box::new(self.plan), right: Box::new(other.plan), on }, filters })
+        let right = other.renamed_apart_from(&self.plan);
+        Ok(Self { plan: LogicalPlan::Join { left: Box::new(self.plan), right: Box::new(right), on }, filters })
     }
 
     /// Cartesian product with another plan.
     pub fn cross_join(self, other: PlanBuilder) -> Result<Self> {
         check_disjoint(&self.plan.schema(), &other.plan.schema())?;
         let filters = self.filters + other.filters;
-        Ok(Self { plan: LogicalPlan::CrossJoin { left: Box::new(self.plan), right: Box::new(other.plan) }, filters })
+        let right = other.renamed_apart_from(&self.plan);
+        Ok(Self { plan: LogicalPlan::CrossJoin { left: Box::new(self.plan), right: Box::new(right) }, filters })
     }
 
     /// Semantic filter with a generated name (`filter_1`, `filter_2`, ...).
@@ -591,12 +593,13 @@ impl PlanBuilder {
     pub fn sem_join(self, other: PlanBuilder, predicate: &str) -> Result<Self> {
         check_disjoint(&self.plan.schema(), &other.plan.schema())?;
         let filters = self.filters + other.filters + 1;
-        let task = SemanticTask::filter(format!("join_{filters}"), predicate);
-        task.resolve(&concat_schemas(&self.plan.schema(), &other.plan.schema()))?;
-        Ok(Self {
-            plan: LogicalPlan::SemJoin { left: Box::new(self.plan), right: Box::new(other.plan), task },
-            filters,
-        })
+        let right = other.renamed_apart_from(&self.plan);
+        let mut names = BTreeSet::new();
+        task_names(&self.plan, &mut names);
+        task_names(&right, &mut names);
+        let task = SemanticTask::filter(fresh_name("join", filters, &names), predicate);
+        task.resolve(&concat_schemas(&self.plan.schema(), &right.schema()))?;
+        Ok(Self { plan: LogicalPlan::SemJoin { left: Box::new(self.plan), right: Box::new(right), task }, filters })
     }
 
     /// The composed plan.
@@ -606,6 +609,80 @@ impl PlanBuilder {
 
     fn wrap(self, f: impl FnOnce(Box<LogicalPlan>) -> LogicalPlan) -> Self {
         Self { plan: f(Box::new(self.plan)), filters: self.filters }
+    }
+
+    /// This plan to be joined with `left`: each of its semantic operators whose generated name (`filter_1`,
+    /// `join_2`) `left` already uses is renamed to the next free one, so two frames filtered apart can be joined.
+    /// A name the user gave is kept (a clash there is reported by [`LogicalPlan::pull_up`]).
+    fn renamed_apart_from(self, left: &LogicalPlan) -> LogicalPlan {
+        let mut taken = BTreeSet::new();
+        task_names(left, &mut taken);
+        task_names(&self.plan, &mut taken);
+        let mut left_names = BTreeSet::new();
+        task_names(left, &mut left_names);
+        let mut plan = self.plan;
+        for_each_task_mut(&mut plan, &mut |task| {
+            let generated = task.name.rsplit_once('_').filter(|(prefix, n)| {
+                matches!(*prefix, "filter" | "join") && !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit())
+            });
+            if let Some((prefix, _)) = generated.filter(|_| left_names.contains(&task.name)) {
+                let name = fresh_name(prefix, 1, &taken);
+                taken.insert(name.clone());
+                task.name = name;
+            }
+        });
+        plan
+    }
+}
+
+/// `prefix_n` for the smallest `n` from `from` that `taken` does not hold.
+fn fresh_name(prefix: &str, from: usize, taken: &BTreeSet<String>) -> String {
+    (from..).map(|n| format!("{prefix}_{n}")).find(|name| !taken.contains(name)).expect("a free number")
+}
+
+/// The names of `plan`'s semantic operators, added to `out`.
+fn task_names(plan: &LogicalPlan, out: &mut BTreeSet<String>) {
+    match plan {
+        LogicalPlan::Scan { .. } => {}
+        LogicalPlan::Filter { input, .. } | LogicalPlan::Project { input, .. } | LogicalPlan::Limit { input, .. } => {
+            task_names(input, out)
+        }
+        LogicalPlan::SemFilter { input, task } | LogicalPlan::SemMap { input, task } => {
+            out.insert(task.name.clone());
+            task_names(input, out);
+        }
+        LogicalPlan::Join { left, right, .. } | LogicalPlan::CrossJoin { left, right } => {
+            task_names(left, out);
+            task_names(right, out);
+        }
+        LogicalPlan::SemJoin { left, right, task } => {
+            out.insert(task.name.clone());
+            task_names(left, out);
+            task_names(right, out);
+        }
+    }
+}
+
+/// Calls `f` on each of `plan`'s semantic operators, inputs first.
+fn for_each_task_mut(plan: &mut LogicalPlan, f: &mut dyn FnMut(&mut SemanticTask)) {
+    match plan {
+        LogicalPlan::Scan { .. } => {}
+        LogicalPlan::Filter { input, .. } | LogicalPlan::Project { input, .. } | LogicalPlan::Limit { input, .. } => {
+            for_each_task_mut(input, f)
+        }
+        LogicalPlan::SemFilter { input, task } | LogicalPlan::SemMap { input, task } => {
+            for_each_task_mut(input, f);
+            f(task);
+        }
+        LogicalPlan::Join { left, right, .. } | LogicalPlan::CrossJoin { left, right } => {
+            for_each_task_mut(left, f);
+            for_each_task_mut(right, f);
+        }
+        LogicalPlan::SemJoin { left, right, task } => {
+            for_each_task_mut(left, f);
+            for_each_task_mut(right, f);
+            f(task);
+        }
     }
 }
 
@@ -687,6 +764,41 @@ mod tests {
             text.starts_with("CrossJoin") && text.contains("Join r.id = m.id") && text.contains("Filter (m.id > 0)"),
             "{text}"
         );
+    }
+
+    #[test]
+    fn plans_filtered_apart_are_joined_with_their_generated_names_kept_apart() {
+        let r = table(&[1, 2, 3], &["a", "b", "c"]);
+        let filtered = |t: &str| {
+            let p = PlanBuilder::scan(t, &r).unwrap().sem_filter(&format!("{{{t}.text}} is nice")).unwrap();
+            p.sem_filter(&format!("{{{t}.text}} is short")).unwrap()
+        };
+        let names = |p: PlanBuilder| -> Vec<String> {
+            p.build().pull_up().unwrap().semantic.iter().map(|t| format!("{}: {}", t.name, t.prompt)).collect()
+        };
+        let joined = filtered("a").join(filtered("b"), &[("a.id", "b.id")]).unwrap();
+        let joined = joined.sem_filter("{a.text} is long").unwrap();
+        assert_eq!(
+            names(joined),
+            [
+                "filter_1: {a.text} is nice",
+                "filter_2: {a.text} is short",
+                "filter_3: {b.text} is nice",
+                "filter_4: {b.text} is short",
+                "filter_5: {a.text} is long"
+            ]
+        );
+        let pair = filtered("a").sem_join(filtered("b"), "{a.text} matches {b.text}").unwrap();
+        let crossed = pair.cross_join(filtered("c")).unwrap();
+        let names = names(crossed);
+        assert_eq!(names.len(), 7);
+        assert!(names.contains(&"join_5: {a.text} matches {b.text}".to_string()), "{names:?}");
+        assert!(names.contains(&"filter_6: {c.text} is short".to_string()), "{names:?}");
+        // A name the user gave stays theirs, and a clash there is reported.
+        let named =
+            |t: &str| PlanBuilder::scan(t, &r).unwrap().sem_filter_named("nice", &format!("{{{t}.text}} is nice"));
+        let e = named("a").unwrap().cross_join(named("b").unwrap()).unwrap().build().pull_up().unwrap_err();
+        assert!(e.to_string().contains("two semantic operators are named `nice`"), "{e}");
     }
 
     #[test]
