@@ -1415,20 +1415,32 @@ fn run(cli: Cli) -> Result<(), BoxError> {
             }
             if json {
                 let batch = result.batch()?;
-                let mut w = arrow::json::ArrayWriter::new(Vec::new());
+                // Each row is an object keyed by column name: two columns named alike would be one key.
+                if let Some((i, j)) = stretto::core::table::repeated_column(batch.schema_ref()) {
+                    let name = batch.schema_ref().field(j).name();
+                    return Err(format!(
+                        "columns {} and {} of the result are both named `{name}`, and --json keys each row's values \
+                         by name: name them apart with AS",
+                        i + 1,
+                        j + 1
+                    )
+                    .into());
+                }
+                // The rows as arrow writes them: keys in column order, a NULL cell as null (not left out).
+                let mut w = arrow::json::WriterBuilder::new()
+                    .with_explicit_nulls(true)
+                    .build::<_, arrow::json::writer::JsonArray>(Vec::new());
                 w.write(&batch)?;
                 w.finish()?;
                 let bytes = w.into_inner();
-                let rows: serde_json::Value =
-                    if bytes.is_empty() { serde_json::json!([]) } else { serde_json::from_slice(&bytes)? };
+                let rows = if bytes.is_empty() { "[]".to_string() } else { String::from_utf8(bytes)? };
                 let columns: Vec<&str> = batch.schema_ref().fields().iter().map(|f| f.name().as_str()).collect();
-                let v = serde_json::json!({
-                    "columns": columns,
-                    "rows": rows,
-                    "row_count": batch.num_rows(),
-                    "pipelines": result.pipelines(),
-                });
-                println!("{v}");
+                println!(
+                    "{{\"columns\":{},\"rows\":{rows},\"row_count\":{},\"pipelines\":{}}}",
+                    serde_json::to_string(&columns)?,
+                    batch.num_rows(),
+                    serde_json::to_string(result.pipelines())?
+                );
             } else {
                 let batch = result.batch()?;
                 let shown = batch.slice(0, show.min(batch.num_rows()));

@@ -124,6 +124,33 @@ fn an_image_column_of_an_input_table_is_judged_by_the_image_operators() {
     assert!(!ok && err.contains("picture") && err.contains("columns: id, photo"), "{err}");
 }
 
+/// `--json` rows keep the result's column order and its NULLs; a result naming two columns alike is refused by
+/// `--json` (one key would hide the other) and by `--output`, not written with one value lost or a file the readers
+/// refuse.
+#[test]
+fn json_rows_keep_order_and_nulls_and_two_columns_named_alike_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("t.csv"), "id,text\n1,a\n2,\n").unwrap();
+    std::fs::write(dir.path().join("u.csv"), "id\n1\n").unwrap();
+    let (ok, out, err) =
+        stretto(&["sql", "--input", "t.csv", "--json", "SELECT text, id FROM t ORDER BY id"], dir.path());
+    assert!(ok, "{err}");
+    assert!(out.contains(r#""rows":[{"text":"a","id":1},{"text":null,"id":2}]"#), "{out}");
+    let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!((v["columns"].clone(), v["row_count"].clone()), (serde_json::json!(["text", "id"]), 2.into()));
+    let join = "SELECT t.id, u.id FROM t JOIN u ON t.id = u.id + 1";
+    for (flag, needle) in [("--json", "name them apart with AS"), ("--output", "cannot write out.csv")] {
+        let mut args = vec!["sql", "--input", "t.csv", "--input", "u.csv", flag];
+        if flag == "--output" {
+            args.push("out.csv");
+        }
+        args.push(join);
+        let (ok, _, err) = stretto(&args, dir.path());
+        assert!(!ok && err.contains(needle) && err.contains("both named `id`"), "{flag}: {err}");
+    }
+    assert!(!dir.path().join("out.csv").exists());
+}
+
 #[test]
 fn explain_and_bad_sql_are_answered_before_any_model_work() {
     let dir = tempfile::tempdir().unwrap();

@@ -313,8 +313,20 @@ pub fn read_path_with(path: &Path, options: &ReadOptions) -> Result<RecordBatch>
 }
 
 /// Writes `batch` to `path` in `format`, atomically: the data goes to a temporary file in the same folder, which
-/// replaces `path` only once complete; on any error nothing is left behind.
+/// replaces `path` only once complete; on any error nothing is left behind. A batch naming two columns alike is refused, as the readers refuse such a file: name them apart (SQL's `AS`).
 pub fn write(batch: &RecordBatch, path: &Path, format: FileFormat) -> Result<()> {
+    if let Some((i, j)) = stretto_core::table::repeated_column(batch.schema_ref()) {
+        let name = batch.schema_ref().field(j).name();
+        return Err(Error::write(
+            path,
+            format!(
+                "columns {} and {} of the result are both named `{name}`; name them apart (in SQL, with AS)",
+                i + 1,
+                j + 1
+            ),
+            None,
+        ));
+    }
     let dir = match path.parent() {
         Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
         _ => PathBuf::from("."),
