@@ -259,9 +259,10 @@ enum Command {
         /// Print one JSON object (columns, rows, the pipeline's plan and bounds) instead of a table.
         #[arg(long)]
         json: bool,
-        /// Print the optimized logical plan and the physical plan instead of running the query (`EXPLAIN ANALYZE
-        /// <query>` runs it and shows the certified cascade, its rules and bounds).
-        #[arg(long)]
+        /// Print the optimized logical plan and the physical plan instead of running the last statement (statements
+        /// before it still run: it may read what they make); `EXPLAIN ANALYZE <query>` runs it and shows the
+        /// certified cascade, its rules and bounds.
+        #[arg(long, conflicts_with_all = ["output", "json"])]
         explain: bool,
         /// Models operators may use (comma-separated).
         #[arg(long, value_delimiter = ',', default_value = "smollm2-135m,minilm,efficientnet-lite0")]

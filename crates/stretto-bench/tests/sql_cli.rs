@@ -168,6 +168,13 @@ fn explain_and_bad_sql_are_answered_before_any_model_work() {
     assert!(ok, "{err}");
     assert!(out.contains("SemanticPipeline:") && out.contains("recall >= 0.7"), "{out}");
     assert!(out.contains("SemanticPipelineExec"), "{out}");
+    // It prints plans, never a result: --output and --json, which would be ignored, are refused.
+    for extra in [&["--output", "out.csv"][..], &["--json"]] {
+        let mut args = vec!["sql", "SELECT 1", "--explain"];
+        args.extend_from_slice(extra);
+        let (ok, _, err) = stretto(&args, dir.path());
+        assert!(!ok && err.contains("cannot be used with"), "{extra:?}: {err}");
+    }
     for (sql, needle) in [
         ("SELECT * FROM movie.reviews WHERE sem_filter(reviewtext)", "must be a string literal"),
         ("SELECT * FROM movie.reviews WHERE sem_filter('{reviews.nope} is good')", "nope"),
