@@ -5,7 +5,8 @@
 //! - `sem_filter('<predicate naming {table.column}s>')` in WHERE (AND-ed with other conditions) or in the ON clause
 //!   of an inner join (a semantic join);
 //! - `sem_map('<instruction naming {table.column}s>' [, 'text' | 'integer' | 'float' | 'boolean'])` in the SELECT
-//!   list, GROUP BY, HAVING, ORDER BY or a WHERE comparison.
+//!   list, GROUP BY, HAVING, ORDER BY or a WHERE comparison (where the block groups, a HAVING or ORDER BY call must
+//!   also be in the SELECT list or GROUP BY: the pipeline runs on the rows before grouping).
 //!
 //! Every semantic call of a query becomes **one** Stretto pipeline (an extension node of DataFusion's plan, placed
 //! by [`SemanticPipelineRule`]): relational filters and joins run below it, aggregates, ordering and LIMIT above. The

@@ -222,6 +222,9 @@ fn rewrite_block(
     if !is_upper(&plan) {
         return rewrite_core(plan, options, maps, aliases);
     }
+    // Map columns the clauses above this node read (ORDER BY or HAVING calls, not in the SELECT list): they come up
+    // from the pipeline through it.
+    let pending: Vec<String> = maps.iter().map(|m| m.field.clone()).collect();
     // Nodes whose expressions name output columns keep those names when a call becomes a column.
     let names_outputs = matches!(plan, LogicalPlan::Projection(_) | LogicalPlan::Aggregate(_) | LogicalPlan::Window(_));
     let clause = clause_of(&plan);
@@ -242,6 +245,27 @@ fn rewrite_block(
     let inputs = plan.inputs();
     if inputs.len() != 1 {
         return plan_err!("{clause} with {} inputs cannot hold semantic functions", inputs.len());
+    }
+    if !pending.is_empty() {
+        match &plan {
+            LogicalPlan::Projection(p) => {
+                let outputs: Vec<String> = p.schema.fields().iter().map(|f| f.name().clone()).collect();
+                for field in pending.iter().filter(|f| !outputs.contains(f)) {
+                    exprs.push(Expr::Column(Column::from_name(field)));
+                }
+            }
+            LogicalPlan::Aggregate(_) => {
+                let m = maps.iter().find(|m| pending.contains(&m.field)).expect("a pending map");
+                return plan_err!(
+                    "sem_map('{}') stands above a GROUP BY of its block, but the pipeline runs on the rows before \
+                     grouping: ask it in a subquery or CTE of its own, before the grouping (`SELECT ..., sem_map(...) \
+                     AS m FROM t`, then group or filter by `m`) or after it (`FROM (SELECT ... GROUP BY ...) AS s`, \
+                     the prompt naming `{{s.column}}`)",
+                    m.prompt
+                );
+            }
+            _ => {}
+        }
     }
     let input = rewrite_block(inputs[0].clone(), options, maps, aliases)?;
     plan.with_new_exprs(exprs, vec![input])

@@ -411,6 +411,24 @@ fn aggregates_and_ordering_run_above_the_pipeline() {
     let kept = kept.collect().unwrap();
     assert_eq!(kept.num_rows() as i64, expect_true);
     assert!(kept.pipelines()[0].pipeline.starts_with("positive := "), "{:?}", kept.pipelines());
+    // ORDER BY a map the SELECT list leaves out: its column comes up through the projections and is not returned.
+    // (Unaliased, the model reads the label `value`: the answers are those of the same call aliased so.)
+    let ordered =
+        ctx.sql(&format!("SELECT reviewid FROM {FIRST_40} ORDER BY {map} DESC NULLS LAST")).unwrap().collect().unwrap();
+    let ordered = ordered.batch().unwrap();
+    assert_eq!((ordered.num_columns(), ordered.num_rows()), (1, 40));
+    let labelled = ctx.sql(&format!("SELECT reviewid, {map} AS value FROM {FIRST_40}")).unwrap().collect().unwrap();
+    let labelled = labelled.batch().unwrap();
+    let value = labelled.column_by_name("value").unwrap().as_boolean().clone();
+    let ids = texts(&labelled, "reviewid");
+    let positive: std::collections::BTreeSet<_> =
+        (0..40).filter(|&i| value.is_valid(i) && value.value(i)).map(|i| ids[i].clone()).collect();
+    assert!(!positive.is_empty() && positive.len() < 40, "{positive:?}");
+    let first: std::collections::BTreeSet<_> = texts(&ordered, "reviewid").into_iter().take(positive.len()).collect();
+    assert_eq!(first, positive);
+    // Above a GROUP BY the pipeline cannot run on the grouped rows: the error says where to ask the map instead.
+    let e = plan_error(&ctx, &format!("SELECT reviewid FROM {FIRST_40} GROUP BY reviewid, reviewtext HAVING {map}"));
+    assert!(e.contains("stands above a GROUP BY") && e.contains("subquery or CTE"), "{e}");
 }
 
 #[test]
