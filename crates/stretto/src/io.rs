@@ -12,9 +12,6 @@ use stretto_core::table::ColumnKind;
 
 use crate::error::{Error, Result};
 
-/// Rows read to infer a CSV or NDJSON file's column types.
-const INFER_ROWS: usize = 1000;
-
 /// How to read a CSV file.
 #[derive(Debug, Clone)]
 pub struct CsvOptions {
@@ -74,15 +71,32 @@ fn arrow_read(path: &Path, e: arrow::error::ArrowError) -> Error {
     Error::Read { path: path.into(), location: None, message: e.to_string(), source: Some(Box::new(e)) }
 }
 
-/// Reads a CSV file into one batch; column types are inferred from the first rows.
+/// Reads a CSV file into one batch. Column types are inferred from every row (a value late in the file that is not
+/// a number keeps its column text), and a numeric-looking column with a value written with a leading zero (`02134`,
+/// `007`) stays text: read as a number it would lose the zero, in the prompts and in the result.
 pub fn read_csv(path: &Path, options: &CsvOptions) -> Result<RecordBatch> {
     let mut file = open(path)?;
     let format =
         arrow::csv::reader::Format::default().with_header(options.has_header).with_delimiter(options.delimiter);
-    let (schema, _) = format.infer_schema(&mut file, Some(INFER_ROWS)).map_err(|e| arrow_read(path, e))?;
-    if schema.fields().is_empty() {
+    let (inferred, _) = format.infer_schema(&mut file, None).map_err(|e| arrow_read(path, e))?;
+    if inferred.fields().is_empty() {
         return Err(Error::read(path, None, "the file has no columns"));
     }
+    // Numbers are read as text first, then cast unless a value has a leading zero.
+    let numeric = |t: &DataType| matches!(t, DataType::Int64 | DataType::Float64);
+    let schema = Schema::new(
+        inferred
+            .fields()
+            .iter()
+            .map(|f| {
+                if numeric(f.data_type()) {
+                    f.as_ref().clone().with_data_type(DataType::Utf8)
+                } else {
+                    f.as_ref().clone()
+                }
+            })
+            .collect::<Vec<_>>(),
+    );
     file.rewind().map_err(|e| Error::Read {
         path: path.into(),
         location: None,
@@ -97,7 +111,33 @@ pub fn read_csv(path: &Path, options: &CsvOptions) -> Result<RecordBatch> {
         .map_err(|e| arrow_read(path, e))?;
     let batches = reader.collect::<std::result::Result<Vec<_>, _>>().map_err(|e| arrow_read(path, e))?;
     let batch = arrow::compute::concat_batches(&schema, &batches)?;
+    let mut fields = Vec::new();
+    let mut columns = Vec::new();
+    for (i, f) in inferred.fields().iter().enumerate() {
+        let text = batch.column(i);
+        let keep_text = !numeric(f.data_type()) || text.as_string::<i32>().iter().flatten().any(leading_zero);
+        // A failed cast (a whole number too long for 64 bits: an account number) keeps the column text too; a safe
+        // cast would have made such values null.
+        let options = arrow::compute::CastOptions { safe: false, ..Default::default() };
+        match (!keep_text).then(|| arrow::compute::cast_with_options(text, f.data_type(), &options)) {
+            Some(Ok(number)) => {
+                fields.push(f.as_ref().clone());
+                columns.push(number);
+            }
+            _ => {
+                fields.push(schema.field(i).clone());
+                columns.push(text.clone());
+            }
+        }
+    }
+    let batch = RecordBatch::try_new(Arc::new(Schema::new(fields)), columns)?;
     mark_images(path, batch, &options.image_columns)
+}
+
+/// A number written with a leading zero (`007`, `-01.5`), which reading it as a number would drop.
+fn leading_zero(value: &str) -> bool {
+    let digits = value.trim().trim_start_matches(['-', '+']).as_bytes();
+    digits.len() > 1 && digits[0] == b'0' && digits[1].is_ascii_digit()
 }
 
 /// Reads a Parquet file into one batch.
@@ -145,13 +185,13 @@ fn decode_parquet(path: &Path, file: std::fs::File) -> Result<RecordBatch> {
     Ok(arrow::compute::concat_batches(&schema, &batches)?)
 }
 
-/// Reads a newline-delimited JSON file (one object per line) into one batch; types are inferred from the first rows.
+/// Reads a newline-delimited JSON file (one object per line) into one batch; types are inferred from every row.
 pub fn read_json(path: &Path, options: &ReadOptions) -> Result<RecordBatch> {
     let file = open(path)?;
-    let (schema, _) = arrow::json::reader::infer_json_schema_from_seekable(BufReader::new(&file), Some(INFER_ROWS))
+    let (schema, _) = arrow::json::reader::infer_json_schema_from_seekable(BufReader::new(&file), None)
         .map_err(|e| arrow_read(path, e))?;
     if schema.fields().is_empty() {
-        return Err(Error::read(path, None, "no JSON object with fields in the first rows"));
+        return Err(Error::read(path, None, "no JSON object with fields"));
     }
     let schema = Arc::new(schema);
     let reader = arrow::json::ReaderBuilder::new(schema.clone())
@@ -394,6 +434,35 @@ mod tests {
         assert!(e.contains("dup.csv") && e.contains("columns 2 and 3 are both named `text`"), "{e}");
         std::fs::write(&p, "id,text,note\n1,a,b\n").unwrap();
         assert_eq!(read_csv(&p, &CsvOptions::default()).unwrap().num_columns(), 3);
+    }
+
+    #[test]
+    fn csv_columns_that_numbers_would_change_stay_text() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("t.csv");
+        let mut late =
+            String::from("zip,n,big,x,late,ratio\n02134,1,12345678901234567890123,1.5,1,1\n00501,2,1,-2,2,2\n");
+        for i in 3..=1200 {
+            late.push_str(&format!("1{i},{i},{i},0.5,{i},{i}\n"));
+        }
+        late.push_str("9,9,9,9,N/A,2.5\n");
+        std::fs::write(&p, late).unwrap();
+        let b = read_csv(&p, &CsvOptions::default()).unwrap();
+        let kind = |c: &str| b.schema().field_with_name(c).unwrap().data_type().clone();
+        // Zip codes keep their zeros, a number too long for 64 bits its digits, a late `N/A` its column.
+        for c in ["zip", "big", "late"] {
+            assert_eq!(kind(c), DataType::Utf8, "{c}");
+        }
+        assert_eq!(b.column(0).as_string::<i32>().value(1), "00501");
+        assert_eq!(b.column(2).as_string::<i32>().value(0), "12345678901234567890123");
+        assert_eq!(b.column(4).as_string::<i32>().value(1200), "N/A");
+        // Numbers stay numbers.
+        assert_eq!((kind("n"), kind("x")), (DataType::Int64, DataType::Float64));
+        // Types come from every row: whole numbers up to row 1200, then 2.5.
+        assert_eq!(kind("ratio"), DataType::Float64);
+        assert_eq!(b.column(3).as_primitive::<arrow::datatypes::Float64Type>().value(1), -2.0);
+        assert_eq!(b.num_rows(), 1201);
+        assert!(leading_zero(" -007") && !leading_zero("0") && !leading_zero("0.5") && !leading_zero("10"));
     }
 
     #[test]
