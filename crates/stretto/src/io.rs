@@ -1,8 +1,8 @@
-//! Reading user tables (CSV, TSV, Parquet, NDJSON) with Arrow's and Parquet's own readers, and writing results
-//! atomically: a result file appears whole or not at all.
+//! Reading user tables (CSV, TSV, Parquet, JSON lines or arrays) with Arrow's and Parquet's own readers, and
+//! writing results atomically: a result file appears whole or not at all.
 
 use std::fs::File;
-use std::io::{BufReader, Seek};
+use std::io::Seek;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -67,8 +67,16 @@ fn open(path: &Path) -> Result<File> {
 }
 
 fn arrow_read(path: &Path, e: arrow::error::ArrowError) -> Error {
-    // Arrow's CSV and JSON readers name the line in their message ("... for line 3 ...").
-    Error::Read { path: path.into(), location: None, message: e.to_string(), source: Some(Box::new(e)) }
+    // Arrow's CSV and JSON readers name the line in their message ("... for line 3 ..."). Some quote the whole
+    // value they choke on, which may be the whole file: the message is cut short (the source keeps it all).
+    const LONGEST: usize = 400;
+    let mut message = e.to_string();
+    if message.len() > LONGEST {
+        let cut = (0..=LONGEST).rev().find(|&i| message.is_char_boundary(i)).unwrap_or(0);
+        message.truncate(cut);
+        message.push_str(" …");
+    }
+    Error::Read { path: path.into(), location: None, message, source: Some(Box::new(e)) }
 }
 
 /// Reads a CSV file into one batch. Column types are inferred from every row (a value late in the file that is not
@@ -185,10 +193,35 @@ fn decode_parquet(path: &Path, file: std::fs::File) -> Result<RecordBatch> {
     Ok(arrow::compute::concat_batches(&schema, &batches)?)
 }
 
-/// Reads a newline-delimited JSON file (one object per line) into one batch; types are inferred from every row.
+/// Reads a JSON file into one batch: newline-delimited objects (one per line), or an array of objects (what
+/// `json.dump(records)` or pandas' `to_json(orient='records')` writes). Types are inferred from every row.
 pub fn read_json(path: &Path, options: &ReadOptions) -> Result<RecordBatch> {
-    let file = open(path)?;
-    let (schema, _) = arrow::json::reader::infer_json_schema_from_seekable(BufReader::new(&file), None)
+    use std::io::Read;
+    let mut bytes = Vec::new();
+    open(path)?.read_to_end(&mut bytes).map_err(|e| Error::Read {
+        path: path.into(),
+        location: None,
+        message: "cannot read it".into(),
+        source: Some(Box::new(e)),
+    })?;
+    let text = bytes.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(&bytes);
+    let array = text.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'[');
+    let batch = if array { read_json_array(path, text)? } else { read_ndjson(path, text)? };
+    // pandas' default `to_json()` writes one object of columns, each an object of row → value: read as lines, that is
+    // one row of structs, nothing like the table.
+    if batch.num_rows() == 1 && batch.columns().iter().all(|c| matches!(c.data_type(), DataType::Struct(_))) {
+        return Err(Error::read(
+            path,
+            None,
+            "one JSON object whose every field is an object: columns, as pandas' default to_json() writes them? Write \
+             one object per row: to_json(orient='records', lines=True)",
+        ));
+    }
+    mark_images(path, batch, &options.image_columns)
+}
+
+fn read_ndjson(path: &Path, text: &[u8]) -> Result<RecordBatch> {
+    let (schema, _) = arrow::json::reader::infer_json_schema_from_seekable(std::io::Cursor::new(text), None)
         .map_err(|e| arrow_read(path, e))?;
     if schema.fields().is_empty() {
         return Err(Error::read(path, None, "no JSON object with fields"));
@@ -196,11 +229,28 @@ pub fn read_json(path: &Path, options: &ReadOptions) -> Result<RecordBatch> {
     let schema = Arc::new(schema);
     let reader = arrow::json::ReaderBuilder::new(schema.clone())
         .with_batch_size(8192)
-        .build(BufReader::new(open(path)?))
+        .build(std::io::Cursor::new(text))
         .map_err(|e| arrow_read(path, e))?;
     let batches = reader.collect::<std::result::Result<Vec<_>, _>>().map_err(|e| arrow_read(path, e))?;
-    let batch = arrow::compute::concat_batches(&schema, &batches)?;
-    mark_images(path, batch, &options.image_columns)
+    Ok(arrow::compute::concat_batches(&schema, &batches)?)
+}
+
+fn read_json_array(path: &Path, text: &[u8]) -> Result<RecordBatch> {
+    let values: Vec<serde_json::Value> = serde_json::from_slice(text)
+        .map_err(|e| Error::read(path, None, format!("not a JSON array of objects: {e}")))?;
+    if let Some(i) = values.iter().position(|v| !v.is_object()) {
+        return Err(Error::read(path, None, format!("element {} of the JSON array is not an object", i + 1)));
+    }
+    let schema =
+        arrow::json::reader::infer_json_schema_from_iterator(values.iter().map(Ok)).map_err(|e| arrow_read(path, e))?;
+    if schema.fields().is_empty() {
+        return Err(Error::read(path, None, "no JSON object with fields"));
+    }
+    let schema = Arc::new(schema);
+    let mut decoder =
+        arrow::json::ReaderBuilder::new(schema.clone()).build_decoder().map_err(|e| arrow_read(path, e))?;
+    decoder.serialize(&values).map_err(|e| arrow_read(path, e))?;
+    Ok(decoder.flush().map_err(|e| arrow_read(path, e))?.unwrap_or_else(|| RecordBatch::new_empty(schema)))
 }
 
 /// Refuses a file that names two columns alike (a CSV header can): a prompt's `{table.column}` could not say
@@ -331,12 +381,12 @@ pub fn table_name(path: &Path) -> Result<String> {
     Ok(stem.chars().map(|c| if c.is_alphanumeric() || c == '_' { c } else { '_' }).collect())
 }
 
-/// Reads a CSV, TSV, Parquet or NDJSON file, by its extension, with default options.
+/// Reads a CSV, TSV, Parquet or JSON file, by its extension, with default options.
 pub fn read_path(path: &Path) -> Result<RecordBatch> {
     read_path_with(path, &ReadOptions::default())
 }
 
-/// Reads a CSV, TSV, Parquet or NDJSON file, by its extension, with `options`' image columns (a CSV's delimiter and
+/// Reads a CSV, TSV, Parquet or JSON file, by its extension, with `options`' image columns (a CSV's delimiter and
 /// header stay the defaults).
 pub fn read_path_with(path: &Path, options: &ReadOptions) -> Result<RecordBatch> {
     match FileFormat::of(path)? {
@@ -463,6 +513,37 @@ mod tests {
         assert_eq!(b.column(3).as_primitive::<arrow::datatypes::Float64Type>().value(1), -2.0);
         assert_eq!(b.num_rows(), 1201);
         assert!(leading_zero(" -007") && !leading_zero("0") && !leading_zero("0.5") && !leading_zero("10"));
+    }
+
+    #[test]
+    fn a_json_array_of_objects_is_read_and_a_pandas_column_object_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = |name: &str, text: &str| {
+            let p = dir.path().join(name);
+            std::fs::write(&p, text).unwrap();
+            p
+        };
+        // One line, pretty-printed, or after a byte-order mark: the same table.
+        for text in [
+            "[{\"id\":1,\"text\":\"a\"},{\"id\":2}]",
+            "\n[\n  {\"id\": 1, \"text\": \"a\"},\n  {\"id\": 2}\n]\n",
+            "\u{feff}[{\"id\":1,\"text\":\"a\"},{\"id\":2}]",
+        ] {
+            let b = read_json(&file("a.json", text), &ReadOptions::default()).unwrap();
+            assert_eq!((b.num_rows(), b.schema().field(0).name().as_str()), (2, "id"), "{text}");
+            assert!(b.column(1).is_null(1));
+        }
+        let e = read_json(&file("m.json", "[{\"id\":1}, 3]"), &ReadOptions::default()).unwrap_err().to_string();
+        assert!(e.contains("element 2 of the JSON array is not an object"), "{e}");
+        let pandas = file("p.json", r#"{"id":{"0":1,"1":2},"text":{"0":"a","1":"b"}}"#);
+        let e = read_json(&pandas, &ReadOptions::default()).unwrap_err().to_string();
+        assert!(e.contains("orient='records', lines=True"), "{e}");
+        // Lines still read as lines.
+        let lines = read_json(&file("l.jsonl", "{\"id\":1}\n{\"id\":2}\n"), &ReadOptions::default()).unwrap();
+        assert_eq!(lines.num_rows(), 2);
+        // A reader's message quoting a whole file is cut short.
+        let long = arrow_read(Path::new("x.json"), arrow::error::ArrowError::JsonError("é".repeat(5000)));
+        assert!(long.to_string().len() < 500 && long.to_string().ends_with(" …"), "{}", long.to_string().len());
     }
 
     #[test]

@@ -340,14 +340,14 @@ impl Session {
         DataFrame::scan(self.inner.clone(), &io::table_name(path)?, &batch, &path.display().to_string())
     }
 
-    /// A frame over a newline-delimited JSON file; the table is named after the file stem.
+    /// A frame over a JSON file (one object per line, or an array of objects); the table is named after the file stem.
     pub fn read_json(&self, path: impl AsRef<Path>, options: &ReadOptions) -> Result<DataFrame> {
         let path = path.as_ref();
         let batch = io::read_json(path, options)?;
         DataFrame::scan(self.inner.clone(), &io::table_name(path)?, &batch, &path.display().to_string())
     }
 
-    /// A frame over a file whose format its extension names (CSV, TSV, Parquet, NDJSON), as table `table` (default: the
+    /// A frame over a file whose format its extension names (CSV, TSV, Parquet, JSON), as table `table` (default: the
     /// file stem).
     pub fn read_file(&self, path: impl AsRef<Path>, table: Option<&str>) -> Result<DataFrame> {
         let path = path.as_ref();
