@@ -34,7 +34,7 @@ use arrow::row::{RowConverter, SortField};
 use crate::error::{CoreError, Result};
 use crate::expr::{null_as_false, Expr};
 use crate::op::{SemanticTask, ValueType};
-use crate::table::{qualify, resolve_column};
+use crate::table::{canonical_references, qualify, resolve_column};
 
 /// Largest cross product we materialise; beyond it a query should filter relationally first.
 pub const MAX_CROSS_ROWS: usize = 20_000_000;
@@ -572,7 +572,7 @@ impl PlanBuilder {
 
     /// Semantic filter with an explicit logical name.
     pub fn sem_filter_named(mut self, name: &str, predicate: &str) -> Result<Self> {
-        let task = SemanticTask::filter(name, predicate);
+        let task = SemanticTask::filter(name, canonical_references(predicate, &self.plan.schema()));
         task.resolve(&self.plan.schema())?;
         self.filters += 1;
         Ok(self.wrap(|input| LogicalPlan::SemFilter { input, task }))
@@ -584,7 +584,7 @@ impl PlanBuilder {
         if schema.fields().iter().any(|f| f.name() == column) {
             return Err(CoreError::InvalidLogicalPlan(format!("sem_map output `{column}` already exists")));
         }
-        let task = SemanticTask::map(column, instruction, column, ty);
+        let task = SemanticTask::map(column, canonical_references(instruction, &schema), column, ty);
         task.resolve(&schema)?;
         Ok(self.wrap(|input| LogicalPlan::SemMap { input, task }))
     }
@@ -597,8 +597,9 @@ impl PlanBuilder {
         let mut names = BTreeSet::new();
         task_names(&self.plan, &mut names);
         task_names(&right, &mut names);
-        let task = SemanticTask::filter(fresh_name("join", filters, &names), predicate);
-        task.resolve(&concat_schemas(&self.plan.schema(), &right.schema()))?;
+        let pair = concat_schemas(&self.plan.schema(), &right.schema());
+        let task = SemanticTask::filter(fresh_name("join", filters, &names), canonical_references(predicate, &pair));
+        task.resolve(&pair)?;
         Ok(Self { plan: LogicalPlan::SemJoin { left: Box::new(self.plan), right: Box::new(right), task }, filters })
     }
 
@@ -799,6 +800,32 @@ mod tests {
             |t: &str| PlanBuilder::scan(t, &r).unwrap().sem_filter_named("nice", &format!("{{{t}.text}} is nice"));
         let e = named("a").unwrap().cross_join(named("b").unwrap()).unwrap().build().pull_up().unwrap_err();
         assert!(e.to_string().contains("two semantic operators are named `nice`"), "{e}");
+    }
+
+    #[test]
+    fn prompts_name_columns_in_any_case_and_are_written_as_the_columns_are() {
+        let r = table(&[1, 2], &["a", "b"]);
+        let p = PlanBuilder::scan("Reviews", &r).unwrap().sem_filter("{reviews.TEXT} is nice").unwrap();
+        let p = p.sem_map("mood", "The mood of {REVIEWS.text}", ValueType::String).unwrap();
+        let p = p.sem_join(PlanBuilder::scan("o", &r).unwrap(), "{Reviews.text} matches {O.Text}").unwrap();
+        let prompts: Vec<String> = p.build().pull_up().unwrap().semantic.iter().map(|t| t.prompt.clone()).collect();
+        assert_eq!(
+            prompts,
+            ["{Reviews.text} is nice", "The mood of {Reviews.text}", "{Reviews.text} matches {o.text}"]
+        );
+        // A reference two columns answer in any case stays as written, and is an error.
+        let one = table(&[1], &["a"]);
+        let two = RecordBatch::try_new(
+            Arc::new(Schema::new(vec![
+                Field::new("id", DataType::Int64, false),
+                Field::new("text", DataType::Utf8, false),
+                Field::new("Text", DataType::Utf8, false),
+            ])),
+            vec![one.column(0).clone(), one.column(1).clone(), one.column(1).clone()],
+        )
+        .unwrap();
+        let e = PlanBuilder::scan("r", &two).unwrap().sem_filter("{r.TEXT} is nice").unwrap_err();
+        assert!(e.to_string().contains("r.TEXT"), "{e}");
     }
 
     #[test]

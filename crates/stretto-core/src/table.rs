@@ -204,6 +204,41 @@ pub fn repeated_column(schema: &Schema) -> Option<(usize, usize)> {
     (1..fields.len()).find_map(|j| fields[..j].iter().position(|f| f.name() == fields[j].name()).map(|i| (i, j)))
 }
 
+/// `prompt` with each `{reference}` that names no column as written, but one column when read as SQL reads an
+/// unquoted identifier (case-insensitively: `FROM MyT` is table `myt`), written as that column's name. So
+/// `sem_filter('{MyT.text} is positive')` asks about `myt.text`, as `SELECT MyT.text` reads it, and a frame over
+/// `Reviews.csv` answers `{reviews.text}`. A reference that
+/// resolves as written (exactly, or as a unique bare column name), or matches no column or several, is kept, and
+/// the check that follows names the problem.
+pub fn canonical_references(prompt: &str, schema: &Schema) -> String {
+    let canonical = |r: &str| -> Option<String> {
+        if resolve_column(schema, r, "").is_ok() {
+            return None;
+        }
+        let matching = |name: &str| {
+            name.eq_ignore_ascii_case(r) || name.rsplit_once('.').is_some_and(|(_, bare)| bare.eq_ignore_ascii_case(r))
+        };
+        let mut found = schema.fields().iter().filter(|f| matching(f.name()));
+        match (found.next(), found.next()) {
+            (Some(f), None) => Some(f.name().clone()),
+            _ => None,
+        }
+    };
+    let mut out = String::with_capacity(prompt.len());
+    let mut rest = prompt;
+    while let Some(open) = rest.find('{') {
+        let Some(close) = rest[open..].find('}').map(|c| open + c) else { break };
+        out.push_str(&rest[..open]);
+        match canonical(rest[open + 1..close].trim()) {
+            Some(name) => out.push_str(&format!("{{{name}}}")),
+            None => out.push_str(&rest[open..=close]),
+        }
+        rest = &rest[close + 1..];
+    }
+    out.push_str(rest);
+    out
+}
+
 /// Renames every column of `batch` to `table.column`, keeping metadata, so columns of joined tables stay distinct.
 /// A batch naming two columns alike is refused ([`repeated_column`]).
 pub fn qualify(table: &str, batch: &RecordBatch) -> Result<RecordBatch> {

@@ -109,40 +109,6 @@ pub fn stretto_schema(schema: &DFSchema) -> Result<Schema> {
     ))
 }
 
-/// `prompt` with each `{reference}` that names no column as written, but one column when read as SQL reads an
-/// unquoted identifier (case-insensitively: `FROM MyT` is table `myt`), written as that column's name. So
-/// `sem_filter('{MyT.text} is positive')` asks about `myt.text`, as `SELECT MyT.text` reads it. A reference that
-/// resolves as written (exactly, or as a unique bare column name), or matches no column or several, is kept, and
-/// the check that follows names the problem.
-fn canonical_references(prompt: &str, schema: &Schema) -> String {
-    let canonical = |r: &str| -> Option<String> {
-        if stretto::core::table::resolve_column(schema, r, "").is_ok() {
-            return None;
-        }
-        let matching = |name: &str| {
-            name.eq_ignore_ascii_case(r) || name.rsplit_once('.').is_some_and(|(_, bare)| bare.eq_ignore_ascii_case(r))
-        };
-        let mut found = schema.fields().iter().filter(|f| matching(f.name()));
-        match (found.next(), found.next()) {
-            (Some(f), None) => Some(f.name().clone()),
-            _ => None,
-        }
-    };
-    let mut out = String::with_capacity(prompt.len());
-    let mut rest = prompt;
-    while let Some(open) = rest.find('{') {
-        let Some(close) = rest[open..].find('}').map(|c| open + c) else { break };
-        out.push_str(&rest[..open]);
-        match canonical(rest[open + 1..close].trim()) {
-            Some(name) => out.push_str(&format!("{{{name}}}")),
-            None => out.push_str(&rest[open..=close]),
-        }
-        rest = &rest[close + 1..];
-    }
-    out.push_str(rest);
-    out
-}
-
 /// The semantic pipeline of one query: its semantic filters and maps over `input` (the query's relational part:
 /// scans, relational filters, joins). Output: the input's columns, then one column per map.
 #[derive(Clone)]
@@ -164,10 +130,10 @@ impl SemanticPipelineNode {
         let arrow = stretto_schema(input.schema())?;
         let mut spec = spec;
         for f in spec.filters.iter_mut() {
-            *f = canonical_references(f, &arrow);
+            *f = stretto::core::table::canonical_references(f, &arrow);
         }
         for m in spec.maps.iter_mut() {
-            m.prompt = canonical_references(&m.prompt, &arrow);
+            m.prompt = stretto::core::table::canonical_references(&m.prompt, &arrow);
         }
         let mut seen = std::collections::HashSet::new();
         spec.filters.retain(|p| seen.insert(p.clone()));
