@@ -3904,8 +3904,6 @@ pub struct Planned {
     pub plan: PlanFile,
     /// The relaxation the plan was optimized on (its gold plan is what `check` compares with).
     pub problem: Problem,
-    /// Where the plan was written, if it was.
-    pub plan_path: Option<PathBuf>,
     /// Seconds the optimizer took.
     pub seconds: f64,
 }
@@ -3949,14 +3947,7 @@ pub fn optimize(p: &Profiled, o: &QueryOptions, strat: &dyn Strategy) -> Result<
     let mut plan = optimized.to_plan_file(&problem);
     plan.query = Some(o.query.clone());
     plan.logical = p.tasks.clone();
-    let plan_path = match run_file(o, "plan.json")? {
-        Some(path) => {
-            plan.write(&path)?;
-            Some(path)
-        }
-        None => None,
-    };
-    Ok(Planned { optimized, plan, problem, plan_path, seconds: t0.elapsed().as_secs_f64() })
+    Ok(Planned { optimized, plan, problem, seconds: t0.elapsed().as_secs_f64() })
 }
 
 /// Puts the stages of the filters named in `order` ([`Profiled::gold_order`]) first, in that order, then the others
@@ -3986,8 +3977,15 @@ pub fn execute(
     let mut timings = p.timings.clone();
     let profile_path = p.profile_path.clone();
     timings.insert("optimization".into(), planned.seconds);
-    let (optimized, plan, problem, plan_path) =
-        (&planned.optimized, planned.plan.clone(), &planned.problem, planned.plan_path.clone());
+    let (optimized, plan, problem) = (&planned.optimized, planned.plan.clone(), &planned.problem);
+    // The plan that runs is the one the run directory keeps (several may be optimized from one profile).
+    let plan_path = match run_file(o, "plan.json")? {
+        Some(path) => {
+            plan.write(&path)?;
+            Some(path)
+        }
+        None => None,
+    };
 
     // 5. Execute on everything.
     let t0 = Instant::now();

@@ -137,7 +137,8 @@ impl SessionBuilder {
         self
     }
 
-    /// Write each query's profile and plan under `dir`.
+    /// Write the profile and the executed plan of a query under `dir` (`profile.json`, `plan.json`; the next query
+    /// replaces them).
     pub fn run_dir(mut self, dir: impl Into<PathBuf>) -> Self {
         self.config.run_dir = Some(dir.into());
         self

@@ -274,6 +274,7 @@ fn a_saved_profile_is_re_optimized_offline_under_other_targets_and_strategies() 
         .memo_dir(dir.path().join("memo"))
         .models(["minilm"])
         .sample(0.5, 40)
+        .run_dir(dir.path().join("run"))
         .build()
         .unwrap();
     let frame = s.read_csv(&csv, &Default::default()).unwrap().sem_filter("{reviews.reviewtext} is clearly positive");
@@ -294,10 +295,14 @@ fn a_saved_profile_is_re_optimized_offline_under_other_targets_and_strategies() 
     }
     // Executing a plan chosen offline: the result is the plan's, and the gold strategy's plan is gold's.
     let lotus = reloaded.optimize(Targets::new(0.8, 0.8, 0.95).unwrap(), &stretto::Lotus).unwrap();
-    let result = reloaded.execute(&lotus).unwrap();
-    assert_eq!(result.plan().stages, lotus.plan().stages);
     let gold = reloaded.optimize(Targets::new(0.8, 0.8, 0.95).unwrap(), &Gold).unwrap();
     assert_eq!(gold.bounds(), (1.0, 1.0));
+    assert_ne!(gold.plan().stages, lotus.plan().stages);
+    let result = reloaded.execute(&lotus).unwrap();
+    assert_eq!(result.plan().stages, lotus.plan().stages);
+    // The run directory keeps the plan that ran, not the last one optimized.
+    let kept = stretto::core::format::PlanFile::read(&dir.path().join("run").join("plan.json")).unwrap();
+    assert_eq!(kept.stages, lotus.plan().stages);
 
     // A profile of another pipeline is refused, naming both.
     let other = s.read_csv(&csv, &Default::default()).unwrap().sem_filter("{reviews.reviewtext} is clearly positive");
