@@ -137,6 +137,15 @@ impl SemanticPipelineNode {
         }
         let mut seen = std::collections::HashSet::new();
         spec.filters.retain(|p| seen.insert(p.clone()));
+        // A map's name is a column the pipeline adds (and the label its model reads): an input column of that name
+        // would be shadowed, which the pipeline refuses when it runs.
+        if let Some(m) = spec.maps.iter().find(|m| arrow.field_with_name(&m.column).is_ok()) {
+            return plan_err!(
+                "sem_map('{}') is named `{}`, as a column of its input is: give it another name with AS",
+                m.prompt,
+                m.column
+            );
+        }
         for t in spec.tasks() {
             if let Err(e) = t.resolve(&arrow) {
                 let call = match t.output {

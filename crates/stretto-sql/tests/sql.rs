@@ -172,6 +172,10 @@ fn misplaced_or_malformed_semantic_functions_are_named() {
         ),
         ("SELECT * FROM movie.nope".to_string(), "nope"),
         (format!("SELECT * FROM {FIRST_40} WHERE sem_filter('{{reviews.reviewtext}}' AND"), "SQL"),
+        (
+            "SELECT sem_map('x {column1}') AS column1 FROM (VALUES ('a'))".to_string(),
+            "is named `column1`, as a column of its input is",
+        ),
     ];
     for (sql, needle) in &cases {
         let e = plan_error(&ctx, sql);
