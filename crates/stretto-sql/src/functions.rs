@@ -54,8 +54,8 @@ impl Default for SemMap {
 fn not_lifted(name: &str) -> Result<ColumnarValue> {
     plan_err!(
         "{name}(...) is evaluated by Stretto's semantic pipeline, not row by row; this call was not lifted into it \
-         (semantic functions belong in the outer SELECT block: WHERE, JOIN ... ON, the SELECT list, GROUP BY, HAVING \
-         or ORDER BY)"
+         (semantic functions belong in one SELECT block, the query's or a CTE's, derived table's or UNION branch's: \
+         its WHERE, JOIN ... ON, SELECT list, GROUP BY, HAVING or ORDER BY)"
     )
 }
 
