@@ -283,6 +283,13 @@ fn mark_images(path: &Path, batch: RecordBatch, columns: &[String]) -> Result<Re
             )
         })?;
         let kind = ColumnKind::Image.field(c.clone());
+        // Paths in any of Arrow's string layouts (pandas' and polars' `large_string`, views, dictionaries) read alike.
+        let text = |t: &DataType| matches!(t, DataType::LargeUtf8 | DataType::Utf8View);
+        if text(arrays[idx].data_type())
+            || matches!(arrays[idx].data_type(), DataType::Dictionary(_, v) if text(v) || **v == DataType::Utf8)
+        {
+            arrays[idx] = arrow::compute::cast(&arrays[idx], &DataType::Utf8)?;
+        }
         match arrays[idx].data_type() {
             DataType::Utf8 => {
                 let strings = arrays[idx].as_string::<i32>();
@@ -642,5 +649,17 @@ mod tests {
         std::fs::write(&p, "id,photo\n1,a.jpg\n2,https://example.org/b.jpg\n").unwrap();
         let e = read_csv(&p, &CsvOptions::default().with_image_column("photo")).unwrap_err().to_string();
         assert!(e.contains("https://example.org/b.jpg is a URL") && e.contains("row 2"), "{e}");
+        // Paths in another string layout (pandas' `large_string`, a dictionary) are read alike.
+        let large: ArrayRef = Arc::new(arrow::array::LargeStringArray::from(vec!["a.jpg"]));
+        let dict: ArrayRef =
+            Arc::new(arrow::array::DictionaryArray::<arrow::datatypes::Int32Type>::from_iter(["a.jpg"]));
+        for paths in [large, dict] {
+            let schema = Schema::new(vec![Field::new("photo", paths.data_type().clone(), true)]);
+            let pq = dir.path().join("t.parquet");
+            write(&RecordBatch::try_new(Arc::new(schema), vec![paths]).unwrap(), &pq, FileFormat::Parquet).unwrap();
+            let b = read_parquet(&pq, &ReadOptions::default().with_image_column("photo")).unwrap();
+            assert_eq!(ColumnKind::of_field(b.schema().field(0)), ColumnKind::Image);
+            assert_eq!(b.column(0).as_string::<i32>().value(0), dir.path().join("a.jpg").display().to_string());
+        }
     }
 }
