@@ -200,7 +200,8 @@ impl Digest16 {
         Self(out)
     }
 
-    fn hex(&self) -> String {
+    /// The digest as 32 lower-case hex digits.
+    pub fn hex(&self) -> String {
         self.0.iter().map(|b| format!("{b:02x}")).collect()
     }
 

@@ -63,6 +63,10 @@ pub struct Profile {
     pub logical: Vec<LogicalEntry>,
     /// Physical operators.
     pub physical: Vec<PhysicalEntry>,
+    /// A digest of what the logical operators read on the profiled tuples, where the writer recorded it: a
+    /// pipeline reusing the profile must read the same there.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sample_digest: Option<String>,
 }
 
 impl Profile {
@@ -267,6 +271,8 @@ impl Profile {
                     ..p.clone()
                 })
                 .collect(),
+            // Of other tuples: the digest of these is not known here.
+            sample_digest: None,
         }
     }
 }

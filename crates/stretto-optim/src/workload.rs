@@ -219,6 +219,7 @@ pub fn generate(seed: u64, config: &WorkloadConfig) -> Workload {
         tuples: (0..n).map(|i| format!("t{i}")).collect(),
         logical,
         physical,
+        sample_digest: None,
     };
     let m = ((n as f64 * fraction).round() as usize).clamp(1, n);
     let mut rows: Vec<usize> = (0..n).collect();

@@ -264,7 +264,11 @@ impl ProfiledFrame {
 
     /// Saves the profile, so it can be re-optimized offline (`stretto optimize --profile`).
     pub fn save_profile(&self, path: impl AsRef<Path>) -> Result<()> {
-        Ok(self.profiled.profile.write(path.as_ref())?)
+        let mut profile = self.profiled.profile.clone();
+        // What the profiled tuples hold, so that a frame reusing the profile over other data is refused.
+        profile.sample_digest =
+            Some(engine::sample_digest(&self.profiled.tasks, &self.profiled.input, &profile.tuples)?);
+        Ok(profile.write(path.as_ref())?)
     }
 
     /// Optimizes with the certified global strategy under `targets` and executes.

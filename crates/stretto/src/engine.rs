@@ -2058,6 +2058,7 @@ fn screening_forecast(
         tuples: (0..n).map(|r| r.to_string()).collect(),
         logical: tasks.iter().map(logical_entry).collect(),
         physical,
+        sample_digest: None,
     };
     let mut problem = Problem::from_profile(&profile)?;
     problem.share_costs(&shared);
@@ -2126,6 +2127,7 @@ fn profile_in_two_phases(
         tuples: sample.iter().map(|r| r.to_string()).collect(),
         logical: tasks.iter().map(logical_entry).collect(),
         physical: gold_entries.clone(),
+        sample_digest: None,
     };
     let positives: Vec<bool> = positive.clone().unwrap_or_else(|| vec![true; n]);
     let (fit, hold) = global.certification.split_sample(&positives, &targets, targets.credible, o.seed);
@@ -3717,6 +3719,7 @@ fn profile_candidates(
         tuples: sample.iter().map(|r| r.to_string()).collect(),
         logical: tasks.iter().map(logical_entry).collect(),
         physical: entries.into_iter().flatten().collect(),
+        sample_digest: None,
     };
     // Deferred caches: a tuple outside profiling pays its prefill where an operator reads it.
     let mut shared_costs = BTreeMap::new();
@@ -3758,6 +3761,7 @@ fn profile_candidates(
     }
     let profile_path = match run_file(o, "profile.json")? {
         Some(path) => {
+            profile.sample_digest = Some(sample_digest(&tasks, &input, &profile.tuples)?);
             profile.write(&path)?;
             Some(path)
         }
@@ -3803,6 +3807,30 @@ fn profile_candidates(
     })
 }
 
+/// A digest of what `tasks` read on the tuples `tuples` (row numbers of `input`) names: a profile records it, so a
+/// pipeline reusing the profile can tell whether its input holds the same data there. A tuple id that is no row of
+/// `input` is an error.
+pub fn sample_digest(tasks: &[SemanticTask], input: &RecordBatch, tuples: &[String]) -> Result<String> {
+    let mut rows = Vec::with_capacity(tuples.len());
+    for t in tuples {
+        match t.parse::<u32>() {
+            Ok(r) if (r as usize) < input.num_rows() => rows.push(r),
+            _ => return Err(Error::Query(format!("profiled tuple `{t}` is no row of this input"))),
+        }
+    }
+    let sample = arrow::compute::take_record_batch(input, &arrow::array::UInt32Array::from(rows))?;
+    let mut text = String::new();
+    for task in tasks {
+        let items = if task.is_join() { task.pair_items(&sample)? } else { task.item_texts(&sample)? };
+        for item in items {
+            text.push_str(&item);
+            text.push('\u{1f}');
+        }
+        text.push('\u{1e}');
+    }
+    Ok(stretto_core::memo::Digest16::of(&text).hex())
+}
+
 /// A profile's record of `task`: its name, kind and prompt.
 fn logical_entry(task: &SemanticTask) -> LogicalEntry {
     LogicalEntry { name: task.name.clone(), kind: task.kind, prompt: Some(task.prompt.clone()) }
@@ -3845,6 +3873,17 @@ pub fn reuse_profile(
             profile.population,
             input.num_rows()
         )));
+    }
+    if let Some(recorded) = &profile.sample_digest {
+        let read = sample_digest(&tasks, input, &profile.tuples)
+            .map_err(|e| Error::Query(format!("profile {}: {e}", path.display())))?;
+        if read != *recorded {
+            return Err(Error::Query(format!(
+                "profile {} was made on other data: the profiled tuples do not hold what this pipeline's input holds \
+                 there (profile it anew)",
+                path.display()
+            )));
+        }
     }
     let candidates = tasks
         .iter()

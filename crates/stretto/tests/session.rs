@@ -314,6 +314,21 @@ fn a_saved_profile_is_re_optimized_offline_under_other_targets_and_strategies() 
     let negative = s.read_csv(&csv, &Default::default()).unwrap().sem_filter("{reviews.reviewtext} is negative");
     let e = negative.unwrap().with_profile(&saved).unwrap_err().to_string();
     assert!(e.contains("is clearly positive") && e.contains("is negative") && e.contains("filter_1"), "{e}");
+    // So is one made on other data of the same length (the same reviews in reverse order), while the profile the run
+    // directory kept is reused as the saved one is.
+    let rows = stretto::io::read_csv(&csv, &Default::default()).unwrap();
+    let reversed = arrow::compute::take_record_batch(
+        &rows,
+        &arrow::array::UInt32Array::from_iter_values((0..rows.num_rows() as u32).rev()),
+    )
+    .unwrap();
+    std::fs::create_dir(dir.path().join("reversed")).unwrap();
+    let other_csv = dir.path().join("reversed").join("reviews.csv");
+    stretto::io::write(&reversed, &other_csv, stretto::FileFormat::Csv).unwrap();
+    let other = s.read_csv(&other_csv, &Default::default()).unwrap();
+    let e = other.sem_filter("{reviews.reviewtext} is clearly positive").unwrap().with_profile(&saved).unwrap_err();
+    assert!(e.to_string().contains("was made on other data"), "{e}");
+    frame.with_profile(dir.path().join("run").join("profile.json")).unwrap();
 }
 
 #[test]
