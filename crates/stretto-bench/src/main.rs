@@ -1417,13 +1417,9 @@ fn run(cli: Cli) -> Result<(), BoxError> {
             if json {
                 let batch = result.batch()?;
                 // Each row is an object keyed by column name: two columns named alike would be one key.
-                if let Some((i, j)) = stretto::core::table::repeated_column(batch.schema_ref()) {
-                    let name = batch.schema_ref().field(j).name();
+                if let Some(note) = stretto::core::table::repeated_column_note(batch.schema_ref()) {
                     return Err(format!(
-                        "columns {} and {} of the result are both named `{name}`, and --json keys each row's values \
-                         by name: name them apart with AS",
-                        i + 1,
-                        j + 1
+                        "{note} in the result, and --json keys each row's values by name: name them apart with AS"
                     )
                     .into());
                 }

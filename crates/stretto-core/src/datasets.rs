@@ -318,6 +318,12 @@ impl Dataset {
         })
     }
 
+    /// The dataset's spelling of table `name`, matched in any case (as a query may write it); `name` itself where
+    /// no table matches, for the lookup that follows to report.
+    pub fn table_spelling<'a>(&'a self, name: &'a str) -> &'a str {
+        self.order.iter().find(|n| n.eq_ignore_ascii_case(name)).map_or(name, String::as_str)
+    }
+
     /// Table names in the spec's order.
     pub fn table_names(&self) -> &[String] {
         &self.order

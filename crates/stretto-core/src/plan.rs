@@ -616,11 +616,10 @@ impl PlanBuilder {
     /// `join_2`) `left` already uses is renamed to the next free one, so two frames filtered apart can be joined.
     /// A name the user gave is kept (a clash there is reported by [`LogicalPlan::pull_up`]).
     fn renamed_apart_from(self, left: &LogicalPlan) -> LogicalPlan {
-        let mut taken = BTreeSet::new();
-        task_names(left, &mut taken);
-        task_names(&self.plan, &mut taken);
         let mut left_names = BTreeSet::new();
         task_names(left, &mut left_names);
+        let mut taken = left_names.clone();
+        task_names(&self.plan, &mut taken);
         let mut plan = self.plan;
         for_each_task_mut(&mut plan, &mut |task| {
             let generated = task.name.rsplit_once('_').filter(|(prefix, n)| {

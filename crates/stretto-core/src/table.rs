@@ -204,6 +204,13 @@ pub fn repeated_column(schema: &Schema) -> Option<(usize, usize)> {
     (1..fields.len()).find_map(|j| fields[..j].iter().position(|f| f.name() == fields[j].name()).map(|i| (i, j)))
 }
 
+/// What [`repeated_column`] finds, said the one way every reader and writer says it: "columns 1 and 3 are both named
+/// `a`" (1-based, as a user counts).
+pub fn repeated_column_note(schema: &Schema) -> Option<String> {
+    repeated_column(schema)
+        .map(|(i, j)| format!("columns {} and {} are both named `{}`", i + 1, j + 1, schema.field(j).name()))
+}
+
 /// `prompt` with each `{reference}` that names no column as written, but one column when read as SQL reads an
 /// unquoted identifier (case-insensitively: `FROM MyT` is table `myt`), written as that column's name. So
 /// `sem_filter('{MyT.text} is positive')` asks about `myt.text`, as `SELECT MyT.text` reads it, and a frame over
@@ -242,13 +249,9 @@ pub fn canonical_references(prompt: &str, schema: &Schema) -> String {
 /// Renames every column of `batch` to `table.column`, keeping metadata, so columns of joined tables stay distinct.
 /// A batch naming two columns alike is refused ([`repeated_column`]).
 pub fn qualify(table: &str, batch: &RecordBatch) -> Result<RecordBatch> {
-    if let Some((i, j)) = repeated_column(batch.schema_ref()) {
-        let name = batch.schema_ref().field(j).name().clone();
+    if let Some(note) = repeated_column_note(batch.schema_ref()) {
         return Err(CoreError::InvalidLogicalPlan(format!(
-            "table {table} names columns {} and {} `{name}`; a prompt's {{{table}.{name}}} could not say which it \
-             means: rename one",
-            i + 1,
-            j + 1
+            "in table {table}, {note}: a prompt could not say which it means; rename one"
         )));
     }
     let fields: Vec<Field> =
@@ -282,7 +285,7 @@ mod tests {
         let col = Arc::new(Int64Array::from(vec![1])) as arrow::array::ArrayRef;
         let batch = RecordBatch::try_new(Arc::new(schema), vec![col.clone(), col.clone(), col]).unwrap();
         let e = qualify("t", &batch).unwrap_err().to_string();
-        assert!(e.contains("columns 1 and 3 `a`"), "{e}");
+        assert!(e.contains("table t, columns 1 and 3 are both named `a`"), "{e}");
         assert_eq!(repeated_column(batch.schema_ref()), Some((0, 2)));
         assert_eq!(qualify("t", &batch.project(&[0, 1]).unwrap()).unwrap().schema().field(1).name(), "t.b");
     }

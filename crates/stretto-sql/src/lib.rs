@@ -237,8 +237,8 @@ impl SqlContext {
     /// Plans `sql` (one statement, or several separated by `;`: each runs in turn, and the last one's result is
     /// returned). `SET` and DDL statements take effect at once, and so does an `INSERT` or `COPY` before the last
     /// statement; a query before the last is refused (nothing would return its result). The last statement is
-    /// checked (semantic functions included) but runs only when collected. The semantic pipelines that statements before it ran (`CREATE TABLE ... AS
-    /// SELECT ... sem_filter(...)`) are reported in the result's [`pipelines`](SqlResult::pipelines) too.
+    /// checked (semantic functions included) but runs only when collected. The semantic pipelines that statements
+    /// before it ran (`CREATE TABLE ... AS SELECT ... sem_filter(...)`) are reported in the result's [`pipelines`](SqlResult::pipelines) too.
     pub fn sql(&self, sql: &str) -> Result<SqlFrame> {
         let statements = parse_statements(&self.ctx.state(), sql)?;
         self.log.clear();
@@ -247,23 +247,24 @@ impl SqlContext {
         for (i, statement) in statements.into_iter().enumerate() {
             let frame = self.runtime.block_on(async {
                 let plan = self.ctx.state().statement_to_plan(statement).await?;
-                let earlier = i + 1 < count;
-                match &plan {
-                    // An INSERT or COPY runs when collected: one before the last statement is collected here.
-                    LogicalPlan::Dml(_) | LogicalPlan::Copy(_) if earlier => {
-                        self.ctx.execute_logical_plan(plan).await?.collect().await?;
-                        Ok(None)
-                    }
-                    LogicalPlan::Ddl(_) | LogicalPlan::Statement(_) => {
-                        Ok(Some(self.ctx.execute_logical_plan(plan).await?))
-                    }
-                    _ if earlier => Err(DataFusionError::Plan(format!(
+                if i + 1 == count {
+                    return Ok(Some(self.ctx.execute_logical_plan(plan).await?));
+                }
+                // Before the last statement: SET and DDL take effect when planned, an INSERT or COPY when collected,
+                // and a query's result nothing would return.
+                let dml = matches!(plan, LogicalPlan::Dml(_) | LogicalPlan::Copy(_));
+                if !dml && !matches!(plan, LogicalPlan::Ddl(_) | LogicalPlan::Statement(_)) {
+                    return Err(DataFusionError::Plan(format!(
                         "statement {} of {count} is a query, and only the last statement's result is returned: run it \
                          on its own, or make it a CREATE TABLE ... AS or an INSERT",
                         i + 1
-                    ))),
-                    _ => Ok(Some(self.ctx.execute_logical_plan(plan).await?)),
+                    )));
                 }
+                let frame = self.ctx.execute_logical_plan(plan).await?;
+                if dml {
+                    frame.collect().await?;
+                }
+                Ok(None)
             });
             if let Some(frame) = frame.map_err(unwrap_df)? {
                 last = Some(frame);

@@ -255,13 +255,13 @@ fn rewrite_block(
                 }
             }
             LogicalPlan::Aggregate(_) => {
-                let m = maps.iter().find(|m| pending.contains(&m.field)).expect("a pending map");
                 return plan_err!(
                     "sem_map('{}') stands above a GROUP BY of its block, but the pipeline runs on the rows before \
                      grouping: ask it in a subquery or CTE of its own, before the grouping (`SELECT ..., sem_map(...) \
                      AS m FROM t`, then group or filter by `m`) or after it (`FROM (SELECT ... GROUP BY ...) AS s`, \
                      the prompt naming `{{s.column}}`)",
-                    m.prompt
+                    // The maps pending here come first: this node's own calls were added after them.
+                    maps.first().map_or("", |m| m.prompt.as_str())
                 );
             }
             _ => {}

@@ -266,8 +266,10 @@ impl ProfiledFrame {
     pub fn save_profile(&self, path: impl AsRef<Path>) -> Result<()> {
         let mut profile = self.profiled.profile.clone();
         // What the profiled tuples hold, so that a frame reusing the profile over other data is refused.
-        profile.sample_digest =
-            Some(engine::sample_digest(&self.profiled.tasks, &self.profiled.input, &profile.tuples)?);
+        if profile.sample_digest.is_none() {
+            profile.sample_digest =
+                Some(engine::sample_digest(&self.profiled.tasks, &self.profiled.input, &profile.tuples)?);
+        }
         Ok(profile.write(path.as_ref())?)
     }
 

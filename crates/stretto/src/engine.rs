@@ -437,14 +437,7 @@ pub fn input_of(
     limit: Option<usize>,
 ) -> Result<(RecordBatch, stretto_core::plan::PulledUpPlan)> {
     let ds = Dataset::load(dataset)?;
-    input_from(
-        |t| {
-            let name = ds.table_names().iter().find(|n| n.eq_ignore_ascii_case(t)).map_or(t, String::as_str);
-            Ok(ds.table(name)?.clone())
-        },
-        tasks,
-        limit,
-    )
+    input_from(|t| Ok(ds.table(ds.table_spelling(t))?.clone()), tasks, limit)
 }
 
 /// The relational input of a query's semantic operators over the tables `table` gives by name (cross-joined when
@@ -4224,7 +4217,7 @@ impl TruthLabels {
     /// `_index_<table>` and that column), for its first `rows` rows.
     pub fn bundled(dataset: &Dataset, table: &str, column: &str, rows: usize) -> Result<Self> {
         // The query may name the table in any case, as `input_of` reads it.
-        let table = dataset.table_names().iter().find(|n| n.eq_ignore_ascii_case(table)).map_or(table, String::as_str);
+        let table = dataset.table_spelling(table);
         let index = format!("_index_{table}");
         let mut columns = Vec::new();
         for name in dataset.table_names() {

@@ -119,22 +119,24 @@ pub fn read_csv(path: &Path, options: &CsvOptions) -> Result<RecordBatch> {
         .map_err(|e| arrow_read(path, e))?;
     let batches = reader.collect::<std::result::Result<Vec<_>, _>>().map_err(|e| arrow_read(path, e))?;
     let batch = arrow::compute::concat_batches(&schema, &batches)?;
+    // A failed cast (a whole number too long for 64 bits: an account number) keeps the column text too; a safe cast
+    // would have made such values null.
+    let strict = arrow::compute::CastOptions { safe: false, ..Default::default() };
     let mut fields = Vec::new();
     let mut columns = Vec::new();
     for (i, f) in inferred.fields().iter().enumerate() {
-        let text = batch.column(i);
-        let keep_text = !numeric(f.data_type()) || text.as_string::<i32>().iter().flatten().any(leading_zero);
-        // A failed cast (a whole number too long for 64 bits: an account number) keeps the column text too; a safe
-        // cast would have made such values null.
-        let options = arrow::compute::CastOptions { safe: false, ..Default::default() };
-        match (!keep_text).then(|| arrow::compute::cast_with_options(text, f.data_type(), &options)) {
-            Some(Ok(number)) => {
+        let read = batch.column(i);
+        let number = (numeric(f.data_type()) && !read.as_string::<i32>().iter().flatten().any(leading_zero))
+            .then(|| arrow::compute::cast_with_options(read, f.data_type(), &strict).ok())
+            .flatten();
+        match number {
+            Some(number) => {
                 fields.push(f.as_ref().clone());
                 columns.push(number);
             }
-            _ => {
+            None => {
                 fields.push(schema.field(i).clone());
-                columns.push(text.clone());
+                columns.push(read.clone());
             }
         }
     }
@@ -258,13 +260,8 @@ fn read_json_array(path: &Path, text: &[u8]) -> Result<RecordBatch> {
 /// in their metadata; path columns get relative paths resolved against the file's folder, and every path must
 /// exist.
 fn mark_images(path: &Path, batch: RecordBatch, columns: &[String]) -> Result<RecordBatch> {
-    if let Some((i, j)) = stretto_core::table::repeated_column(batch.schema_ref()) {
-        let name = batch.schema_ref().field(j).name();
-        return Err(Error::read(
-            path,
-            None,
-            format!("columns {} and {} are both named `{name}`; rename one", i + 1, j + 1),
-        ));
+    if let Some(note) = stretto_core::table::repeated_column_note(batch.schema_ref()) {
+        return Err(Error::read(path, None, format!("{note}; rename one")));
     }
     if columns.is_empty() {
         return Ok(batch);
@@ -284,10 +281,12 @@ fn mark_images(path: &Path, batch: RecordBatch, columns: &[String]) -> Result<Re
         })?;
         let kind = ColumnKind::Image.field(c.clone());
         // Paths in any of Arrow's string layouts (pandas' and polars' `large_string`, views, dictionaries) read alike.
-        let text = |t: &DataType| matches!(t, DataType::LargeUtf8 | DataType::Utf8View);
-        if text(arrays[idx].data_type())
-            || matches!(arrays[idx].data_type(), DataType::Dictionary(_, v) if text(v) || **v == DataType::Utf8)
-        {
+        let text = |t: &DataType| matches!(t, DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View);
+        let other_layout = match arrays[idx].data_type() {
+            DataType::Dictionary(_, values) => text(values),
+            t => text(t) && *t != DataType::Utf8,
+        };
+        if other_layout {
             arrays[idx] = arrow::compute::cast(&arrays[idx], &DataType::Utf8)?;
         }
         match arrays[idx].data_type() {
@@ -410,19 +409,11 @@ pub fn read_path_with(path: &Path, options: &ReadOptions) -> Result<RecordBatch>
 }
 
 /// Writes `batch` to `path` in `format`, atomically: the data goes to a temporary file in the same folder, which
-/// replaces `path` only once complete; on any error nothing is left behind. A batch naming two columns alike is refused, as the readers refuse such a file: name them apart (SQL's `AS`).
+/// replaces `path` only once complete; on any error nothing is left behind. A batch naming two columns alike is
+/// refused, as the readers refuse such a file: name them apart (SQL's `AS`).
 pub fn write(batch: &RecordBatch, path: &Path, format: FileFormat) -> Result<()> {
-    if let Some((i, j)) = stretto_core::table::repeated_column(batch.schema_ref()) {
-        let name = batch.schema_ref().field(j).name();
-        return Err(Error::write(
-            path,
-            format!(
-                "columns {} and {} of the result are both named `{name}`; name them apart (in SQL, with AS)",
-                i + 1,
-                j + 1
-            ),
-            None,
-        ));
+    if let Some(note) = stretto_core::table::repeated_column_note(batch.schema_ref()) {
+        return Err(Error::write(path, format!("{note} in the result; name them apart (in SQL, with AS)"), None));
     }
     let dir = match path.parent() {
         Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
