@@ -154,6 +154,21 @@ impl SemanticTask {
         refs.iter().map(|r| resolve_column(schema, r, &format!("semantic operator `{}`", self.prompt))).collect()
     }
 
+    /// Which rows of `batch` the task cannot be asked about: those where a referenced cell is null, as after an
+    /// unmatched `LEFT JOIN` or an empty CSV field. As in SQL, a predicate over a null is unknown and a function of
+    /// a null is null: [`RegisteredOp::evaluate_timed`] answers such a row itself, asking no operator (a filter or
+    /// join rejects it, a map gives no value). An image column is the exception: its empty cell is a tuple without
+    /// an image, which the image operators judge as such.
+    pub fn unknown_rows(&self, batch: &RecordBatch) -> Result<Vec<bool>> {
+        let schema = batch.schema();
+        let columns: Vec<usize> = self
+            .resolve(&schema)?
+            .into_iter()
+            .filter(|&i| crate::table::ColumnKind::of_field(schema.field(i)) != crate::table::ColumnKind::Image)
+            .collect();
+        Ok((0..batch.num_rows()).map(|row| columns.iter().any(|&i| batch.column(i).is_null(row))).collect())
+    }
+
     /// The prompt for one row, with each reference replaced by the row's value (null becomes an empty string).
     pub fn render(&self, batch: &RecordBatch, row: usize) -> Result<String> {
         let schema = batch.schema();
@@ -280,7 +295,8 @@ pub fn parse_references(prompt: &str) -> Result<Vec<String>> {
     Ok(refs)
 }
 
-/// A cell rendered as text for prompts (null becomes empty).
+/// A cell rendered as text for prompts (null becomes empty; no operator is asked about a null text cell:
+/// [`SemanticTask::unknown_rows`]).
 pub fn cell_text(array: &dyn Array, row: usize) -> String {
     if array.is_null(row) {
         return String::new();
@@ -540,7 +556,7 @@ impl RegisteredOp {
     pub fn observe_input(&self, task: &SemanticTask, batch: &RecordBatch) -> Result<()> {
         if self.serves(task) {
             let items = if self.op.reads_pairs() { task.pair_items(batch)? } else { task.item_texts(batch)? };
-            self.op.observe_input(task, &items);
+            self.op.observe_input(task, &known(items, &task.unknown_rows(batch)?));
         }
         Ok(())
     }
@@ -590,8 +606,9 @@ impl RegisteredOp {
                 },
             });
         }
-        let (identity, items) = self.identity_and_items(task, batch)?;
+        let (identity, items, unknown) = self.identity_and_items(task, batch)?;
         let prompt = memo_prompt(task);
+        let items = known(items, &unknown);
         let (out, seconds) = memoised(self.memo(), &identity, task, &prompt, &items, |missing| {
             let todo: Vec<String> = missing.iter().map(|&i| items[i].clone()).collect();
             let (out, seconds) = self.op.evaluate_items(task, &todo)?;
@@ -610,7 +627,37 @@ impl RegisteredOp {
         if let Some(costs) = self.costs.as_ref().filter(|_| self.op.memoise()) {
             costs.record(self.op.name(), Digest16::of(&prompt), &items, &seconds);
         }
-        Ok((out, seconds))
+        Ok(self.answer_unknown(&unknown, out, seconds))
+    }
+
+    /// Spreads `out` and `seconds`, answered on the rows `unknown` leaves known, over every row, with the answer to
+    /// a row the task cannot be asked about ([`SemanticTask::unknown_rows`]) on the others, at no cost: a filter's
+    /// or join's score below its box and below gold's rule (so every stage rejects it), a map's missing value, sure.
+    fn answer_unknown(&self, unknown: &[bool], out: OpOutput, seconds: Vec<f64>) -> (OpOutput, Vec<f64>) {
+        if !unknown.contains(&true) {
+            return (out, seconds);
+        }
+        let (low, high) = self.op.properties().score_range;
+        let mut secs = seconds.into_iter();
+        let seconds = unknown.iter().map(|&u| if u { 0.0 } else { secs.next().unwrap_or(0.0) }).collect();
+        let out = match out {
+            OpOutput::Scores(scores) => {
+                let mut s = scores.into_iter();
+                let unknown_score = low.min(0.0) - 1.0;
+                OpOutput::Scores(
+                    unknown.iter().map(|&u| if u { unknown_score } else { s.next().unwrap_or(f64::NAN) }).collect(),
+                )
+            }
+            OpOutput::Values { values, confidences } => {
+                let (mut v, mut c) = (values.into_iter(), confidences.into_iter());
+                let (values, confidences) = unknown
+                    .iter()
+                    .map(|&u| if u { (None, high) } else { (v.next().flatten(), c.next().unwrap_or(0.0)) })
+                    .unzip();
+                OpOutput::Values { values, confidences }
+            }
+        };
+        (out, seconds)
     }
 
     /// Whether its costs are recorded, and its answers memoised (an operator answering in microseconds is simply
@@ -634,8 +681,17 @@ impl RegisteredOp {
         if !self.serves(task) {
             return Ok(None);
         }
-        let (_, items) = self.identity_and_items(task, batch)?;
-        Ok(costs.lookup(self.op.name(), Self::task_digest(task), &items, earlier_processes))
+        let (_, items, unknown) = self.identity_and_items(task, batch)?;
+        let digest = Self::task_digest(task);
+        let Some(figures) = costs.lookup(self.op.name(), digest, &known(items, &unknown), earlier_processes) else {
+            return Ok(None);
+        };
+        // A row the task cannot be asked about costs nothing (`answer_unknown`).
+        let mut figures = figures.into_iter();
+        Ok(unknown
+            .iter()
+            .map(|&u| if u { Some(RecordedCost { seconds: 0.0, task: digest }) } else { figures.next() })
+            .collect())
     }
 
     /// What its answers on the rows of `batch` (the items of `task`) cost as recorded, each to the task the
@@ -649,11 +705,20 @@ impl RegisteredOp {
         earlier_processes: bool,
     ) -> Result<Vec<Option<f64>>> {
         let Some(costs) = self.costs.as_ref() else { return Ok(vec![None; like.len()]) };
-        let (_, items) = self.identity_and_items(task, batch)?;
+        let (_, items, unknown) = self.identity_and_items(task, batch)?;
         Ok(items
             .iter()
             .zip(like)
-            .map(|(item, c)| costs.figure(self.op.name(), c.task, item, earlier_processes))
+            .zip(unknown)
+            .map(
+                |((item, c), u)| {
+                    if u {
+                        Some(0.0)
+                    } else {
+                        costs.figure(self.op.name(), c.task, item, earlier_processes)
+                    }
+                },
+            )
             .collect())
     }
 
@@ -671,24 +736,34 @@ impl RegisteredOp {
         if !self.serves(task) {
             return Ok(none);
         }
-        let (identity, items) = self.identity_and_items(task, batch)?;
+        let (identity, items, unknown) = self.identity_and_items(task, batch)?;
         let prompt = memo_prompt(task);
-        Ok(items.iter().map(|i| memo.contains(&memo_key(&identity, &prompt, i))).collect())
+        // A row the task cannot be asked about is answered without the operator (`answer_unknown`).
+        Ok(items.iter().zip(unknown).map(|(i, u)| u || memo.contains(&memo_key(&identity, &prompt, i))).collect())
     }
 
     /// What the memo keys an answer by (with [`memo_prompt`]): the operator's identity for `task` (its accept), and
-    /// the items of `batch` it judges (each row's text, or each pair's for a join predicate). Shared by evaluation
-    /// and [`RegisteredOp::memoised_rows`], so that a lookup finds exactly what evaluation stores.
-    fn identity_and_items(&self, task: &SemanticTask, batch: &RecordBatch) -> Result<(String, Vec<String>)> {
+    /// the items of `batch` it judges (each row's text, or each pair's for a join predicate); with the rows the
+    /// task cannot be asked about ([`SemanticTask::unknown_rows`]). Shared by evaluation and
+    /// [`RegisteredOp::memoised_rows`], so that a lookup finds exactly what evaluation stores.
+    fn identity_and_items(&self, task: &SemanticTask, batch: &RecordBatch) -> Result<(String, Vec<String>, Vec<bool>)> {
         let identity = self.op.accept(task)?;
         let items = if task.is_join() { task.pair_items(batch)? } else { task.item_texts(batch)? };
-        Ok((identity, items))
+        Ok((identity, items, task.unknown_rows(batch)?))
     }
 
     /// [`RegisteredOp::evaluate_timed`] without the costs.
     pub fn evaluate(&self, task: &SemanticTask, batch: &RecordBatch) -> Result<OpOutput> {
         Ok(self.evaluate_timed(task, batch)?.0)
     }
+}
+
+/// The items of the rows `unknown` leaves known, in order.
+fn known(items: Vec<String>, unknown: &[bool]) -> Vec<String> {
+    if !unknown.contains(&true) {
+        return items;
+    }
+    items.into_iter().zip(unknown).filter(|(_, &u)| !u).map(|(i, _)| i).collect()
 }
 
 /// The part of a memo key that says which task an answer is to.
@@ -1030,6 +1105,90 @@ mod tests {
             vec![Arc::new(StringArray::from(v.to_vec()))],
         )
         .unwrap()
+    }
+
+    #[test]
+    fn a_row_with_a_null_referenced_cell_is_answered_without_the_operator() {
+        let dir = tempfile::tempdir().unwrap();
+        let props = |kind| OpProperties {
+            kind,
+            family: "counting".into(),
+            modality: Modality::Text,
+            model: None,
+            compression: None,
+            tunable: true,
+            gold: true,
+            cost_hint: 1e-6,
+            score_range: (-1.0, 1.0),
+        };
+        let counting = Arc::new(Counting { props: props(LogicalKind::Filter), asked: Default::default() });
+        let costs = Arc::new(CostRecord::open(&dir.path().join("costs.jsonl")).unwrap());
+        let op = RegisteredOp::new(counting.clone(), MemoPolicy::Dir(dir.path().to_path_buf())).recording(costs);
+        let schema = Schema::new(vec![
+            Field::new("r.text", DataType::Utf8, true),
+            Field::new("r.n", DataType::Int64, true),
+            crate::table::ColumnKind::Image.field("r.photo"),
+        ]);
+        let batch = RecordBatch::try_new(
+            Arc::new(schema),
+            vec![
+                Arc::new(StringArray::from(vec![Some("ab"), None, Some("abcd"), Some("")])),
+                Arc::new(Int64Array::from(vec![Some(1), Some(2), None, Some(4)])),
+                Arc::new(StringArray::from(vec![None::<&str>, None, None, None])),
+            ],
+        )
+        .unwrap();
+        // Any null among the referenced cells leaves the task unknown; an empty string is a value.
+        let task = SemanticTask::filter("f", "{r.text} by {r.n} is long");
+        assert_eq!(task.unknown_rows(&batch).unwrap(), [false, true, true, false]);
+        let (out, secs) = op.evaluate_timed(&task, &batch).unwrap();
+        assert_eq!(std::mem::take(&mut *counting.asked.lock().unwrap()), ["ab\n1", "\n4"], "only known rows are asked");
+        let OpOutput::Scores(scores) = out else { panic!("scores") };
+        assert_eq!(&scores[..], &[4.0, -2.0, -2.0, 2.0]);
+        for s in [scores[1], scores[2]] {
+            // Gold's rule rejects it, and so does a stage at the bottom of the box.
+            assert_eq!(crate::exec::filter_decision(s, None, None), crate::exec::Decision::Reject);
+            assert_eq!(crate::exec::filter_decision(s, Some(-1.0), Some(1.0)), crate::exec::Decision::Reject);
+        }
+        assert_eq!(secs, [0.25, 0.0, 0.0, 0.25], "a row not asked costs nothing");
+        // The framework's other views of the same rows agree.
+        assert_eq!(op.memoised_rows(&task, &batch).unwrap(), [true; 4]);
+        let recorded = op.recorded_costs(&task, &batch, false).unwrap().expect("every row has a figure");
+        assert_eq!(recorded.iter().map(|c| c.seconds).collect::<Vec<_>>(), [0.25, 0.0, 0.0, 0.25]);
+        assert_eq!(
+            op.recorded_costs_like(&task, &batch, &recorded, false).unwrap(),
+            [Some(0.25), Some(0.0), Some(0.0), Some(0.25)]
+        );
+        // Every row unknown: the operator is not asked at all.
+        let only_missing = batch.slice(1, 2);
+        let (out, _) = op.evaluate_timed(&task, &only_missing).unwrap();
+        assert_eq!(out, OpOutput::Scores(vec![-2.0, -2.0]));
+        assert!(counting.asked.lock().unwrap().is_empty());
+        // An image column's empty cell is a tuple without an image, which its operators judge.
+        let photo = SemanticTask::filter("p", "{r.photo} shows a cat");
+        assert_eq!(photo.unknown_rows(&batch).unwrap(), [false; 4]);
+
+        // A map gives no value, sure of it.
+        #[derive(Debug)]
+        struct Echo(OpProperties);
+        impl PhysicalOp for Echo {
+            fn name(&self) -> &str {
+                "echo"
+            }
+            fn properties(&self) -> &OpProperties {
+                &self.0
+            }
+            fn evaluate_items(&self, _: &SemanticTask, items: &[String]) -> Result<(OpOutput, Vec<f64>)> {
+                let values = items.iter().map(|i| Some(i.clone())).collect();
+                Ok((OpOutput::Values { values, confidences: vec![0.5; items.len()] }, vec![0.1; items.len()]))
+            }
+        }
+        let map = RegisteredOp::new(Arc::new(Echo(props(LogicalKind::Map))), MemoPolicy::Off);
+        let task = SemanticTask::map("m", "Say {r.text}", "said", ValueType::String);
+        let (out, secs) = map.evaluate_timed(&task, &batch).unwrap();
+        let values = vec![Some("ab".to_string()), None, Some("abcd".to_string()), Some(String::new())];
+        assert_eq!(out, OpOutput::Values { values, confidences: vec![0.5, 1.0, 0.5, 0.5] });
+        assert_eq!(secs, [0.1, 0.0, 0.1, 0.1]);
     }
 
     #[test]

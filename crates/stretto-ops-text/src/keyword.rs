@@ -209,7 +209,8 @@ mod tests {
         .unwrap();
         let op = RegisteredOp::new(Arc::new(KeywordFilter::new(KeywordConfig::default())), MemoPolicy::Off);
         let task = SemanticTask::filter("f", r#"{r.text} mentions "great acting" or "cast""#);
-        assert_eq!(op.evaluate(&task, &batch).unwrap(), OpOutput::Scores(vec![2.0, 0.0, 0.0]));
+        // A null cell is not asked about: the framework scores it below the box (0..10), where every stage rejects.
+        assert_eq!(op.evaluate(&task, &batch).unwrap(), OpOutput::Scores(vec![2.0, 0.0, -1.0]));
         // A predicate without a keyword is declined, not failed: planners drop the operator for it.
         let none = SemanticTask::filter("g", "{r.text} is");
         assert!(matches!(op.evaluate(&none, &batch), Err(CoreError::NotApplicable { .. })));

@@ -15,6 +15,9 @@
 //! certified cascade by [`SemanticPipelineExec`], a batch at a time, so a LIMIT stops it early.
 //! `EXPLAIN` shows the relational plan and the pipeline; `EXPLAIN ANALYZE` runs the query and shows, on the
 //! pipeline's line, the certified cascade (stages with their decision rules), its bounds and the tuples skipped.
+//! A semantic call over a row where a column it names is NULL is answered as SQL answers a predicate or function of
+//! NULL, without asking a model: `sem_filter` does not keep the row (nor a semantic join the pair), `sem_map` is NULL
+//! (an image column excepted: its NULL is a tuple without an image). `COALESCE` in a subquery asks about a default.
 //!
 //! ```no_run
 //! use stretto::Session;

@@ -284,6 +284,34 @@ fn sql_runs_the_dataframe_pipeline_and_a_limit_stops_it_early() {
     assert_eq!(ints(&one, "reviewid"), ints(&b, "reviewid")[..1].to_vec());
 }
 
+/// A NULL cell a semantic call names is answered as SQL answers a predicate or function of NULL, with no model asked:
+/// a map is NULL there and a filter does not keep the row; `COALESCE` below asks about a default instead.
+#[test]
+fn a_null_cell_is_answered_as_sql_answers_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let ctx = SqlContext::new(&session(dir.path())).unwrap();
+    let values = "(VALUES (1, 'I loved this film, a wonderful story'), (2, NULL), \
+                  (3, 'Boring and far too long; I hated this film'), (4, NULL)) AS t(id, note)";
+    let notes = format!("(SELECT * FROM {values}) AS notes");
+    let sentiment = "sem_map('Say whether the sentiment of {notes.note} is positive or negative') AS sentiment";
+    let r = ctx.sql(&format!("SELECT id, {sentiment} FROM {notes} ORDER BY id")).unwrap().collect().unwrap();
+    let b = r.batch().unwrap();
+    assert_eq!(ints(&b, "id"), [1, 2, 3, 4]);
+    let s = texts(&b, "sentiment");
+    assert!(s[0].is_some() && s[2].is_some(), "{s:?}");
+    assert_eq!((&s[1], &s[3]), (&None, &None), "a map of NULL is NULL");
+    let r = ctx
+        .sql(&format!("SELECT id FROM {notes} WHERE sem_filter('{{notes.note}} is about a film') ORDER BY id"))
+        .unwrap()
+        .collect()
+        .unwrap();
+    let kept = ints(&r.batch().unwrap(), "id");
+    assert!(!kept.contains(&2) && !kept.contains(&4), "a filter over NULL keeps nothing: {kept:?}");
+    let filled = format!("(SELECT id, COALESCE(note, 'What a dull film') AS note FROM {values}) AS notes");
+    let r = ctx.sql(&format!("SELECT id, {sentiment} FROM {filled} ORDER BY id")).unwrap().collect().unwrap();
+    assert!(texts(&r.batch().unwrap(), "sentiment").iter().all(Option::is_some), "COALESCE asks about a default");
+}
+
 /// EXPLAIN shows the relational plan and the semantic pipeline before anything runs; EXPLAIN ANALYZE runs the query
 /// and shows, in the pipeline's line, the cascade the optimizer certified (stages in order with their decision
 /// rules), the certified bounds and the tuples the LIMIT let it skip.

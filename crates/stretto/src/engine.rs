@@ -406,14 +406,18 @@ fn gold_not_an_llm(
 }
 
 /// The items whose KV caches a task's operators read: each row's item, or for a join predicate each side's text
-/// once (its pair operators read the sides' caches, never a pair's), in order of first appearance.
+/// once (its pair operators read the sides' caches, never a pair's), in order of first appearance; none of a row
+/// no operator is asked about ([`SemanticTask::unknown_rows`]).
 fn cached_items(task: &SemanticTask, batch: &RecordBatch) -> Result<Vec<String>> {
+    let unknown = task.unknown_rows(batch)?;
+    let items = if task.is_join() { task.pair_items(batch)? } else { task.item_texts(batch)? };
+    let items = items.into_iter().zip(unknown).filter(|(_, u)| !u).map(|(i, _)| i);
     if !task.is_join() {
-        return Ok(task.item_texts(batch)?);
+        return Ok(items.collect());
     }
     let mut seen = BTreeSet::new();
     let mut out = Vec::new();
-    for pair in task.pair_items(batch)? {
+    for pair in items {
         let (left, right) = stretto_core::op::split_pair(&pair).unwrap_or((&pair, ""));
         for side in [left, right] {
             if seen.insert(side.to_string()) {
@@ -1296,8 +1300,9 @@ fn tuples_to_prefill(
         if task.is_join() {
             return Ok(batch.num_rows());
         }
-        for (pay, item) in pays.iter_mut().zip(task.item_texts(batch)?) {
-            if *pay {
+        for ((pay, item), unknown) in pays.iter_mut().zip(task.item_texts(batch)?).zip(task.unknown_rows(batch)?) {
+            // A row no operator is asked about needs no cache.
+            if *pay || unknown {
                 continue;
             }
             *pay = match known.get(&item) {
@@ -2306,7 +2311,10 @@ fn profile_candidates(
         for ((t, ops), modality) in tasks.iter().zip(cands.iter_mut()).zip(&modalities) {
             // Over text only: an image item is a path, and a join's pairs are judged side by side.
             if !t.is_join() && *modality == Modality::Text {
-                short_items.extend(drop_compressed_over_short_items(t, ops, &t.item_texts(&input)?));
+                // The items operators are asked about: a row with a null cell is answered without them.
+                let items = t.item_texts(&input)?.into_iter().zip(t.unknown_rows(&input)?);
+                let items: Vec<String> = items.filter(|(_, u)| !u).map(|(i, _)| i).collect();
+                short_items.extend(drop_compressed_over_short_items(t, ops, &items));
             }
         }
     }
@@ -3815,8 +3823,13 @@ pub fn sample_digest(tasks: &[SemanticTask], input: &RecordBatch, tuples: &[Stri
     let mut text = String::new();
     for task in tasks {
         let items = if task.is_join() { task.pair_items(&sample)? } else { task.item_texts(&sample)? };
-        for item in items {
-            text.push_str(&item);
+        for (item, unknown) in items.into_iter().zip(task.unknown_rows(&sample)?) {
+            // A null cell is no empty text: the one is answered without a model, the other is asked.
+            if unknown {
+                text.push('\u{0}');
+            } else {
+                text.push_str(&item);
+            }
             text.push('\u{1f}');
         }
         text.push('\u{1e}');
@@ -4063,7 +4076,11 @@ pub fn execute(
             for c in &map_cols {
                 if let Some(col) = batch.column_by_name(c) {
                     k.push('\u{1f}');
-                    k.push_str(&stretto_core::op::cell_text(col.as_ref(), i));
+                    if col.is_null(i) {
+                        k.push('\u{0}');
+                    } else {
+                        k.push_str(&stretto_core::op::cell_text(col.as_ref(), i));
+                    }
                 }
             }
             k
@@ -4260,7 +4277,7 @@ impl TruthLabels {
     }
 }
 
-/// Rows of a batch as JSON objects (text shortened to 200 characters).
+/// Rows of a batch as JSON objects (text shortened to 200 characters; a null cell is `null`).
 fn batch_rows(batch: &RecordBatch) -> Vec<serde_json::Map<String, serde_json::Value>> {
     let schema = batch.schema();
     (0..batch.num_rows())
@@ -4270,6 +4287,9 @@ fn batch_rows(batch: &RecordBatch) -> Vec<serde_json::Map<String, serde_json::Va
                 .iter()
                 .enumerate()
                 .map(|(c, f)| {
+                    if batch.column(c).is_null(i) {
+                        return (f.name().clone(), serde_json::Value::Null);
+                    }
                     let mut v = stretto_core::op::cell_text(batch.column(c).as_ref(), i);
                     if v.chars().count() > 200 {
                         v = v.chars().take(200).collect::<String>() + "…";
