@@ -351,6 +351,13 @@ impl PhysicalOp for VlmFilter {
         let mut scores = Vec::with_capacity(items.len());
         let mut secs = Vec::with_capacity(items.len());
         for item in items {
+            if item.is_empty() {
+                // No image (an empty cell): nothing in it can be what the predicate asks for, so the lowest score
+                // there is, as the bridges give it, rather than a failed query.
+                scores.push(self.props.score_range.0);
+                secs.push(1e-9);
+                continue;
+            }
             let start = Instant::now();
             let past = m.prefill(Path::new(item)).map_err(|e| CoreError::operator_failed(&self.name, e))?;
             scores.push(m.log_odds(&past, &question)?);

@@ -153,6 +153,12 @@ fn scores_images(pixels: Pixels) {
     assert_ne!(s[0], s[1], "the image reaches the decoder through its features");
     let violations = stretto_core::conformance::check(op.as_ref(), &task, &batch);
     assert!(violations.is_empty(), "{violations:?}");
+    // An empty cell of an image column is a tuple without an image: the lowest score, not a failed query.
+    let schema = std::sync::Arc::new(Schema::new(vec![stretto_core::table::ColumnKind::Image.field("p.photo")]));
+    let photos = StringArray::from(vec![Some(paths[0].as_str()), None]);
+    let batch = RecordBatch::try_new(schema, vec![std::sync::Arc::new(photos)]).unwrap();
+    let OpOutput::Scores(none) = op.evaluate(&task, &batch).unwrap() else { panic!("not scores") };
+    assert_eq!(none, vec![s[0], op.properties().score_range.0]);
     // A folder without a spec is a clear error naming the file.
     let bad = registry.build("vlm-filter", &serde_json::json!({"dir": "/nonexistent"})).unwrap();
     let e = bad.evaluate(&task, &batch).unwrap_err().to_string();
