@@ -61,10 +61,11 @@ impl Memo {
         let mut entries = HashMap::new();
         match File::open(&path) {
             Ok(f) => {
-                for line in BufReader::new(f).lines() {
+                for line in BufReader::new(f).split(b'\n') {
                     let Ok(line) = line else { break };
-                    // A torn line (crash mid-append) is skipped: its answer is simply recomputed.
-                    if let Ok(e) = serde_json::from_str::<MemoEntry>(&line) {
+                    // A torn line (crash mid-append, perhaps inside a character) is skipped, and only it: its
+                    // answer is simply recomputed, and the lines appended after it are read.
+                    if let Ok(e) = serde_json::from_slice::<MemoEntry>(&line) {
                         entries.insert(e.key.clone(), e);
                     }
                 }
@@ -107,14 +108,14 @@ impl Memo {
         }
         let mut entries = self.entries.lock().map_err(|_| CoreError::operator("memo", "memo lock poisoned"))?;
         if let Some(dir) = self.path.parent() {
-            fs::create_dir_all(dir).map_err(|e| CoreError::io(dir, e))?;
+            fs::create_dir_all(dir).map_err(|e| CoreError::Write { path: dir.to_path_buf(), source: e })?;
         }
         let mut text = String::new();
         for e in &new {
             text.push_str(&serde_json::to_string(e).map_err(|err| CoreError::operator("memo", err.to_string()))?);
             text.push('\n');
         }
-        append_lines(&self.path, &text, true).map_err(|e| CoreError::io(&self.path, e))?;
+        append_lines(&self.path, &text, true).map_err(|e| CoreError::Write { path: self.path.clone(), source: e })?;
         for e in new {
             entries.insert(e.key.clone(), e);
         }
@@ -240,10 +241,10 @@ impl CostRecord {
         let mut m: HashMap<(String, Digest16), TaskFigures> = HashMap::new();
         match File::open(path) {
             Ok(f) => {
-                for line in BufReader::new(f).lines() {
+                for line in BufReader::new(f).split(b'\n') {
                     let Ok(line) = line else { break };
                     // A torn or foreign line is skipped: the figure is simply measured again.
-                    let Ok(l) = serde_json::from_str::<CostLine>(&line) else { continue };
+                    let Ok(l) = serde_json::from_slice::<CostLine>(&line) else { continue };
                     if l.v != COST_FIGURES {
                         continue;
                     }
@@ -379,6 +380,20 @@ mod tests {
             .unwrap();
         let third = Memo::open(dir.path(), "llm:x@y").unwrap();
         assert_eq!((third.len(), third.get(&k2).map(|e| e.score)), (2, Some(Some(-1.0))));
+        // A line torn inside a character (a map's answer is any text) is no more than a torn line.
+        OpenOptions::new()
+            .append(true)
+            .open(m.path())
+            .unwrap()
+            .write_all(b"{\"key\":\"x\",\"value\":\"caf\xc3")
+            .unwrap();
+        let k3 = memo_key("op", "is positive", "caf\u{e9} film");
+        let v = Some("caf\u{e9}".to_string());
+        third
+            .put(vec![MemoEntry { key: k3.clone(), score: None, value: v.clone(), confidence: None, seconds: 0.1 }])
+            .unwrap();
+        let fourth = Memo::open(dir.path(), "llm:x@y").unwrap();
+        assert_eq!((fourth.len(), fourth.get(&k3).and_then(|e| e.value)), (3, v), "answers after it are read");
     }
 
     #[test]
@@ -414,14 +429,18 @@ mod tests {
         CostRecord::open(&path).unwrap().record("op", task, &items, &[0.5, 0.25]);
         // A crash in the middle of an append leaves a torn line.
         OpenOptions::new().append(true).open(&path).unwrap().write_all(br#"{"op":"op","item":"ab"#).unwrap();
+        // And one torn inside a character, with a figure after it.
+        OpenOptions::new().append(true).open(&path).unwrap().write_all(b"\n{\"op\":\"caf\xc3").unwrap();
+        CostRecord::open(&path).unwrap().record("op", task, &["c".to_string()], &[0.125]);
         let later = CostRecord::open(&path).unwrap();
+        assert_eq!(later.figure("op", task, "c", true), Some(0.125), "a figure after it is read");
         let secs = later.lookup("op", task, &items, true).unwrap();
         assert_eq!(secs.iter().map(|c| c.seconds).collect::<Vec<_>>(), vec![0.5, 0.25]);
         // A process pricing answers as a cold run would reads only what it recorded itself.
         assert_eq!(later.lookup("op", task, &items, false), None);
         assert_eq!(later.figure("op", task, "a", false), None);
         // Recording the same figure again (a memoised answer read back) appends nothing.
-        let lines = || fs::read_to_string(&path).unwrap().lines().count();
+        let lines = || fs::read(&path).unwrap().iter().filter(|&&b| b == b'\n').count();
         let before = lines();
         later.record("op", task, &items[..1], &[0.5]);
         assert_eq!(lines(), before);

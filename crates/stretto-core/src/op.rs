@@ -840,7 +840,10 @@ fn memoised(
         },
     };
     if let Some(m) = memo {
-        m.put(new_entries)?;
+        // The memo is a cache: answers it cannot keep (a full disk) are still this call's answers.
+        if let Err(e) = m.put(new_entries) {
+            tracing::warn!(operator, error = %e, "answers not memoised; they will be computed again");
+        }
     }
     Ok((out, seconds))
 }
