@@ -150,10 +150,12 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
     let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let tmp = dir.join(format!(".{name}.tmp{}-{n}", std::process::id()));
     let mut f = std::fs::File::create(&tmp).map_err(io)?;
-    f.write_all(bytes).map_err(io)?;
-    f.sync_all().map_err(io)?;
-    drop(f);
-    std::fs::rename(&tmp, path).map_err(|e| {
+    // Whatever fails after the temporary exists (a full disk mid-write, the rename), it goes.
+    let written = f.write_all(bytes).and_then(|()| f.sync_all()).and_then(|()| {
+        drop(f);
+        std::fs::rename(&tmp, path)
+    });
+    written.map_err(|e| {
         let _ = std::fs::remove_file(&tmp);
         io(e)
     })
