@@ -303,15 +303,25 @@ impl PastSource {
                     Some(b) => b.make_room(bytes.len() as u64)?,
                     None => true,
                 };
-                if keep {
-                    write_atomic(&path, &bytes)?;
-                } else if !self.told_full.swap(true, std::sync::atomic::Ordering::Relaxed) {
+                // A record that cannot be written (a full disk) is used from memory like one over the budget: the
+                // cache is a cache, and the query's answers do not depend on it.
+                let written = !keep
+                    || write_atomic(&path, &bytes)
+                        .inspect_err(|e| {
+                            if !self.told_full.swap(true, std::sync::atomic::Ordering::Relaxed) {
+                                tracing::warn!(error = %e, "a KV record cannot be written: new KV records of this \
+                                    profile are used from memory and not kept");
+                            }
+                        })
+                        .is_ok();
+                if !keep && !self.told_full.swap(true, std::sync::atomic::Ordering::Relaxed) {
                     tracing::warn!(
                         profile = %self.profile.id(),
                         "the disk budget is full of caches in use: new KV records of this profile are used from memory \
                          and not kept (raise --disk-budget to keep them)"
                     );
                 }
+                let keep = keep && written;
                 drop(bytes);
                 if r == self.profile.ratio {
                     mine_kept = keep;

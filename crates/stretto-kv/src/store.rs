@@ -398,6 +398,16 @@ impl KvStore {
     }
 
     fn record_spec(&self, spec: &BuildSpec) -> Result<()> {
+        // Read, add, write under a lock: two builds starting at once (two columns, two models) both stay recorded.
+        fs::create_dir_all(&self.root).map_err(|e| KvError::io(&self.root, e))?;
+        let lock_path = self.root.join(".manifest.lock");
+        let lock = fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&lock_path)
+            .map_err(|e| KvError::io(&lock_path, e))?;
+        lock.lock().map_err(|e| KvError::io(&lock_path, e))?;
         let mut specs = self.manifest()?;
         if !specs.contains(spec) {
             specs.push(spec.clone());
@@ -407,13 +417,19 @@ impl KvStore {
         Ok(())
     }
 
-    /// Removes temporary files left by interrupted writes; returns how many.
+    /// Removes temporary files left by interrupted writes (those whose writing process is gone: a build running
+    /// beside this one in another process keeps its own); returns how many.
     pub fn clean_temp(&self) -> Result<usize> {
-        let stray = temporaries(&self.root)?;
-        for path in &stray {
-            fs::remove_file(path).map_err(|e| KvError::io(path, e))?;
+        let mut cleaned = 0;
+        for path in temporaries(&self.root)?.iter().filter(|p| abandoned(p)) {
+            match fs::remove_file(path) {
+                Ok(()) => cleaned += 1,
+                // Renamed into place or removed by its writer meanwhile.
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(KvError::io(path, e)),
+            }
         }
-        Ok(stray.len())
+        Ok(cleaned)
     }
 
     /// Builds every missing record of `spec` for `items` (`(item id, text)`): one prefill per item and model,
@@ -629,6 +645,25 @@ pub fn temporaries(root: &Path) -> Result<Vec<PathBuf>> {
     Ok(walk(root)?.into_iter().filter(|p| is_temp(p)).collect())
 }
 
+/// Whether the temporary at `p` was left by a writer that is gone: the process its name holds
+/// ([`stretto_models::fsutil::unique_tmp`]: `.{name}.tmp{pid}-{n}`) no longer runs. One of this process (another
+/// thread may be writing it) or of a live one stays; where processes cannot be looked up, one an hour old goes.
+fn abandoned(p: &Path) -> bool {
+    let name = p.file_name().and_then(|n| n.to_str()).unwrap_or_default();
+    let pid = name
+        .rsplit_once(".tmp")
+        .and_then(|(_, rest)| rest.split_once('-'))
+        .and_then(|(pid, _)| pid.parse::<u32>().ok());
+    let proc = Path::new("/proc/self");
+    match pid {
+        Some(pid) if pid == std::process::id() => false,
+        Some(pid) if proc.exists() => !Path::new("/proc").join(pid.to_string()).exists(),
+        _ => fs::metadata(p)
+            .and_then(|m| m.modified())
+            .is_ok_and(|t| t.elapsed().is_ok_and(|age| age > std::time::Duration::from_secs(3600))),
+    }
+}
+
 fn is_temp(p: &Path) -> bool {
     p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with('.') && n.contains(".tmp"))
 }
@@ -688,6 +723,26 @@ mod tests {
             kv_heads: 1,
             head_dim: 2,
         }
+    }
+
+    #[test]
+    #[cfg(unix)]
+    fn only_temporaries_of_writers_that_are_gone_are_cleaned() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = KvStore::open(dir.path(), "movie").unwrap();
+        let records = store.root().join("reviewtext");
+        fs::create_dir_all(&records).unwrap();
+        // A child that has exited is a writer that is gone; this process and its parent are alive.
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let gone = child.id();
+        child.wait().unwrap();
+        let live = std::os::unix::process::parent_id();
+        let name = |pid: u32| records.join(format!(".00000001.safetensors.tmp{pid}-0"));
+        for pid in [gone, live, std::process::id()] {
+            fs::write(name(pid), b"half").unwrap();
+        }
+        assert_eq!(store.clean_temp().unwrap(), 1);
+        assert!(!name(gone).exists() && name(live).exists() && name(std::process::id()).exists());
     }
 
     #[test]
