@@ -91,7 +91,42 @@ pub fn session_config() -> SessionConfig {
         .with_ballista_logical_extension_codec(Arc::new(StrettoLogicalCodec::default()))
         .with_ballista_physical_extension_codec(Arc::new(StrettoPhysicalCodec::default()));
     config.options_mut().extensions.insert(StrettoOptions::default());
+    // A file is one partition, never split in byte ranges (`ClusterContext::register_file`).
+    config.options_mut().optimizer.repartition_file_scans = false;
     config
+}
+
+/// The file `path` names, or for a directory its first data file, and how many data files it holds: hidden files and
+/// `_`-prefixed ones are not data, and the data files must share one extension. Errors name the path and the rule.
+fn data_files(path: &Path) -> Result<(std::path::PathBuf, usize)> {
+    let meta =
+        std::fs::metadata(path).map_err(|e| ClusterError::Config(format!("cannot read {}: {e}", path.display())))?;
+    if !meta.is_dir() {
+        return Ok((path.to_path_buf(), 1));
+    }
+    let mut files: Vec<std::path::PathBuf> = std::fs::read_dir(path)
+        .map_err(|e| ClusterError::Config(format!("cannot list {}: {e}", path.display())))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.is_file())
+        .filter(|p| p.file_name().and_then(|n| n.to_str()).is_some_and(|n| !n.starts_with(['.', '_'])))
+        .collect();
+    files.sort();
+    let Some(first) = files.first().cloned() else {
+        return Err(ClusterError::Config(format!(
+            "{} holds no data file (files directly in it, not in subfolders; hidden and `_` files are skipped)",
+            path.display()
+        )));
+    };
+    let ext = |p: &Path| p.extension().map(|e| e.to_os_string());
+    if let Some(other) = files.iter().find(|p| ext(p) != ext(&first)) {
+        return Err(ClusterError::Config(format!(
+            "{} holds files of two extensions ({} and {}); a table is listed by one: rename or move them apart",
+            path.display(),
+            first.display(),
+            other.display()
+        )));
+    }
+    Ok((first, files.len()))
 }
 
 /// SQL with Stretto's semantic functions on a Ballista cluster (see the crate doc): certification here, execution
@@ -144,22 +179,21 @@ impl ClusterContext {
     }
 
     /// Registers a CSV, TSV, Parquet or NDJSON file, or a directory of them (one partition per file), as `name`. The
-    /// executors read the same path, so it must be on a file system they share with the client.
+    /// executors read the same path, so it must be on a file system they share with the client. In a directory,
+    /// hidden files and those whose name starts with `_` (`_SUCCESS`, `.part-0.crc`, as Spark and Hadoop write them)
+    /// are not data; the data files must share one extension, which DataFusion lists them by.
     pub fn register_file(&self, name: &str, path: impl AsRef<Path>) -> Result<()> {
         let path = path.as_ref();
-        let probe = if path.is_dir() {
-            std::fs::read_dir(path)
-                .map_err(|e| ClusterError::Config(format!("cannot list {}: {e}", path.display())))?
-                .filter_map(|e| e.ok().map(|e| e.path()))
-                .filter(|p| p.is_file())
-                .min()
-                .ok_or_else(|| ClusterError::Config(format!("{} holds no file", path.display())))?
-        } else {
-            path.to_path_buf()
-        };
+        let (probe, files) = data_files(path)?;
         // Stretto's rule for a file's format; DataFusion lists the files with the same extension.
         let format = stretto::FileFormat::of(&probe)?;
         let ext = format!(".{}", probe.extension().and_then(|e| e.to_str()).unwrap_or_default());
+        // One partition per file: DataFusion groups the files into at most `target_partitions` partitions (and file
+        // scans are never split: `session_config`), so the setting grows to the file count, never shrinks.
+        let partitions = self.ctx.state().config().target_partitions();
+        if files > partitions {
+            self.ctx.state_ref().write().config_mut().options_mut().execution.target_partitions = files;
+        }
         let location = path
             .to_str()
             .ok_or_else(|| ClusterError::Config(format!("{} is not a UTF-8 path", path.display())))?
@@ -214,5 +248,30 @@ impl ClusterContext {
         }
         let (schema, batches) = last.expect("parse_statements gives at least one statement");
         Ok(SqlResult::new(schema, batches, self.log.runs()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_folders_data_files_skip_markers_and_share_one_extension() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        let err = |p: &Path| data_files(p).unwrap_err().to_string();
+        assert!(err(&d.join("missing.csv")).contains("cannot read"), "{}", err(&d.join("missing.csv")));
+        assert!(err(d).contains("holds no data file"), "{}", err(d));
+        // Spark's markers sort before the data and are not data.
+        for f in ["_SUCCESS", ".part-00000.csv.crc", "part-00000.csv", "part-00001.csv"] {
+            std::fs::write(d.join(f), "id\n1\n").unwrap();
+        }
+        std::fs::create_dir(d.join("sub")).unwrap();
+        assert_eq!(data_files(d).unwrap(), (d.join("part-00000.csv"), 2));
+        assert_eq!(data_files(&d.join("part-00001.csv")).unwrap(), (d.join("part-00001.csv"), 1));
+        // A file DataFusion would not list is refused, not dropped without a word.
+        std::fs::write(d.join("part-00002.tsv"), "id\n2\n").unwrap();
+        let e = err(d);
+        assert!(e.contains("two extensions") && e.contains("part-00002.tsv"), "{e}");
     }
 }

@@ -58,7 +58,11 @@ impl CertifyingPlanner {
         node: &SemanticPipelineNode,
         state: &dyn datafusion::catalog::Session,
     ) -> Result<LogicalPlan> {
-        let run = Arc::new(Mutex::new(PipelineRun { pipeline: node.spec.describe(), ..Default::default() }));
+        let run = Arc::new(Mutex::new(PipelineRun {
+            pipeline: node.spec.describe(),
+            on_cluster: true,
+            ..Default::default()
+        }));
         self.log.push(run.clone());
         // The relational input, computed by the cluster.
         let t0 = std::time::Instant::now();

@@ -26,9 +26,13 @@ pub fn init_logging() {
 /// A scheduler's settings (`stretto-scheduler --help`).
 #[derive(Debug, Clone, clap::Args)]
 pub struct SchedulerArgs {
-    /// Address to listen on.
+    /// Address to listen on (`0.0.0.0` for every interface: executors on other hosts must reach it).
     #[arg(long, default_value = "127.0.0.1")]
     pub bind_host: String,
+    /// The host name or address others reach this scheduler at (default: `--bind-host`; needed where that is
+    /// `0.0.0.0` or `::`).
+    #[arg(long)]
+    pub external_host: Option<String>,
     /// Port of the scheduler's gRPC service (clients and executors connect here).
     #[arg(long, default_value_t = 50050)]
     pub port: u16,
@@ -51,7 +55,7 @@ pub async fn run_scheduler(args: SchedulerArgs) -> Result<()> {
     let config = SchedulerConfig {
         bind_host: args.bind_host.clone(),
         bind_port: args.port,
-        external_host: args.bind_host.clone(),
+        external_host: external_host(&args.bind_host, args.external_host.as_deref(), "stretto scheduler")?,
         executor_timeout_seconds: args.executor_timeout_seconds,
         expire_dead_executor_interval_seconds: args.expire_dead_executor_interval_seconds,
         no_executors_grace_period_seconds: args.executor_timeout_seconds,
@@ -79,9 +83,15 @@ pub struct ExecutorArgs {
     /// The scheduler, `HOST:PORT`.
     #[arg(long, default_value = "localhost:50050")]
     pub scheduler: String,
-    /// Address to listen on.
+    /// Address to listen on (`0.0.0.0` for every interface: on a cluster of several hosts, other executors and
+    /// the client fetch results from it).
     #[arg(long, default_value = "127.0.0.1")]
     pub bind_host: String,
+    /// The host name or address the scheduler, other executors and clients reach this executor at (default:
+    /// `--bind-host`; needed where that is `0.0.0.0` or `::`). The scheduler hands it out with this executor's
+    /// results, so on a cluster of several hosts it must not be a loopback address.
+    #[arg(long)]
+    pub external_host: Option<String>,
     /// Port of the executor's Arrow Flight service (other executors and clients fetch results here).
     #[arg(long, default_value_t = 50051)]
     pub port: u16,
@@ -94,7 +104,7 @@ pub struct ExecutorArgs {
     /// Seconds between heartbeats to the scheduler.
     #[arg(long, default_value_t = 60)]
     pub heartbeat_seconds: u64,
-    /// Executor id (default: a fresh one).
+    /// Executor id (default: a fresh one, `stretto-HOST-PORT-PID` of its external host).
     #[arg(long)]
     pub id: Option<String>,
     /// Scratch folder for intermediate results; the task log (`stretto-tasks.jsonl`) is written here.
@@ -116,6 +126,17 @@ pub struct ExecutorArgs {
     /// Models operators may use (comma-separated).
     #[arg(long, value_delimiter = ',', default_value = "smollm2-135m,minilm,efficientnet-lite0")]
     pub models: Vec<String>,
+    /// Also offer both weight-quantized rungs of every ladder model: needed where the client's plans may name them
+    /// (`stretto sql --cluster --int8-rungs`).
+    #[arg(long)]
+    pub int8_rungs: bool,
+    /// Sentence encoders of the embedding filters, one rung each (default: minilm): those the client's
+    /// `--encoders` names, which its plans may name. They are allowed here whatever --models says.
+    #[arg(long, value_delimiter = ',')]
+    pub encoders: Option<Vec<String>>,
+    /// Bytes of working memory one model run may take beyond the model's weights (default 1 GiB).
+    #[arg(long)]
+    pub memory_budget: Option<u64>,
     /// Threads per model session.
     #[arg(long, default_value_t = 1)]
     pub threads: usize,
@@ -128,11 +149,24 @@ pub struct ExecutorArgs {
 /// The Stretto session of an executor.
 pub fn executor_session(args: &ExecutorArgs) -> Result<stretto::Session> {
     let home = args.model_home.clone().ok_or_else(|| ClusterError::Config("an executor needs --model-home".into()))?;
+    let mut models = args.models.clone();
+    for e in args.encoders.iter().flatten() {
+        if !models.contains(e) {
+            models.push(e.clone());
+        }
+    }
     let mut b = stretto::Session::builder(home)
         .ladder(args.ladder.clone())
-        .models(args.models.clone())
+        .models(models)
+        .int8_rungs(args.int8_rungs)
         .threads(args.threads.max(1))
         .progress(false);
+    if let Some(encoders) = &args.encoders {
+        b = b.encoders(encoders.clone());
+    }
+    if let Some(bytes) = args.memory_budget {
+        b = b.memory_budget(bytes);
+    }
     if args.cuda {
         b = b.execution_provider(stretto::core::context::ExecutionProvider::Cuda);
     }
@@ -145,6 +179,24 @@ pub fn executor_session(args: &ExecutorArgs) -> Result<stretto::Session> {
     Ok(b.build()?)
 }
 
+/// The host a node is reached at: `external` where given, else the address it binds, which must then be one others
+/// can reach it at (not a wildcard such as `0.0.0.0`).
+fn external_host(bind: &str, external: Option<&str>, node: &str) -> Result<String> {
+    if let Some(e) = external.map(str::trim) {
+        if e.is_empty() {
+            return Err(ClusterError::Config(format!("{node}: --external-host is empty")));
+        }
+        return Ok(e.to_string());
+    }
+    match bind.parse::<std::net::IpAddr>() {
+        Ok(ip) if ip.is_unspecified() => Err(ClusterError::Config(format!(
+            "{node}: --bind-host {bind} listens on every interface but is no address others can reach it at: \
+             add --external-host with this machine's host name or address"
+        ))),
+        _ => Ok(bind.to_string()),
+    }
+}
+
 /// Runs an executor until the process ends.
 pub async fn run_executor(args: ExecutorArgs) -> Result<()> {
     let (host, port) =
@@ -153,8 +205,11 @@ pub async fn run_executor(args: ExecutorArgs) -> Result<()> {
         )?;
     std::fs::create_dir_all(&args.work_dir)
         .map_err(|e| ClusterError::Config(format!("cannot create the work dir {}: {e}", args.work_dir.display())))?;
+    let external = external_host(&args.bind_host, args.external_host.as_deref(), "stretto executor")?;
     let session = executor_session(&args)?;
-    let id = args.id.clone().unwrap_or_else(|| format!("stretto-{}-{}", args.bind_host, args.port));
+    // Fresh per process: two hosts both bound to 127.0.0.1:50051 (or a restarted executor) never share an id,
+    // which the scheduler would refuse.
+    let id = args.id.clone().unwrap_or_else(|| format!("stretto-{external}-{}-{}", args.port, std::process::id()));
     let resources = ExecutorResources {
         session,
         task_log: Some(TaskLog::new(id.clone(), args.work_dir.join("stretto-tasks.jsonl"))),
@@ -167,7 +222,7 @@ pub async fn run_executor(args: ExecutorArgs) -> Result<()> {
     let config = ExecutorProcessConfig {
         executor_id: id,
         bind_host: args.bind_host.clone(),
-        external_host: Some(args.bind_host.clone()),
+        external_host: Some(external),
         port: args.port,
         grpc_port: args.grpc_port,
         scheduler_host: host,
@@ -183,4 +238,21 @@ pub async fn run_executor(args: ExecutorArgs) -> Result<()> {
     };
     start_executor_process(Arc::new(config)).await?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_node_is_reached_at_its_external_host_and_a_wildcard_bind_needs_one() {
+        assert_eq!(external_host("127.0.0.1", None, "n").unwrap(), "127.0.0.1");
+        assert_eq!(external_host("0.0.0.0", Some("node-7.lan"), "n").unwrap(), "node-7.lan");
+        assert_eq!(external_host("10.0.0.5", Some("node-7.lan"), "n").unwrap(), "node-7.lan");
+        for bind in ["0.0.0.0", "::"] {
+            let e = external_host(bind, None, "stretto executor").unwrap_err().to_string();
+            assert!(e.contains("--external-host") && e.contains(bind), "{e}");
+        }
+        assert!(external_host("0.0.0.0", Some(" "), "n").is_err());
+    }
 }

@@ -62,11 +62,17 @@ pub struct PipelineRun {
     /// Why only gold was profiled and run, when profiling could not pay (a small input, or a LIMIT that gold
     /// reaches within a few tuples).
     pub gold_only: Option<String>,
+    /// Whether a cluster's executors ran the certified cascade (`stretto-ballista`): its execution counts
+    /// (`executed_rows`, `output_rows`, `stages`, `finished`) are theirs, not known here, and stay empty.
+    pub on_cluster: bool,
 }
 
 impl PipelineRun {
-    /// Input tuples the cascade never ran because nothing above asked for more rows.
+    /// Input tuples the cascade never ran because nothing above asked for more rows (none known of a cluster run).
     pub fn skipped_rows(&self) -> usize {
+        if self.on_cluster {
+            return 0;
+        }
         self.input_rows.saturating_sub(self.executed_rows)
     }
 
@@ -87,12 +93,16 @@ impl PipelineRun {
                 if b["fell_back_to_gold"].as_bool() == Some(true) { " (gold fallback)" } else { "" }
             )
         });
-        let mut s =
-            format!("{} input tuples, {} profiled, {} executed", self.input_rows, self.sample_rows, self.executed_rows);
-        if self.skipped_rows() > 0 {
-            s.push_str(&format!(", {} skipped (LIMIT reached before they were needed)", self.skipped_rows()));
+        let mut s = format!("{} input tuples, {} profiled", self.input_rows, self.sample_rows);
+        if self.on_cluster {
+            s.push_str(", executed by the cluster's executors (their logs hold the counts)");
+        } else {
+            s.push_str(&format!(", {} executed", self.executed_rows));
+            if self.skipped_rows() > 0 {
+                s.push_str(&format!(", {} skipped (LIMIT reached before they were needed)", self.skipped_rows()));
+            }
+            s.push_str(&format!(", {} rows out", self.output_rows));
         }
-        s.push_str(&format!(", {} rows out", self.output_rows));
         if let Some(st) = stages {
             s.push_str(&format!("; plan {st}"));
         }
