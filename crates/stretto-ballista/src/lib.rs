@@ -274,4 +274,27 @@ mod tests {
         let e = err(d);
         assert!(e.contains("two extensions") && e.contains("part-00002.tsv"), "{e}");
     }
+
+    #[test]
+    fn a_folder_of_files_is_one_partition_per_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let session = stretto::Session::builder(dir.path().join("home")).build().unwrap();
+        // Nothing is contacted before a query runs.
+        let ctx = ClusterContext::connect(&session, "localhost:1").unwrap();
+        let partitions = || ctx.datafusion().state().config().target_partitions();
+        let folder = |name: &str, files: usize| {
+            let d = dir.path().join(name);
+            std::fs::create_dir(&d).unwrap();
+            for i in 0..files {
+                std::fs::write(d.join(format!("part-{i}.csv")), format!("id\n{i}\n")).unwrap();
+            }
+            d
+        };
+        assert_eq!(partitions(), 4);
+        ctx.register_file("two", folder("two", 2)).unwrap();
+        assert_eq!(partitions(), 4, "never shrinks");
+        ctx.register_file("seven", folder("seven", 7)).unwrap();
+        assert_eq!(partitions(), 7);
+        assert!(!ctx.datafusion().state().config().options().optimizer.repartition_file_scans, "a file is never split");
+    }
 }
