@@ -135,7 +135,7 @@ pub struct ClusterContext {
     session: stretto::Session,
     scheduler: String,
     ctx: SessionContext,
-    runtime: Arc<tokio::runtime::Runtime>,
+    runtime: Arc<stretto_sql::QueryRuntime>,
     log: RunLog,
 }
 
@@ -199,7 +199,7 @@ impl ClusterContext {
             .ok_or_else(|| ClusterError::Config(format!("{} is not a UTF-8 path", path.display())))?
             .to_string();
         let location = if path.is_dir() && !location.ends_with('/') { format!("{location}/") } else { location };
-        self.runtime.block_on(async {
+        let registered = self.runtime.block_on(async {
             match format {
                 stretto::FileFormat::Csv => {
                     self.ctx.register_csv(name, &location, CsvReadOptions::new().file_extension(&ext)).await
@@ -217,7 +217,8 @@ impl ClusterContext {
                     self.ctx.register_json(name, &location, options).await
                 }
             }
-        })?;
+        });
+        registered.map_err(ClusterError::Runtime)??;
         Ok(())
     }
 
@@ -242,8 +243,9 @@ impl ClusterContext {
                 let batches = df.collect().await?;
                 Ok::<_, datafusion::error::DataFusionError>((schema, batches))
             });
-            let out =
-                out.map_err(|e| e.context(format!("running on the cluster of the scheduler at {}", self.scheduler)))?;
+            let out = out
+                .map_err(ClusterError::Runtime)?
+                .map_err(|e| e.context(format!("running on the cluster of the scheduler at {}", self.scheduler)))?;
             last = Some(out);
         }
         let (schema, batches) = last.expect("parse_statements gives at least one statement");
@@ -296,5 +298,20 @@ mod tests {
         ctx.register_file("seven", folder("seven", 7)).unwrap();
         assert_eq!(partitions(), 7);
         assert!(!ctx.datafusion().state().config().options().optimizer.repartition_file_scans, "a file is never split");
+    }
+
+    #[test]
+    fn the_client_runs_inside_an_async_runtime() {
+        let dir = tempfile::tempdir().unwrap();
+        let session = stretto::Session::builder(dir.path().join("home")).build().unwrap();
+        let csv = dir.path().join("t.csv");
+        std::fs::write(&csv, "id\n1\n").unwrap();
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        runtime.block_on(async {
+            let ctx = ClusterContext::connect(&session, "localhost:1").unwrap();
+            ctx.register_file("t", &csv).unwrap();
+            assert!(ctx.datafusion().table_exist("t").unwrap());
+            drop(ctx);
+        });
     }
 }

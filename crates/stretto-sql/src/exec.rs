@@ -185,6 +185,20 @@ pub fn stretto_input(
     for ((f, name), col) in input_schema.fields().iter().zip(input_names).zip(batch.columns()) {
         let (ty, col) = match f.data_type() {
             DataType::Utf8View | DataType::LargeUtf8 => {
+                // Utf8 holds at most 2 GiB of text per column, and Arrow's cast to it panics (not errs) past that
+                // from Utf8View.
+                let bytes = text_bytes(col.as_ref());
+                if bytes > i32::MAX as usize {
+                    return Err(arrow_err(
+                        "reading text",
+                        arrow::error::ArrowError::InvalidArgumentError(format!(
+                            "column `{name}` of the semantic pipeline's input holds {:.1} GiB of text, more than the \
+                             2 GiB a pipeline's text column can hold: narrow the input (a WHERE or LIMIT below the \
+                             semantic functions) or split the table",
+                            bytes as f64 / (1u64 << 30) as f64
+                        )),
+                    ));
+                }
                 (DataType::Utf8, cast(col, &DataType::Utf8).map_err(|e| arrow_err("reading text", e))?)
             }
             t => (t.clone(), col.clone()),
@@ -193,6 +207,16 @@ pub fn stretto_input(
         columns.push(col);
     }
     RecordBatch::try_new(Arc::new(Schema::new(fields)), columns).map_err(|e| arrow_err("naming the pipeline input", e))
+}
+
+/// Bytes of text in a Utf8View or LargeUtf8 column (0 for other types), nulls counting none.
+fn text_bytes(col: &dyn arrow::array::Array) -> usize {
+    use arrow::array::AsArray;
+    match col.data_type() {
+        DataType::Utf8View => col.as_string_view().iter().flatten().map(str::len).sum(),
+        DataType::LargeUtf8 => col.as_string::<i64>().iter().flatten().map(str::len).sum(),
+        _ => 0,
+    }
 }
 
 /// A pipeline's certified plan over one input, and the logical operators it binds to.
@@ -651,4 +675,32 @@ pub fn pipeline_runs(plan: &Arc<dyn ExecutionPlan>) -> Vec<PipelineRun> {
         runs.extend(pipeline_runs(c));
     }
     runs
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow::array::StringViewArray;
+    use arrow::buffer::{Buffer, ScalarBuffer};
+    use arrow::datatypes::Field;
+
+    #[test]
+    fn text_past_two_gib_is_an_error_not_a_panic() {
+        // 3,000 views of one 1 MiB string: 2.9 GiB of text in 1 MiB of memory.
+        let mib = 1u32 << 20;
+        let data = Buffer::from_vec(vec![b'a'; mib as usize]);
+        let view = arrow::array::ByteView::new(mib, b"aaaa").as_u128();
+        let views = ScalarBuffer::from(vec![view; 3000]);
+        let text = StringViewArray::try_new(views, vec![data], None).unwrap();
+        let schema = Arc::new(Schema::new(vec![Field::new("t", DataType::Utf8View, false)]));
+        let batch = RecordBatch::try_new(schema.clone(), vec![Arc::new(text) as ArrayRef]).unwrap();
+        let err = stretto_input(&schema, &["reviews.text".to_string()], &batch).unwrap_err().to_string();
+        assert!(err.contains("`reviews.text`") && err.contains("2.9 GiB") && err.contains("narrow the input"), "{err}");
+
+        // Under the limit the column is read as Utf8.
+        let small = batch.slice(0, 3);
+        let input = stretto_input(&schema, &["reviews.text".to_string()], &small).unwrap();
+        assert_eq!(input.schema().field(0).data_type(), &DataType::Utf8);
+        assert_eq!(input.column(0).len(), 3);
+    }
 }

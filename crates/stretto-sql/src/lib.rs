@@ -42,8 +42,9 @@
 //! # Ok::<(), stretto_sql::SqlError>(())
 //! ```
 //!
-//! The API is synchronous like Stretto's `DataFrame` (it owns a small Tokio runtime); async code can use the
-//! DataFusion context itself ([`SqlContext::datafusion`]).
+//! The API is synchronous like Stretto's `DataFrame` (it owns a small Tokio runtime, [`QueryRuntime`]) and may be
+//! called from async code too (it then blocks the calling task's thread while the query runs); async code can also
+//! use the DataFusion context itself ([`SqlContext::datafusion`]).
 
 #![warn(missing_docs)]
 
@@ -78,7 +79,7 @@ pub enum SqlError {
     /// Stretto's own work: models, operators, the optimizer, reading files.
     #[error(transparent)]
     Stretto(#[from] stretto::Error),
-    /// The runtime that drives DataFusion could not start.
+    /// The runtime that drives DataFusion (or the thread it needs inside another runtime) could not start.
     #[error("cannot start the query runtime: {0}")]
     Runtime(#[source] std::io::Error),
 }
@@ -150,11 +151,57 @@ pub fn parse_statements(
     Ok(statements)
 }
 
-/// The small Tokio runtime a synchronous SQL front end drives DataFusion with.
-pub fn query_runtime(thread_name: &str) -> std::io::Result<Arc<tokio::runtime::Runtime>> {
+/// The small Tokio runtime a synchronous SQL front end drives DataFusion with (see [`query_runtime`]).
+///
+/// Its synchronous calls work from plain code and from inside another Tokio runtime alike (a `#[tokio::main]`
+/// program, an async web handler): there, where `Runtime::block_on` would panic, the work runs on a thread of its
+/// own while the caller's thread waits, as any blocking call makes it wait. Dropping it inside an async context does
+/// not panic either (it shuts down in the background).
+#[derive(Debug)]
+pub struct QueryRuntime {
+    runtime: Option<tokio::runtime::Runtime>,
+}
+
+impl QueryRuntime {
+    /// Runs `future` to completion on this runtime and returns its output; `Err` only when the thread it needs
+    /// (inside another runtime) cannot start.
+    pub fn block_on<F>(&self, future: F) -> std::io::Result<F::Output>
+    where
+        F: std::future::Future + Send,
+        F::Output: Send,
+    {
+        let runtime = self.runtime.as_ref().expect("the runtime lives until the value is dropped");
+        if tokio::runtime::Handle::try_current().is_err() {
+            return Ok(runtime.block_on(future));
+        }
+        // Inside a runtime this thread may not block on another one: a scoped thread (which may borrow what the
+        // future borrows) does, and this one waits for it.
+        std::thread::scope(|scope| {
+            let worker = std::thread::Builder::new()
+                .name("stretto-sql-block-on".into())
+                .spawn_scoped(scope, || runtime.block_on(future))?;
+            Ok(worker.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic)))
+        })
+    }
+}
+
+impl Drop for QueryRuntime {
+    fn drop(&mut self) {
+        if let Some(runtime) = self.runtime.take() {
+            if tokio::runtime::Handle::try_current().is_ok() {
+                // Dropping a runtime where blocking is not allowed panics; this does not wait.
+                runtime.shutdown_background();
+            }
+        }
+    }
+}
+
+/// The small Tokio runtime a synchronous SQL front end drives DataFusion with: two worker threads named
+/// `thread_name`.
+pub fn query_runtime(thread_name: &str) -> std::io::Result<Arc<QueryRuntime>> {
     let runtime =
         tokio::runtime::Builder::new_multi_thread().worker_threads(2).thread_name(thread_name).enable_all().build()?;
-    Ok(Arc::new(runtime))
+    Ok(Arc::new(QueryRuntime { runtime: Some(runtime) }))
 }
 
 /// SQL over a Stretto session: DataFusion with the semantic functions, the pipeline rule and planner, the
@@ -162,7 +209,7 @@ pub fn query_runtime(thread_name: &str) -> std::io::Result<Arc<tokio::runtime::R
 pub struct SqlContext {
     session: stretto::Session,
     ctx: SessionContext,
-    runtime: Arc<tokio::runtime::Runtime>,
+    runtime: Arc<QueryRuntime>,
     log: RunLog,
 }
 
@@ -269,7 +316,7 @@ impl SqlContext {
                 }
                 Ok(None)
             });
-            if let Some(frame) = frame.map_err(unwrap_df)? {
+            if let Some(frame) = frame.map_err(SqlError::Runtime)?.map_err(unwrap_df)? {
                 last = Some(frame);
             }
         }
@@ -284,7 +331,7 @@ impl SqlContext {
 /// A planned statement; [`collect`](Self::collect) runs it.
 pub struct SqlFrame {
     df: datafusion::dataframe::DataFrame,
-    runtime: Arc<tokio::runtime::Runtime>,
+    runtime: Arc<QueryRuntime>,
     /// Pipelines the statements before this one ran.
     earlier: Vec<PipelineRun>,
 }
@@ -305,7 +352,11 @@ impl SqlFrame {
     pub fn explain(&self) -> Result<String> {
         let state = self.df.clone().into_parts().0;
         let logical = state.optimize(self.df.logical_plan()).map_err(unwrap_df)?;
-        let physical = self.runtime.block_on(self.df.clone().create_physical_plan()).map_err(unwrap_df)?;
+        let physical = self
+            .runtime
+            .block_on(self.df.clone().create_physical_plan())
+            .map_err(SqlError::Runtime)?
+            .map_err(unwrap_df)?;
         Ok(format!(
             "{}\n\n{}",
             logical.display_indent(),
@@ -318,9 +369,12 @@ impl SqlFrame {
         let schema = self.schema();
         let task = Arc::new(self.df.task_ctx());
         let physical: Arc<dyn ExecutionPlan> =
-            self.runtime.block_on(self.df.create_physical_plan()).map_err(unwrap_df)?;
-        let batches =
-            self.runtime.block_on(datafusion::physical_plan::collect(physical.clone(), task)).map_err(unwrap_df)?;
+            self.runtime.block_on(self.df.create_physical_plan()).map_err(SqlError::Runtime)?.map_err(unwrap_df)?;
+        let batches = self
+            .runtime
+            .block_on(datafusion::physical_plan::collect(physical.clone(), task))
+            .map_err(SqlError::Runtime)?
+            .map_err(unwrap_df)?;
         let mut pipelines = self.earlier;
         pipelines.extend(exec::pipeline_runs(&physical));
         Ok(SqlResult { schema, batches, pipelines })

@@ -211,6 +211,28 @@ fn a_query_without_semantic_functions_is_plain_datafusion() {
     assert_eq!(ints(&b, "top"), vec![top as i64]);
 }
 
+/// The synchronous API works from inside an async runtime of either flavour (a `#[tokio::main]` program, an async
+/// handler), where blocking on its own runtime, or dropping it, would panic.
+#[test]
+fn the_synchronous_api_runs_inside_an_async_runtime() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = session(dir.path());
+    let current = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let multi = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
+    for runtime in [current, multi] {
+        let n = runtime.block_on(async {
+            let ctx = SqlContext::new(&s).unwrap();
+            let frame = ctx.sql("SELECT count(*) AS n FROM movie.reviews WHERE istopcritic").unwrap();
+            assert!(frame.explain().unwrap().contains("Aggregate"));
+            let n = ints(&frame.collect().unwrap().batch().unwrap(), "n");
+            drop(ctx);
+            n
+        });
+        assert_eq!(n.len(), 1);
+        assert!(n[0] > 0);
+    }
+}
+
 /// Every statement runs in turn: an INSERT or COPY before the last is not dropped, and a query before the last,
 /// whose result nothing would return, is refused.
 #[test]
