@@ -69,9 +69,22 @@ pub fn build(
     Ok(store.build_within(&stretto::core::context::default_home(), &spec, &items, 0, memory_budget)?)
 }
 
-/// `stretto kv repair`: removes corrupt records and rebuilds every missing record of items built before.
-pub fn repair(kv_dir: &Path, dataset: &str, memory_budget: u64) -> Result<(Vec<String>, BuildReport), Error> {
+/// What `stretto kv repair` did.
+#[derive(Debug, Default)]
+pub struct Repaired {
+    /// The damaged manifest, rebuilt from the records on disk.
+    pub manifest: Option<stretto::kv::store::RecoveredManifest>,
+    /// The corrupt records removed, each with why.
+    pub removed: Vec<String>,
+    /// The rebuild of every missing record of items built before.
+    pub build: BuildReport,
+}
+
+/// `stretto kv repair`: rebuilds a damaged manifest from the records, removes corrupt records and rebuilds every
+/// missing record of items built before.
+pub fn repair(kv_dir: &Path, dataset: &str, memory_budget: u64) -> Result<Repaired, Error> {
     let store = KvStore::open(kv_dir, dataset)?;
+    let manifest = store.recover_manifest()?;
     let removed = store.remove_corrupt()?;
     let mut total = BuildReport::default();
     for spec in store.manifest()? {
@@ -107,7 +120,7 @@ pub fn repair(kv_dir: &Path, dataset: &str, memory_budget: u64) -> Result<(Vec<S
         total.seconds += r.seconds;
         total.longest_chunk = total.longest_chunk.max(r.longest_chunk);
     }
-    Ok((removed.into_iter().map(|(_, why)| why).collect(), total))
+    Ok(Repaired { manifest, removed: removed.into_iter().map(|(_, why)| why).collect(), build: total })
 }
 
 /// A profile's footprint with its probe agreement, for budgeting.

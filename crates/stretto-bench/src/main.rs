@@ -680,7 +680,8 @@ enum KvAction {
         #[arg(long)]
         kv_dir: Option<PathBuf>,
     },
-    /// Remove corrupt records and rebuild every missing record of items built before.
+    /// Rebuild a damaged manifest from the records, remove corrupt records and rebuild every missing record of items
+    /// built before.
     Repair {
         /// Bundled dataset.
         #[arg(long)]
@@ -1575,11 +1576,19 @@ fn run_kv(action: KvAction) -> Result<(), BoxError> {
         KvAction::Repair { dataset, kv_dir } => {
             // Rebuilds within STRETTO_MEMORY_BUDGET, else the default, as `kv build` does without the flag.
             let budget = env.memory_budget.unwrap_or(DEFAULT_MEMORY_BUDGET);
-            let (removed, r) = kv::repair(&dir(kv_dir), &dataset, budget)?;
-            for line in &removed {
+            let repaired = kv::repair(&dir(kv_dir), &dataset, budget)?;
+            if let Some(m) = &repaired.manifest {
+                println!(
+                    "manifest: damaged ({}), rebuilt from the records with {} build specs; the damaged file is {}",
+                    m.why,
+                    m.specs.len(),
+                    m.damaged.display()
+                );
+            }
+            for line in &repaired.removed {
                 println!("removed: {line}");
             }
-            println!("rebuilt {} items ({} intact)", r.built, r.skipped);
+            println!("rebuilt {} items ({} intact)", repaired.build.built, repaired.build.skipped);
         }
         KvAction::Stats { dataset, kv_dir, budget, sample, json } => {
             let rows = kv::stats(&dir(kv_dir), &dataset, budget, sample)?;

@@ -138,6 +138,31 @@ fn a_flipped_byte_is_reported_and_repaired() {
 }
 
 #[test]
+fn a_damaged_manifest_is_rebuilt_from_the_records_by_repair() {
+    let dir = tempfile::tempdir().unwrap();
+    let (ok, _, err) = stretto(dir.path(), &build_args());
+    assert!(ok, "{err}");
+    let manifest = dir.path().join("movie/manifest.json");
+    let built = std::fs::read_to_string(&manifest).unwrap();
+    let victim = dir.path().join("movie/reviewtext/smollm2-135m@expected-attention-0.50/00000003.safetensors");
+    std::fs::remove_file(&victim).unwrap();
+    std::fs::write(&manifest, &built[..built.len() / 2]).unwrap();
+
+    let (ok, out, err) = stretto(dir.path(), &["kv", "repair", "--dataset", "movie"]);
+    assert!(ok, "{err}");
+    assert!(out.contains("manifest: damaged") && out.contains("1 build specs"), "{out}");
+    assert!(out.contains("rebuilt 1 items"), "the record the manifest's build had written is back: {out}");
+    assert!(victim.is_file());
+    assert_eq!(std::fs::read_to_string(&manifest).unwrap(), built, "one model's build is told back exactly");
+    assert!(dir.path().join("movie/manifest.json.damaged").is_file());
+    // A build beside a damaged manifest records its spec instead of failing.
+    std::fs::write(&manifest, "{").unwrap();
+    let (ok, _, err) = stretto(dir.path(), &build_args());
+    assert!(ok, "{err}");
+    assert_eq!(std::fs::read_to_string(&manifest).unwrap(), built);
+}
+
+#[test]
 fn stats_report_every_profile_and_bad_arguments_are_clear() {
     let dir = tempfile::tempdir().unwrap();
     let (ok, _, err) = stretto(dir.path(), &build_args());

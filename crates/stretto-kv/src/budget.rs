@@ -8,6 +8,8 @@
 //! - **Never a record in use**: a query holds a [`Lease`] while it runs (a locked file under `adhoc/.leases/`
 //!   holding its start time). Eviction spares every record used since the start of the oldest running lease, in
 //!   this process or another; a lease whose process died is unlocked, and eviction removes it.
+//! - **Temporaries of interrupted writes** (a query killed while writing a record leaves `.<name>.tmp<pid>-<n>`)
+//!   count like any file; eviction removes those whose writing process is gone, first.
 //! - **When the budget cannot hold a record** (everything left is in use), [`DiskBudget::make_room`] says so and
 //!   the caller keeps that past in memory only: answers stay right, the next use recomputes it.
 //! - The default limit ([`DiskBudget::default_limit`]) is what the KV directory and memo use now plus half of the
@@ -58,6 +60,8 @@ pub struct Eviction {
     pub bytes: u64,
     /// Bytes in use afterwards.
     pub used: u64,
+    /// Temporaries of interrupted writes removed (their bytes are in `bytes`).
+    pub temporaries: usize,
 }
 
 /// A running query's claim on the records it uses: while held, eviction spares every record used since it was
@@ -185,12 +189,23 @@ impl DiskBudget {
     pub fn lease(&self) -> Result<Lease> {
         let dir = self.leases_dir();
         fs::create_dir_all(&dir).map_err(io(&dir))?;
-        let path = dir.join(format!("{}-{}.lease", std::process::id(), NEXT_LEASE.fetch_add(1, Ordering::Relaxed)));
-        let mut file = File::options().create(true).truncate(true).write(true).open(&path).map_err(io(&path))?;
-        file.lock().map_err(io(&path))?;
-        let start = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default();
-        file.write_all(start.as_nanos().to_string().as_bytes()).map_err(io(&path))?;
-        file.sync_data().map_err(io(&path))?;
+        let name = format!("{}-{}.lease", std::process::id(), NEXT_LEASE.fetch_add(1, Ordering::Relaxed));
+        let (path, hidden) = (dir.join(&name), dir.join(format!(".{name}")));
+        // Locked and written under a hidden name, then renamed into place (the lock goes with the file): another
+        // process's eviction never sees it unlocked, which it would take for a dead query's and remove.
+        let mut file = File::options().create(true).truncate(true).write(true).open(&hidden).map_err(io(&hidden))?;
+        let placed = file
+            .lock()
+            .and_then(|()| {
+                let start = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default();
+                file.write_all(start.as_nanos().to_string().as_bytes())
+            })
+            .and_then(|()| file.sync_data())
+            .and_then(|()| fs::rename(&hidden, &path));
+        if let Err(e) = placed {
+            let _ = fs::remove_file(&hidden);
+            return Err(KvError::io(&hidden, e));
+        }
         Ok(Lease { path, _file: file })
     }
 
@@ -200,6 +215,10 @@ impl DiskBudget {
         let dir = self.leases_dir();
         let mut oldest: Option<SystemTime> = None;
         for (path, _, _) in files(&dir)? {
+            // One being placed (see `lease`); a crash in that instant leaves a few bytes, which count for nothing.
+            if path.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with('.')) {
+                continue;
+            }
             let Ok(mut file) = File::options().read(true).write(true).open(&path) else { continue };
             match file.try_lock() {
                 // Nobody holds it: its process is gone.
@@ -234,6 +253,22 @@ impl DiskBudget {
         let mut ev = Eviction::default();
         let target = limit.saturating_sub(incoming);
         if used > target {
+            // What killed writers left: never a record, and nothing will rename it into place.
+            for (path, bytes, _) in files(&self.kv_dir.join("adhoc"))? {
+                if crate::store::is_temp(&path) && crate::store::abandoned(&path) {
+                    match fs::remove_file(&path) {
+                        Ok(()) => {
+                            used = used.saturating_sub(bytes);
+                            ev.temporaries += 1;
+                            ev.bytes += bytes;
+                        }
+                        Err(e) if e.kind() == std::io::ErrorKind::NotFound => used = used.saturating_sub(bytes),
+                        Err(e) => return Err(KvError::io(&path, e)),
+                    }
+                }
+            }
+        }
+        if used > target {
             let spared_from = self.oldest_running()?.map(|t| t.checked_sub(MTIME_SLACK).unwrap_or(t));
             let mut candidates: Vec<(PathBuf, u64, SystemTime)> = files(&self.kv_dir.join("adhoc"))?
                 .into_iter()
@@ -260,8 +295,15 @@ impl DiskBudget {
                     Err(e) => return Err(KvError::io(&path, e)),
                 }
             }
-            if ev.records > 0 {
-                tracing::info!(records = ev.records, bytes = ev.bytes, used, limit, "evicted KV caches");
+            if ev.records > 0 || ev.temporaries > 0 {
+                tracing::info!(
+                    records = ev.records,
+                    temporaries = ev.temporaries,
+                    bytes = ev.bytes,
+                    used,
+                    limit,
+                    "evicted KV caches"
+                );
             }
         }
         ev.used = used;
@@ -360,6 +402,40 @@ mod tests {
         let r = record(dir.path(), "r", 10, 0);
         budget.evict(0).unwrap();
         assert!(!dead.exists() && !r.exists());
+    }
+
+    #[test]
+    #[cfg(unix)]
+    fn temporaries_of_killed_writers_are_evicted_first_and_live_ones_stay() {
+        let dir = tempfile::tempdir().unwrap();
+        let r = record(dir.path(), "r", 100, 600);
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let gone = child.id();
+        child.wait().unwrap();
+        let tmp = |pid: u32| r.with_file_name(format!(".x.safetensors.tmp{pid}-0"));
+        fs::write(tmp(gone), vec![1u8; 1000]).unwrap();
+        fs::write(tmp(std::process::id()), vec![1u8; 50]).unwrap();
+        // Over budget by the dead writer's temporary alone: it goes, and the record (older than everything) stays.
+        let budget = DiskBudget::new(dir.path(), None, 200);
+        let ev = budget.evict(0).unwrap();
+        assert_eq!((ev.temporaries, ev.records, ev.bytes, ev.used), (1, 0, 1000, 150));
+        assert!(!tmp(gone).exists() && tmp(std::process::id()).exists() && r.exists());
+    }
+
+    #[test]
+    fn a_lease_is_in_place_and_locked_when_taken() {
+        let dir = tempfile::tempdir().unwrap();
+        let budget = DiskBudget::new(dir.path(), None, 0);
+        let lease = budget.lease().unwrap();
+        let leases: Vec<_> = files(&budget.leases_dir()).unwrap().into_iter().map(|f| f.0).collect();
+        assert_eq!(leases, [lease.path.clone()], "nothing left under the hidden name");
+        assert!(budget.oldest_running().unwrap().is_some() && lease.path.exists());
+        drop(lease);
+        assert!(budget.oldest_running().unwrap().is_none());
+        // One another process is placing (not locked yet) is neither taken for a dead query's nor removed.
+        let placing = budget.leases_dir().join(".4242-0.lease");
+        fs::write(&placing, "").unwrap();
+        assert!(budget.oldest_running().unwrap().is_none() && placing.exists());
     }
 
     #[test]

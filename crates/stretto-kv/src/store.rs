@@ -311,6 +311,17 @@ impl BuildSpec {
     }
 }
 
+/// A damaged manifest rebuilt from the records on disk ([`KvStore::recover_manifest`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct RecoveredManifest {
+    /// The build specs now recorded.
+    pub specs: Vec<BuildSpec>,
+    /// Where the damaged manifest was moved.
+    pub damaged: PathBuf,
+    /// What was wrong with it.
+    pub why: String,
+}
+
 /// Outcome of a build.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct BuildReport {
@@ -397,8 +408,8 @@ impl KvStore {
         }
     }
 
-    fn record_spec(&self, spec: &BuildSpec) -> Result<()> {
-        // Read, add, write under a lock: two builds starting at once (two columns, two models) both stay recorded.
+    /// The lock that the manifest's read-modify-write holds, held until the returned file is dropped.
+    fn lock_manifest(&self) -> Result<fs::File> {
         fs::create_dir_all(&self.root).map_err(|e| KvError::io(&self.root, e))?;
         let lock_path = self.root.join(".manifest.lock");
         let lock = fs::OpenOptions::new()
@@ -408,13 +419,89 @@ impl KvStore {
             .open(&lock_path)
             .map_err(|e| KvError::io(&lock_path, e))?;
         lock.lock().map_err(|e| KvError::io(&lock_path, e))?;
-        let mut specs = self.manifest()?;
+        Ok(lock)
+    }
+
+    fn record_spec(&self, spec: &BuildSpec) -> Result<()> {
+        // Read, add, write under a lock: two builds starting at once (two columns, two models) both stay recorded.
+        let _lock = self.lock_manifest()?;
+        let mut specs = match self.manifest() {
+            Ok(specs) => specs,
+            // A damaged manifest (a disk error, a hand edit) would fail every build from now on: what it recorded is
+            // read back from the records themselves.
+            Err(KvError::Corrupt { .. }) => self.recover_locked()?.map(|r| r.specs).unwrap_or_default(),
+            Err(e) => return Err(e),
+        };
         if !specs.contains(spec) {
             specs.push(spec.clone());
-            let text = serde_json::to_vec_pretty(&specs).map_err(|e| KvError::Runtime(e.to_string()))?;
-            write_atomic(&self.root.join("manifest.json"), &text)?;
+            self.write_manifest(&specs)?;
         }
         Ok(())
+    }
+
+    fn write_manifest(&self, specs: &[BuildSpec]) -> Result<()> {
+        let text = serde_json::to_vec_pretty(specs).map_err(|e| KvError::Runtime(e.to_string()))?;
+        write_atomic(&self.root.join("manifest.json"), &text)
+    }
+
+    /// Rebuilds a damaged `manifest.json` from the records on disk: one build spec per column, model, press and
+    /// position mode, with the ratios that have records (the builds that wrote them, as far as the records tell). The
+    /// damaged file is kept beside it as `manifest.json.damaged`. `None` when the manifest reads (or there is none).
+    pub fn recover_manifest(&self) -> Result<Option<RecoveredManifest>> {
+        let _lock = self.lock_manifest()?;
+        self.recover_locked()
+    }
+
+    fn recover_locked(&self) -> Result<Option<RecoveredManifest>> {
+        let why = match self.manifest() {
+            Ok(_) => return Ok(None),
+            Err(KvError::Corrupt { message, .. }) => message,
+            Err(e) => return Err(e),
+        };
+        let path = self.root.join("manifest.json");
+        let aside = self.root.join("manifest.json.damaged");
+        fs::rename(&path, &aside).map_err(|e| KvError::io(&path, e))?;
+        let mut specs: Vec<BuildSpec> = Vec::new();
+        for record in self.records()? {
+            let (Some(profile), Some(column)) = (
+                record.parent().and_then(|p| p.file_name()).and_then(|n| n.to_str()),
+                record.parent().and_then(|p| p.parent()).filter(|p| p.parent() == Some(self.root.as_path())),
+            ) else {
+                continue;
+            };
+            let (Ok(profile), Some(column)) = (Profile::parse(profile), column.file_name().and_then(|n| n.to_str()))
+            else {
+                continue;
+            };
+            let same = |s: &&mut BuildSpec| {
+                s.column == column
+                    && s.models == [profile.model.as_str()]
+                    && s.press == profile.press
+                    && s.positions == profile.positions
+            };
+            match specs.iter_mut().find(same) {
+                Some(s) if s.ratios.contains(&profile.ratio) => {}
+                Some(s) => s.ratios.push(profile.ratio),
+                None => specs.push(BuildSpec {
+                    column: column.into(),
+                    models: vec![profile.model.clone()],
+                    ratios: vec![profile.ratio],
+                    press: profile.press,
+                    positions: profile.positions,
+                }),
+            }
+        }
+        for s in &mut specs {
+            s.ratios.sort_by(f64::total_cmp);
+        }
+        self.write_manifest(&specs)?;
+        tracing::warn!(
+            manifest = %path.display(),
+            damaged = %aside.display(),
+            specs = specs.len(),
+            "the KV manifest was damaged ({why}); rebuilt from the records on disk"
+        );
+        Ok(Some(RecoveredManifest { specs, damaged: aside, why }))
     }
 
     /// Removes temporary files left by interrupted writes (those whose writing process is gone: a build running
@@ -648,7 +735,7 @@ pub fn temporaries(root: &Path) -> Result<Vec<PathBuf>> {
 /// Whether the temporary at `p` was left by a writer that is gone: the process its name holds
 /// ([`stretto_models::fsutil::unique_tmp`]: `.{name}.tmp{pid}-{n}`) no longer runs. One of this process (another
 /// thread may be writing it) or of a live one stays; where processes cannot be looked up, one an hour old goes.
-fn abandoned(p: &Path) -> bool {
+pub(crate) fn abandoned(p: &Path) -> bool {
     let name = p.file_name().and_then(|n| n.to_str()).unwrap_or_default();
     let pid = name
         .rsplit_once(".tmp")
@@ -664,7 +751,7 @@ fn abandoned(p: &Path) -> bool {
     }
 }
 
-fn is_temp(p: &Path) -> bool {
+pub(crate) fn is_temp(p: &Path) -> bool {
     p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with('.') && n.contains(".tmp"))
 }
 
@@ -743,6 +830,48 @@ mod tests {
         }
         assert_eq!(store.clean_temp().unwrap(), 1);
         assert!(!name(gone).exists() && name(live).exists() && name(std::process::id()).exists());
+    }
+
+    #[test]
+    fn a_damaged_manifest_is_rebuilt_from_the_records() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = KvStore::open(dir.path(), "movie").unwrap();
+        let profile = |model: &str, ratio: f64| Profile {
+            model: model.into(),
+            press: Press::KeyNorm,
+            ratio,
+            positions: Positions::Keep,
+        };
+        for (model, ratio) in [("smollm2-135m", 0.5), ("smollm2-135m", 0.0), ("qwen2.5-coder-0.5b", 0.0)] {
+            let path = store.record_path("reviewtext", &profile(model, ratio), 1);
+            fs::create_dir_all(path.parent().unwrap()).unwrap();
+            fs::write(path, b"a record").unwrap();
+        }
+        let spec = |model: &str, ratios: &[f64]| BuildSpec {
+            column: "reviewtext".into(),
+            models: vec![model.into()],
+            ratios: ratios.to_vec(),
+            press: Press::KeyNorm,
+            positions: Positions::Keep,
+        };
+        assert_eq!(store.recover_manifest().unwrap(), None, "no manifest is not a damaged one");
+        fs::write(store.root().join("manifest.json"), b"[{\"column\": \"revi").unwrap();
+        assert!(matches!(store.manifest(), Err(KvError::Corrupt { .. })));
+        // A build recording its spec beside the damage keeps what the records tell and adds its own.
+        let new = spec("smollm2-135m", &[0.8]);
+        store.record_spec(&new).unwrap();
+        let specs = store.manifest().unwrap();
+        assert_eq!(specs.len(), 3, "{specs:?}");
+        assert!(
+            specs.contains(&spec("smollm2-135m", &[0.0, 0.5])) && specs.contains(&spec("qwen2.5-coder-0.5b", &[0.0]))
+        );
+        assert!(specs.contains(&new));
+        assert!(store.root().join("manifest.json.damaged").exists(), "the damaged file is kept");
+        // `kv repair`'s first step: reports the rebuild, then nothing more to do.
+        fs::write(store.root().join("manifest.json"), b"not json").unwrap();
+        let r = store.recover_manifest().unwrap().unwrap();
+        assert_eq!(r.specs.len(), 2, "{:?}", r.specs);
+        assert_eq!(store.recover_manifest().unwrap(), None);
     }
 
     #[test]
