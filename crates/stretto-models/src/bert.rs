@@ -335,22 +335,12 @@ impl EncoderFiles {
     /// Opens a converted (or linked) encoder folder.
     pub fn open(dir: &Path) -> Result<Self> {
         let config = open_encoder(dir)?;
-        if let Some(link) = crate::export::ExportLink::read(dir)? {
-            return Ok(Self {
-                dir: dir.into(),
-                model: link.model_path(),
-                tokenizer: link.tokenizer_path(),
-                config,
-                truncate: Some(link.max_tokens.max(1)),
-            });
-        }
-        Ok(Self {
-            dir: dir.into(),
-            model: dir.join("encoder.onnx"),
-            tokenizer: dir.join("tokenizer.json"),
-            config,
-            truncate: None,
-        })
+        let (model, tokenizer, truncate) = match crate::export::ExportLink::read(dir)? {
+            Some(link) => (link.model_path(), link.tokenizer_path(), Some(link.max_tokens.max(1))),
+            None => (dir.join("encoder.onnx"), dir.join("tokenizer.json"), None),
+        };
+        crate::fsutil::require_files([model.as_path(), tokenizer.as_path()])?;
+        Ok(Self { dir: dir.into(), model, tokenizer, config, truncate })
     }
 }
 

@@ -334,10 +334,12 @@ impl DecoderFiles {
             });
         }
         // A registered Hugging Face export is used in place: its own model file and tokenizer.
-        if let Some(link) = crate::export::ExportLink::read(dir)? {
-            return Ok(Self { model: link.model_path(), tokenizer: link.tokenizer_path(), dir: dir.into(), config });
-        }
-        Ok(Self { model: dir.join("decoder.onnx"), tokenizer: dir.join("tokenizer.json"), dir: dir.into(), config })
+        let (model, tokenizer) = match crate::export::ExportLink::read(dir)? {
+            Some(link) => (link.model_path(), link.tokenizer_path()),
+            None => (dir.join("decoder.onnx"), dir.join("tokenizer.json")),
+        };
+        crate::fsutil::require_files([model.as_path(), tokenizer.as_path()])?;
+        Ok(Self { model, tokenizer, dir: dir.into(), config })
     }
 }
 

@@ -144,4 +144,5 @@ pub fn is_converted(dir: &Path) -> bool {
         .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
         .and_then(|v| v["converter"].as_u64())
         == Some(CLASSIFIER_VERSION as u64)
+        && crate::fsutil::require_files([dir.join("classifier.onnx").as_path()]).is_ok()
 }

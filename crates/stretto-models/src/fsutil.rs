@@ -80,6 +80,19 @@ pub fn model_lock(home: &Path, name: &str, work: &str) -> PathBuf {
     home.join("locks").join(format!("{name}.{work}.lock"))
 }
 
+/// `Ok` where every one of `files` is a regular file; else the read error of the first that is not (a converted
+/// folder missing its graph or tokenizer, deleted by hand or lost to a disk error, is not a conversion: its
+/// `ensure_*` converts it again).
+pub fn require_files<'a>(files: impl IntoIterator<Item = &'a Path>) -> Result<()> {
+    for f in files {
+        if !f.is_file() {
+            let e = fs::metadata(f).err().unwrap_or_else(|| std::io::Error::other("not a regular file"));
+            return Err(ModelError::io(f, e));
+        }
+    }
+    Ok(())
+}
+
 /// Takes the lock at `path`, creating its folder and the lock file if needed.
 pub fn lock_exclusive(path: &Path) -> Result<FileLock> {
     if let Some(dir) = path.parent() {

@@ -476,6 +476,9 @@ mod tests {
             "ffn":16,"vocab":10,"rope_base":10000.0,"eps":1e-6,"stop_tokens":[2],"system_prompt":system,
             "context_length":32768,"converter":crate::convert::CONVERTER_VERSION});
         fs::write(dir.join("config.json"), config.to_string()).unwrap();
+        for f in ["decoder.onnx", "tokenizer.json"] {
+            fs::write(dir.join(f), "").unwrap();
+        }
         dir
     }
 

@@ -244,3 +244,18 @@ fn catalog_names_are_checked_for_the_role_they_are_given() {
     // Nothing was prepared to answer.
     assert_eq!(std::fs::read_dir(home.path()).unwrap().count(), 0);
 }
+
+/// A converted folder that lost its tokenizer (deleted by hand, a disk error) is not taken for a conversion: opening
+/// it names the missing file, and preparing it again converts it again.
+#[test]
+fn a_conversion_missing_its_tokenizer_is_converted_again() {
+    let home = tempfile::tempdir().unwrap();
+    let gguf = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/qwen2-tiny/model.gguf");
+    let files = stretto_models::prepare::register_gguf(home.path(), "tiny", &gguf).unwrap();
+    std::fs::remove_file(&files.tokenizer).unwrap();
+    let err = stretto_models::convert::DecoderFiles::open(&files.dir).unwrap_err().to_string();
+    assert!(err.contains("tokenizer.json"), "{err}");
+    let again = stretto_models::prepare::register_gguf(home.path(), "tiny", &gguf).unwrap();
+    assert!(again.tokenizer.is_file() && again.model.is_file());
+    stretto_models::convert::DecoderFiles::open(&again.dir).unwrap();
+}
