@@ -1060,9 +1060,10 @@ fn run(cli: Cli) -> Result<(), BoxError> {
                     };
                     let measures = cluster::run(&b)?;
                     std::fs::create_dir_all(&out)?;
-                    std::fs::write(out.join("results.json"), serde_json::to_string_pretty(&measures)?)?;
+                    let json = serde_json::to_string_pretty(&measures)?;
+                    stretto_core::format::write_atomic(&out.join("results.json"), json.as_bytes())?;
                     let summary = cluster::summary(&b, &measures);
-                    std::fs::write(out.join("summary.md"), &summary)?;
+                    stretto_core::format::write_atomic(&out.join("summary.md"), summary.as_bytes())?;
                     print!("{summary}");
                 }
                 BenchAction::Sembench { queries, only, precision, recall, method, ladder, sample, cold, out } => {
