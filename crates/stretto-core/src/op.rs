@@ -169,6 +169,14 @@ impl SemanticTask {
         Ok((0..batch.num_rows()).map(|row| columns.iter().any(|&i| batch.column(i).is_null(row))).collect())
     }
 
+    /// The items operators are asked about in `batch`: each row's item ([`Self::item_texts`]), or each pair's for a
+    /// join predicate ([`Self::pair_items`]), leaving out the rows no operator is asked about
+    /// ([`Self::unknown_rows`]); in row order.
+    pub fn known_items(&self, batch: &RecordBatch) -> Result<Vec<String>> {
+        let items = if self.is_join() { self.pair_items(batch)? } else { self.item_texts(batch)? };
+        Ok(known(items, &self.unknown_rows(batch)?))
+    }
+
     /// The prompt for one row, with each reference replaced by the row's value (null becomes an empty string).
     pub fn render(&self, batch: &RecordBatch, row: usize) -> Result<String> {
         let schema = batch.schema();
@@ -554,9 +562,9 @@ impl RegisteredOp {
 
     /// Shows the operator the items of the whole input of `task` ([`PhysicalOp::observe_input`]), if it serves it.
     pub fn observe_input(&self, task: &SemanticTask, batch: &RecordBatch) -> Result<()> {
+        // `serves`: the operator reads pairs exactly when the task is a join predicate.
         if self.serves(task) {
-            let items = if self.op.reads_pairs() { task.pair_items(batch)? } else { task.item_texts(batch)? };
-            self.op.observe_input(task, &known(items, &task.unknown_rows(batch)?));
+            self.op.observe_input(task, &task.known_items(batch)?);
         }
         Ok(())
     }
@@ -1144,6 +1152,7 @@ mod tests {
         // Any null among the referenced cells leaves the task unknown; an empty string is a value.
         let task = SemanticTask::filter("f", "{r.text} by {r.n} is long");
         assert_eq!(task.unknown_rows(&batch).unwrap(), [false, true, true, false]);
+        assert_eq!(task.known_items(&batch).unwrap(), ["ab\n1", "\n4"]);
         let (out, secs) = op.evaluate_timed(&task, &batch).unwrap();
         assert_eq!(std::mem::take(&mut *counting.asked.lock().unwrap()), ["ab\n1", "\n4"], "only known rows are asked");
         let OpOutput::Scores(scores) = out else { panic!("scores") };

@@ -428,7 +428,7 @@ mod tests {
         let budget = DiskBudget::new(dir.path(), None, 0);
         let lease = budget.lease().unwrap();
         let leases: Vec<_> = files(&budget.leases_dir()).unwrap().into_iter().map(|f| f.0).collect();
-        assert_eq!(leases, [lease.path.clone()], "nothing left under the hidden name");
+        assert_eq!(leases, std::slice::from_ref(&lease.path), "nothing left under the hidden name");
         assert!(budget.oldest_running().unwrap().is_some() && lease.path.exists());
         drop(lease);
         assert!(budget.oldest_running().unwrap().is_none());

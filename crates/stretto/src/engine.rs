@@ -409,11 +409,9 @@ fn gold_not_an_llm(
 /// once (its pair operators read the sides' caches, never a pair's), in order of first appearance; none of a row
 /// no operator is asked about ([`SemanticTask::unknown_rows`]).
 fn cached_items(task: &SemanticTask, batch: &RecordBatch) -> Result<Vec<String>> {
-    let unknown = task.unknown_rows(batch)?;
-    let items = if task.is_join() { task.pair_items(batch)? } else { task.item_texts(batch)? };
-    let items = items.into_iter().zip(unknown).filter(|(_, u)| !u).map(|(i, _)| i);
+    let items = task.known_items(batch)?;
     if !task.is_join() {
-        return Ok(items.collect());
+        return Ok(items);
     }
     let mut seen = BTreeSet::new();
     let mut out = Vec::new();
@@ -2312,9 +2310,7 @@ fn profile_candidates(
             // Over text only: an image item is a path, and a join's pairs are judged side by side.
             if !t.is_join() && *modality == Modality::Text {
                 // The items operators are asked about: a row with a null cell is answered without them.
-                let items = t.item_texts(&input)?.into_iter().zip(t.unknown_rows(&input)?);
-                let items: Vec<String> = items.filter(|(_, u)| !u).map(|(i, _)| i).collect();
-                short_items.extend(drop_compressed_over_short_items(t, ops, &items));
+                short_items.extend(drop_compressed_over_short_items(t, ops, &t.known_items(&input)?));
             }
         }
     }
