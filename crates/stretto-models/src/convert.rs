@@ -261,11 +261,21 @@ impl DecoderConfig {
         }
         .to_string();
         let context_length = u("context_length").ok().filter(|&n| n > 0);
+        let kv_heads = u("attention.head_count_kv")?;
+        if heads == 0 || kv_heads == 0 || !hidden.is_multiple_of(heads) || !heads.is_multiple_of(kv_heads) {
+            return Err(ModelError::Format {
+                file: g.path().display().to_string(),
+                message: format!(
+                    "{hidden} wide with {heads} attention heads and {kv_heads} KV heads: the heads must divide the \
+                     width and the KV heads the heads"
+                ),
+            });
+        }
         Ok(Self {
             layers: u("block_count")?,
             hidden,
             heads,
-            kv_heads: u("attention.head_count_kv")?,
+            kv_heads,
             head_dim: hidden / heads,
             ffn: u("feed_forward_length")?,
             vocab,

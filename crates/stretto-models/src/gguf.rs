@@ -191,6 +191,10 @@ impl<'a> Cursor<'a> {
         String::from_utf8(b.to_vec()).map_err(|_| self.bad("string is not UTF-8"))
     }
     fn value(&mut self, ty: u32) -> Result<Value> {
+        self.value_within(ty, 0)
+    }
+    /// A value `depth` arrays deep (real files nest none; a crafted one could recurse until the stack overflows).
+    fn value_within(&mut self, ty: u32, depth: usize) -> Result<Value> {
         Ok(match ty {
             0 => Value::U64(self.take(1)?[0] as u64),
             1 => Value::I64(self.take(1)?[0] as i8 as i64),
@@ -202,14 +206,18 @@ impl<'a> Cursor<'a> {
             7 => Value::Bool(self.take(1)?[0] != 0),
             8 => Value::Str(self.string()?),
             9 => {
+                if depth >= MAX_ARRAY_DEPTH {
+                    return Err(self.bad(format!("metadata arrays nested more than {MAX_ARRAY_DEPTH} deep")));
+                }
                 let inner = self.u32()?;
-                let n = self.u64()? as usize;
-                if n > self.data.len() {
+                let n = self.u64()?;
+                // Every element takes at least a byte of what is left of the file.
+                if n > (self.data.len() - self.pos.min(self.data.len())) as u64 {
                     return Err(self.bad("array length exceeds the file"));
                 }
-                let mut v = Vec::with_capacity(n);
+                let mut v = Vec::with_capacity((n as usize).min(1 << 16));
                 for _ in 0..n {
-                    v.push(self.value(inner)?);
+                    v.push(self.value_within(inner, depth + 1)?);
                 }
                 Value::Array(v)
             }
@@ -220,6 +228,9 @@ impl<'a> Cursor<'a> {
         })
     }
 }
+
+/// How deep metadata arrays may nest (GGUF's own keys nest none).
+const MAX_ARRAY_DEPTH: usize = 8;
 
 impl Gguf {
     /// Opens and parses a GGUF file's header; tensor data stays mapped, not read.
@@ -256,7 +267,11 @@ impl Gguf {
             let offset = c.u64()?;
             tensors.insert(tname, TensorInfo { dims, ty, offset });
         }
-        let align = metadata.get("general.alignment").and_then(Value::as_u64).unwrap_or(32) as usize;
+        let align = metadata.get("general.alignment").and_then(Value::as_u64).unwrap_or(32);
+        if align == 0 || align > 1 << 20 {
+            return Err(c.bad(format!("general.alignment {align} is not a usable alignment")));
+        }
+        let align = align as usize;
         let data_start = c.pos.div_ceil(align) * align;
         let gguf = Self { path: path.to_path_buf(), map, metadata, tensors, data_start };
         for (n, t) in &gguf.tensors {
@@ -269,16 +284,24 @@ impl Gguf {
         ModelError::Format { file: self.path.display().to_string(), message: message.into() }
     }
 
+    /// The file it was opened from.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
     fn bytes_of(&self, name: &str, t: &TensorInfo) -> Result<&[u8]> {
         let (per, bytes) = t.ty.block();
-        if !t.len().is_multiple_of(per) {
-            return Err(self.bad(format!("tensor {name}: {} elements is not a whole number of blocks", t.len())));
+        let beyond = || self.bad(format!("tensor {name} lies beyond the end of the file"));
+        // Dimensions and offsets are the file's word: checked, so a crafted one cannot overflow.
+        let len = t.dims.iter().try_fold(1u64, |a, &d| a.checked_mul(d)).ok_or_else(beyond)?;
+        let len = usize::try_from(len).map_err(|_| beyond())?;
+        if !len.is_multiple_of(per) {
+            return Err(self.bad(format!("tensor {name}: {len} elements is not a whole number of blocks")));
         }
-        let size = t.len() / per * bytes;
-        let start = self.data_start + t.offset as usize;
-        self.map
-            .get(start..start + size)
-            .ok_or_else(|| self.bad(format!("tensor {name} lies beyond the end of the file")))
+        let size = (len / per).checked_mul(bytes).ok_or_else(beyond)?;
+        let start = usize::try_from(t.offset).ok().and_then(|o| self.data_start.checked_add(o)).ok_or_else(beyond)?;
+        let end = start.checked_add(size).ok_or_else(beyond)?;
+        self.map.get(start..end).ok_or_else(beyond)
     }
 
     /// A metadata value, or an error naming the missing key.
@@ -393,6 +416,96 @@ mod tests {
 
     fn f16b(x: f32) -> [u8; 2] {
         f16::from_f32(x).to_le_bytes()
+    }
+
+    /// A GGUF v3 file of `kvs` (key, type, encoded value) and `tensors` (name, dims, offset; F32), with `data` after
+    /// the header at 32-byte alignment.
+    fn gguf(kvs: &[(&str, u32, Vec<u8>)], tensors: &[(&str, &[u64], u64)], data: &[u8]) -> tempfile::NamedTempFile {
+        let text = |b: &mut Vec<u8>, s: &str| {
+            b.extend((s.len() as u64).to_le_bytes());
+            b.extend(s.as_bytes());
+        };
+        let mut b = b"GGUF".to_vec();
+        b.extend(3u32.to_le_bytes());
+        b.extend((tensors.len() as u64).to_le_bytes());
+        b.extend((kvs.len() as u64).to_le_bytes());
+        for (k, ty, v) in kvs {
+            text(&mut b, k);
+            b.extend(ty.to_le_bytes());
+            b.extend(v);
+        }
+        for (name, dims, offset) in tensors {
+            text(&mut b, name);
+            b.extend((dims.len() as u32).to_le_bytes());
+            for d in *dims {
+                b.extend(d.to_le_bytes());
+            }
+            b.extend(0u32.to_le_bytes());
+            b.extend(offset.to_le_bytes());
+        }
+        b.resize(b.len().div_ceil(32) * 32, 0);
+        b.extend(data);
+        let mut f = tempfile::NamedTempFile::new().unwrap();
+        std::io::Write::write_all(&mut f, &b).unwrap();
+        f
+    }
+
+    fn string(s: &str) -> Vec<u8> {
+        let mut v = (s.len() as u64).to_le_bytes().to_vec();
+        v.extend(s.as_bytes());
+        v
+    }
+
+    /// What a crafted or damaged header claims is an error naming the file, never a panic (a division by zero, a
+    /// stack overflow, an overflowing size).
+    #[test]
+    fn impossible_headers_are_errors() {
+        let err = |f: &tempfile::NamedTempFile| Gguf::open(f.path()).unwrap_err().to_string();
+        let e = err(&gguf(&[("general.alignment", 4, 0u32.to_le_bytes().to_vec())], &[], &[]));
+        assert!(e.contains("alignment 0"), "{e}");
+        // An array of one array of one array ... of one bool (an array value: element type, count, elements).
+        let mut nested = [7u32.to_le_bytes().to_vec(), 1u64.to_le_bytes().to_vec(), vec![1]].concat();
+        for _ in 0..12 {
+            nested = [9u32.to_le_bytes().to_vec(), 1u64.to_le_bytes().to_vec(), nested].concat();
+        }
+        let e = err(&gguf(&[("deep", 9, nested)], &[], &[]));
+        assert!(e.contains("nested more than 8"), "{e}");
+        let e = err(&gguf(
+            &[("big", 9, [8u32.to_le_bytes().to_vec(), u64::MAX.to_le_bytes().to_vec()].concat())],
+            &[],
+            &[],
+        ));
+        assert!(e.contains("array length exceeds the file"), "{e}");
+        for (dims, offset) in [(&[u64::MAX, 4][..], 0), (&[4][..], u64::MAX - 8), (&[4][..], 0)] {
+            let e = err(&gguf(&[], &[("t", dims, offset)], &[0u8; 8]));
+            assert!(e.contains("tensor t lies beyond the end of the file"), "{e}");
+        }
+        let ok = gguf(&[], &[("t", &[2], 0)], &[0u8; 8]);
+        assert_eq!(Gguf::open(ok.path()).unwrap().tensor_f32("t").unwrap(), [0.0, 0.0]);
+    }
+
+    #[test]
+    fn attention_heads_that_do_not_divide_are_an_error() {
+        let u32v = |n: u32| n.to_le_bytes().to_vec();
+        let tokenizer = tokenizers::Tokenizer::new(tokenizers::models::wordlevel::WordLevel::default());
+        for (heads, kv) in [(0, 0), (2, 0), (3, 1), (2, 4)] {
+            let f = gguf(
+                &[
+                    ("general.architecture", 8, string("qwen2")),
+                    ("qwen2.embedding_length", 4, u32v(8)),
+                    ("qwen2.attention.head_count", 4, u32v(heads)),
+                    ("qwen2.attention.head_count_kv", 4, u32v(kv)),
+                    ("qwen2.block_count", 4, u32v(1)),
+                    ("qwen2.feed_forward_length", 4, u32v(16)),
+                    ("qwen2.attention.layer_norm_rms_epsilon", 6, 1e-6f32.to_le_bytes().to_vec()),
+                ],
+                &[("token_embd.weight", &[8, 2], 0)],
+                &[0u8; 64],
+            );
+            let g = Gguf::open(f.path()).unwrap();
+            let e = crate::convert::DecoderConfig::from_gguf(&g, &tokenizer).unwrap_err().to_string();
+            assert!(e.contains("the heads must divide the width"), "{heads} / {kv}: {e}");
+        }
     }
 
     #[test]
