@@ -243,6 +243,10 @@ pub fn decode_record(path: &Path, bytes: &[u8]) -> Result<Record> {
     blank.checksum = String::new();
     let mut h = Sha256::new();
     h.update(serde_json::to_string(&blank).map_err(|e| KvError::Runtime(e.to_string()))?.as_bytes());
+    // The header's word, before the checksum can vouch for it: a record holds two tensors per layer.
+    if meta.layers > st.len() / 2 {
+        return Err(corrupt(path, format!("names {} layers and holds {} tensors", meta.layers, st.len())));
+    }
     let mut keys = Vec::with_capacity(meta.layers);
     let mut values = Vec::with_capacity(meta.layers);
     let want_shape = [meta.kv_heads, meta.kept, meta.head_dim];
@@ -882,6 +886,16 @@ mod tests {
         let rec = decode_record(Path::new("r"), &a).unwrap();
         assert_eq!(rec.past, past(), "values exactly representable in f16 come back exactly");
         assert_eq!(rec.meta.kept, 3);
+    }
+
+    #[test]
+    fn a_header_claiming_more_layers_than_it_holds_is_corrupt() {
+        let mut m = meta();
+        m.layers = usize::MAX / 4;
+        // Written as the header claims (no tensor for the extra layers).
+        let bytes = encode_record(&m, &past()).unwrap();
+        let e = decode_record(Path::new("r.safetensors"), &bytes).unwrap_err().to_string();
+        assert!(e.contains("layers and holds 4 tensors"), "{e}");
     }
 
     #[test]

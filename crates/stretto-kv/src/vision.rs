@@ -26,10 +26,13 @@ pub fn preprocess(path: &Path) -> Result<Vec<f32>> {
     if w == 0 || h == 0 {
         return Err(bad(path, "empty image"));
     }
-    let short = 256f64;
-    let s = short / w.min(h) as f64;
-    let (nw, nh) = (((w as f64 * s).round() as u32).max(SIDE as u32), ((h as f64 * s).round() as u32).max(SIDE as u32));
-    let resized = image::imageops::resize(&img, nw, nh, FilterType::Triangle);
+    let (region, nw, nh) = resize_plan(w, h);
+    let resized = match region {
+        None => image::imageops::resize(&img, nw, nh, FilterType::Triangle),
+        Some((x, y, rw, rh)) => {
+            image::imageops::resize(&*image::imageops::crop_imm(&img, x, y, rw, rh), nw, nh, FilterType::Triangle)
+        }
+    };
     let (x0, y0) = ((nw - SIDE as u32) / 2, (nh - SIDE as u32) / 2);
     let mut out = vec![0f32; 3 * SIDE * SIDE];
     for y in 0..SIDE {
@@ -41,6 +44,35 @@ pub fn preprocess(path: &Path) -> Result<Vec<f32>> {
         }
     }
     Ok(out)
+}
+
+/// The longest side an image is resized to: a longer one is cut to its middle first.
+const MAX_RESIZED: u32 = 1024;
+
+/// A region of an image: `x, y, width, height`.
+type Region = (u32, u32, u32, u32);
+
+/// How [`preprocess`] resizes a `w` × `h` image: the shorter side to 256, both sides at least [`SIDE`]. Returns the
+/// source region resized (`None`: all of it; else `x, y, width, height`) and the size it is resized to. Only the
+/// middle [`SIDE`] pixels of the resized image are kept, so a side that would exceed [`MAX_RESIZED`] is cut to the
+/// middle of the source first: a 1 × 100,000 strip would otherwise be resized to 256 × 25,600,000 pixels (20 GB).
+fn resize_plan(w: u32, h: u32) -> (Option<Region>, u32, u32) {
+    let s = 256f64 / w.min(h) as f64;
+    let side = |n: u32| ((n as f64 * s).round() as u32).max(SIDE as u32);
+    let (nw, nh) = (side(w), side(h));
+    if nw <= MAX_RESIZED && nh <= MAX_RESIZED {
+        return (None, nw, nh);
+    }
+    // The source pixels behind the resized image's middle MAX_RESIZED (a margin for the filter's reach included).
+    let keep = |n: u32, resized: u32| {
+        if resized <= MAX_RESIZED {
+            n
+        } else {
+            ((MAX_RESIZED as f64 / s).ceil() as u32 + 2).min(n)
+        }
+    };
+    let (rw, rh) = (keep(w, nw), keep(h, nh));
+    (Some(((w - rw) / 2, (h - rh) / 2, rw, rh)), side(rw).min(nw), side(rh).min(nh))
 }
 
 /// The `k` most probable classes, best first.
@@ -112,5 +144,31 @@ impl Classifier {
             out.extend(self.classify(&imgs)?);
         }
         Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_long_strip_is_cut_to_its_middle_before_it_is_resized() {
+        // An ordinary photo is resized whole, as always.
+        assert_eq!(resize_plan(640, 480), (None, 341, 256));
+        assert_eq!(resize_plan(100, 100), (None, 256, 256));
+        for (w, h) in [(1, 100_000), (100_000, 3), (300, 40_000)] {
+            let (region, nw, nh) = resize_plan(w, h);
+            let (x, y, rw, rh) = region.expect("cut");
+            assert!(x + rw <= w && y + rh <= h && rw > 0 && rh > 0);
+            assert!(nw.max(nh) <= 2 * MAX_RESIZED && nw.min(nh) == 256, "{w}x{h} -> {nw}x{nh}");
+            // Still centred: the middle of the region is the middle of the image.
+            assert!((2 * x + rw).abs_diff(w) <= 1 && (2 * y + rh).abs_diff(h) <= 1);
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let strip = dir.path().join("strip.png");
+        image::RgbImage::from_pixel(1, 60_000, image::Rgb([200, 10, 10])).save(&strip).unwrap();
+        let x = preprocess(&strip).unwrap();
+        assert_eq!(x.len(), 3 * SIDE * SIDE);
+        assert!(x[..SIDE * SIDE].iter().all(|&v| (v - 200.0).abs() < 1.0), "the strip's colour");
     }
 }
