@@ -405,8 +405,9 @@ impl KvStore {
     /// The build specs recorded in the repository's manifest.
     pub fn manifest(&self) -> Result<Vec<BuildSpec>> {
         let path = self.root.join("manifest.json");
-        match fs::read_to_string(&path) {
-            Ok(t) => serde_json::from_str(&t).map_err(|e| corrupt(&path, e.to_string())),
+        // Bytes, not text: a manifest that is not UTF-8 (disk garbage) is damaged like any other malformed one.
+        match fs::read(&path) {
+            Ok(t) => serde_json::from_slice(&t).map_err(|e| corrupt(&path, e.to_string())),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Vec::new()),
             Err(e) => Err(KvError::io(&path, e)),
         }
@@ -452,6 +453,9 @@ impl KvStore {
     /// position mode, with the ratios that have records (the builds that wrote them, as far as the records tell). The
     /// damaged file is kept beside it as `manifest.json.damaged`. `None` when the manifest reads (or there is none).
     pub fn recover_manifest(&self) -> Result<Option<RecoveredManifest>> {
+        if !self.root.is_dir() {
+            return Ok(None);
+        }
         let _lock = self.lock_manifest()?;
         self.recover_locked()
     }
@@ -464,19 +468,28 @@ impl KvStore {
         };
         let path = self.root.join("manifest.json");
         let aside = self.root.join("manifest.json.damaged");
-        fs::rename(&path, &aside).map_err(|e| KvError::io(&path, e))?;
         let mut specs: Vec<BuildSpec> = Vec::new();
+        // One profile per folder: its first readable record says it exactly (a folder name rounds the ratio to two
+        // decimals), else the folder's name does.
+        let mut seen = std::collections::BTreeSet::new();
         for record in self.records()? {
-            let (Some(profile), Some(column)) = (
-                record.parent().and_then(|p| p.file_name()).and_then(|n| n.to_str()),
-                record.parent().and_then(|p| p.parent()).filter(|p| p.parent() == Some(self.root.as_path())),
-            ) else {
-                continue;
-            };
-            let (Ok(profile), Some(column)) = (Profile::parse(profile), column.file_name().and_then(|n| n.to_str()))
+            let Some(folder) =
+                record.parent().filter(|f| f.parent().and_then(Path::parent) == Some(self.root.as_path()))
             else {
                 continue;
             };
+            let Some(column) = folder.parent().and_then(|c| c.file_name()).and_then(|n| n.to_str()) else { continue };
+            let from_record = read_meta(&record).ok().map(|m| Profile {
+                model: m.model,
+                press: m.press,
+                ratio: m.ratio,
+                positions: m.positions,
+            });
+            let named = folder.file_name().and_then(|n| n.to_str()).and_then(|n| Profile::parse(n).ok());
+            let Some(profile) = from_record.or(named) else { continue };
+            if !seen.insert(folder.to_path_buf()) {
+                continue;
+            }
             let same = |s: &&mut BuildSpec| {
                 s.column == column
                     && s.models == [profile.model.as_str()]
@@ -498,6 +511,10 @@ impl KvStore {
         for s in &mut specs {
             s.ratios.sort_by(f64::total_cmp);
         }
+        // The damaged file is kept before it is replaced, and replaced atomically: a failure on the way leaves it
+        // in place, to be recovered again.
+        let damaged = fs::read(&path).map_err(|e| KvError::io(&path, e))?;
+        write_atomic(&aside, &damaged)?;
         self.write_manifest(&specs)?;
         tracing::warn!(
             manifest = %path.display(),
@@ -851,6 +868,11 @@ mod tests {
             fs::create_dir_all(path.parent().unwrap()).unwrap();
             fs::write(path, b"a record").unwrap();
         }
+        // A real record tells its ratio exactly; its folder's name rounds it (0.125 -> 0.12 or 0.13).
+        let exact = RecordMeta { model: "smollm2-135m".into(), ratio: 0.125, ..meta() };
+        let path = store.record_path("reviewtext", &profile("smollm2-135m", 0.125), 2);
+        fs::create_dir_all(path.parent().unwrap()).unwrap();
+        fs::write(path, encode_record(&exact, &past()).unwrap()).unwrap();
         let spec = |model: &str, ratios: &[f64]| BuildSpec {
             column: "reviewtext".into(),
             models: vec![model.into()],
@@ -866,16 +888,19 @@ mod tests {
         store.record_spec(&new).unwrap();
         let specs = store.manifest().unwrap();
         assert_eq!(specs.len(), 3, "{specs:?}");
-        assert!(
-            specs.contains(&spec("smollm2-135m", &[0.0, 0.5])) && specs.contains(&spec("qwen2.5-coder-0.5b", &[0.0]))
-        );
-        assert!(specs.contains(&new));
-        assert!(store.root().join("manifest.json.damaged").exists(), "the damaged file is kept");
-        // `kv repair`'s first step: reports the rebuild, then nothing more to do.
-        fs::write(store.root().join("manifest.json"), b"not json").unwrap();
-        let r = store.recover_manifest().unwrap().unwrap();
+        assert!(specs.contains(&spec("smollm2-135m", &[0.0, 0.125, 0.5])), "{specs:?}");
+        assert!(specs.contains(&spec("qwen2.5-coder-0.5b", &[0.0])) && specs.contains(&new));
+        let damaged = fs::read(store.root().join("manifest.json.damaged")).unwrap();
+        assert_eq!(damaged, b"[{\"column\": \"revi", "the damaged file is kept");
+        // `kv repair`'s first step: reports the rebuild (of a manifest that is not even UTF-8), then nothing more.
+        fs::write(store.root().join("manifest.json"), [0xff, 0xfe, b'[']).unwrap();
+        let r = store.recover_manifest().unwrap().expect("damage that is not text is damage too");
         assert_eq!(r.specs.len(), 2, "{:?}", r.specs);
         assert_eq!(store.recover_manifest().unwrap(), None);
+        // A dataset that has no repository is left without one.
+        let typo = KvStore::open(dir.path(), "moive").unwrap();
+        assert_eq!(typo.recover_manifest().unwrap(), None);
+        assert!(!typo.root().exists());
     }
 
     #[test]
