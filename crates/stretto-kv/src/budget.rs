@@ -113,6 +113,18 @@ fn files(dir: &Path) -> Result<Vec<(PathBuf, u64, SystemTime)>> {
     Ok(out)
 }
 
+/// Removes the file at `path`, `bytes` long, and takes it off `used`; whether this call removed it (`false`: another
+/// process evicted it first).
+fn remove(path: &Path, bytes: u64, used: &mut u64) -> Result<bool> {
+    let removed = match fs::remove_file(path) {
+        Ok(()) => true,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => false,
+        Err(e) => return Err(KvError::io(path, e)),
+    };
+    *used = used.saturating_sub(bytes);
+    Ok(removed)
+}
+
 /// The budget every user of `kv_dir` in this process shares (one account of what was written), `limit` bytes or,
 /// when `None`, [`DiskBudget::default_limit`] measured on first use (nothing is read before).
 pub fn shared(kv_dir: &Path, memo_dir: Option<&Path>, limit: Option<u64>) -> Result<std::sync::Arc<DiskBudget>> {
@@ -255,16 +267,9 @@ impl DiskBudget {
         if used > target {
             // What killed writers left: never a record, and nothing will rename it into place.
             for (path, bytes, _) in files(&self.kv_dir.join("adhoc"))? {
-                if crate::store::is_temp(&path) && crate::store::abandoned(&path) {
-                    match fs::remove_file(&path) {
-                        Ok(()) => {
-                            used = used.saturating_sub(bytes);
-                            ev.temporaries += 1;
-                            ev.bytes += bytes;
-                        }
-                        Err(e) if e.kind() == std::io::ErrorKind::NotFound => used = used.saturating_sub(bytes),
-                        Err(e) => return Err(KvError::io(&path, e)),
-                    }
+                if crate::store::is_temp(&path) && crate::store::abandoned(&path) && remove(&path, bytes, &mut used)? {
+                    ev.temporaries += 1;
+                    ev.bytes += bytes;
                 }
             }
         }
@@ -284,15 +289,9 @@ impl DiskBudget {
                 if used <= target {
                     break;
                 }
-                match fs::remove_file(&path) {
-                    Ok(()) => {
-                        used = used.saturating_sub(bytes);
-                        ev.records += 1;
-                        ev.bytes += bytes;
-                    }
-                    // Another process evicted it first.
-                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => used = used.saturating_sub(bytes),
-                    Err(e) => return Err(KvError::io(&path, e)),
+                if remove(&path, bytes, &mut used)? {
+                    ev.records += 1;
+                    ev.bytes += bytes;
                 }
             }
             if ev.records > 0 || ev.temporaries > 0 {
