@@ -469,8 +469,8 @@ impl KvStore {
         let path = self.root.join("manifest.json");
         let aside = self.root.join("manifest.json.damaged");
         let mut specs: Vec<BuildSpec> = Vec::new();
-        // One profile per folder: its first readable record says it exactly (a folder name rounds the ratio to two
-        // decimals), else the folder's name does.
+        // One profile per folder: its first record's header says it exactly (a folder name rounds the ratio to two
+        // decimals); where that header cannot be read, the folder's name does.
         let mut seen = std::collections::BTreeSet::new();
         for record in self.records()? {
             let Some(folder) =
@@ -479,6 +479,10 @@ impl KvStore {
                 continue;
             };
             let Some(column) = folder.parent().and_then(|c| c.file_name()).and_then(|n| n.to_str()) else { continue };
+            // One header per folder, not one per record.
+            if !seen.insert(folder.to_path_buf()) {
+                continue;
+            }
             let from_record = read_meta(&record).ok().map(|m| Profile {
                 model: m.model,
                 press: m.press,
@@ -487,9 +491,6 @@ impl KvStore {
             });
             let named = folder.file_name().and_then(|n| n.to_str()).and_then(|n| Profile::parse(n).ok());
             let Some(profile) = from_record.or(named) else { continue };
-            if !seen.insert(folder.to_path_buf()) {
-                continue;
-            }
             let same = |s: &&mut BuildSpec| {
                 s.column == column
                     && s.models == [profile.model.as_str()]
