@@ -3,8 +3,9 @@
 //! [`CascadeExec`]. Every other node goes through Ballista's own codecs unchanged.
 //!
 //! Wire format: the bytes `stretto.cluster/v1\n` followed by one JSON document (the pipeline's operators and
-//! settings, the `stretto.plan/v1` plan, the logical operators and, for the physical node, Stretto's input column
-//! names). The relational input travels as DataFusion's own protobuf, beside it.
+//! settings, the `stretto.plan/v1` plan, the logical operators, the answers the client knows of the plan's stages
+//! and, for the physical node, Stretto's input column names). The relational input travels as DataFusion's own
+//! protobuf, beside it.
 
 use std::sync::Arc;
 
@@ -24,7 +25,7 @@ use stretto_sql::node::{MapSpec, PipelineSpec};
 use stretto_sql::StrettoOptions;
 
 use crate::exec::{CascadeExec, ExecutorResources};
-use crate::node::CertifiedPipelineNode;
+use crate::node::{CertifiedPipelineNode, StageAnswers};
 
 /// The first bytes of every Stretto node on the wire.
 pub const MAGIC: &[u8] = b"stretto.cluster/v1\n";
@@ -67,8 +68,21 @@ impl From<SpecWire> for PipelineSpec {
 #[derive(serde::Serialize, serde::Deserialize)]
 #[serde(tag = "node", rename_all = "snake_case")]
 enum NodeWire {
-    CertifiedPipeline { spec: SpecWire, plan: PlanFile, tasks: Vec<SemanticTask> },
-    Cascade { spec: SpecWire, plan: PlanFile, tasks: Vec<SemanticTask>, input_names: Vec<String> },
+    CertifiedPipeline {
+        spec: SpecWire,
+        plan: PlanFile,
+        tasks: Vec<SemanticTask>,
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        answers: Vec<StageAnswers>,
+    },
+    Cascade {
+        spec: SpecWire,
+        plan: PlanFile,
+        tasks: Vec<SemanticTask>,
+        input_names: Vec<String>,
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        answers: Vec<StageAnswers>,
+    },
 }
 
 fn encode(node: &NodeWire, buf: &mut Vec<u8>) -> Result<()> {
@@ -106,9 +120,9 @@ impl LogicalExtensionCodec for StrettoLogicalCodec {
     fn try_decode(&self, buf: &[u8], inputs: &[LogicalPlan], ctx: &TaskContext) -> Result<Extension> {
         match decode(buf) {
             None => self.inner.try_decode(buf, inputs, ctx),
-            Some(Ok(NodeWire::CertifiedPipeline { spec, plan, tasks })) => {
+            Some(Ok(NodeWire::CertifiedPipeline { spec, plan, tasks, answers })) => {
                 let input = one_input(inputs, "CertifiedSemanticPipeline")?;
-                let node = CertifiedPipelineNode::try_new(input, spec.into(), plan, tasks)?;
+                let node = CertifiedPipelineNode::try_new(input, spec.into(), plan, tasks)?.with_answers(answers);
                 Ok(Extension { node: Arc::new(node) })
             }
             Some(Ok(NodeWire::Cascade { .. })) => {
@@ -125,6 +139,7 @@ impl LogicalExtensionCodec for StrettoLogicalCodec {
                     spec: n.spec.as_ref().into(),
                     plan: n.plan.as_ref().clone(),
                     tasks: n.tasks.as_ref().clone(),
+                    answers: n.answers.as_ref().clone(),
                 },
                 buf,
             ),
@@ -190,17 +205,20 @@ impl PhysicalExtensionCodec for StrettoPhysicalCodec {
     ) -> Result<Arc<dyn ExecutionPlan>> {
         match decode(buf) {
             None => self.inner.try_decode(buf, inputs, ctx, proto_converter),
-            Some(Ok(NodeWire::Cascade { spec, plan, tasks, input_names })) => {
+            Some(Ok(NodeWire::Cascade { spec, plan, tasks, input_names, answers })) => {
                 let input = one_input(inputs, "CascadeExec")?;
                 let spec: PipelineSpec = spec.into();
-                Ok(Arc::new(CascadeExec::try_new(
-                    input,
-                    Arc::new(spec),
-                    Arc::new(plan),
-                    Arc::new(tasks),
-                    input_names,
-                    self.resources.clone(),
-                )?))
+                Ok(Arc::new(
+                    CascadeExec::try_new(
+                        input,
+                        Arc::new(spec),
+                        Arc::new(plan),
+                        Arc::new(tasks),
+                        input_names,
+                        self.resources.clone(),
+                    )?
+                    .with_answers(Arc::new(answers)),
+                ))
             }
             Some(Ok(NodeWire::CertifiedPipeline { .. })) => {
                 Err(DataFusionError::Internal("a logical Stretto node where a physical one was expected".into()))
@@ -223,6 +241,7 @@ impl PhysicalExtensionCodec for StrettoPhysicalCodec {
                     plan: c.plan().as_ref().clone(),
                     tasks: c.tasks().as_ref().clone(),
                     input_names: c.input_names().to_vec(),
+                    answers: c.answers().as_ref().clone(),
                 },
                 buf,
             ),
@@ -278,9 +297,21 @@ mod tests {
         datafusion::logical_expr::logical_plan::builder::table_scan(Some("t"), &schema, None).unwrap().build().unwrap()
     }
 
+    fn answers() -> Vec<StageAnswers> {
+        let entry = |key: &str, score| stretto::core::memo::MemoEntry {
+            key: key.into(),
+            score: Some(score),
+            value: None,
+            confidence: None,
+            seconds: 0.5,
+        };
+        vec![StageAnswers { physical: "filter_1/embed:minilm".into(), answers: vec![entry("a", 0.3), entry("b", 0.9)] }]
+    }
+
     #[test]
     fn a_certified_pipeline_crosses_the_wire_whole() {
-        let node = CertifiedPipelineNode::try_new(input(), spec(), plan(), spec().tasks()).unwrap();
+        let node =
+            CertifiedPipelineNode::try_new(input(), spec(), plan(), spec().tasks()).unwrap().with_answers(answers());
         let codec = StrettoLogicalCodec::default();
         let mut buf = Vec::new();
         codec.try_encode(&Extension { node: Arc::new(node.clone()) }, &mut buf).unwrap();
@@ -293,6 +324,7 @@ mod tests {
         assert_eq!(back.spec.options.batch_rows, 8);
         assert_eq!(back.plan.as_ref(), &plan());
         assert_eq!(back.tasks.as_ref(), &spec().tasks());
+        assert_eq!(back.answers.as_ref(), &answers());
     }
 
     #[test]
@@ -311,7 +343,8 @@ mod tests {
             names.clone(),
             None,
         )
-        .unwrap();
+        .unwrap()
+        .with_answers(Arc::new(answers()));
         assert_eq!(exec.schema().fields().len(), 3, "input columns, then the map's");
         let codec = StrettoPhysicalCodec::default();
         let mut buf = Vec::new();
@@ -323,6 +356,7 @@ mod tests {
         assert_eq!(back.plan().as_ref(), &plan());
         assert_eq!(back.input_names(), names.as_slice());
         assert_eq!(back.spec().key(), spec().key());
+        assert_eq!(back.answers().as_ref(), &answers());
         // The scheduler's codec has no operators: its copy is shipped, never run.
         let err = back.execute(0, Arc::new(TaskContext::default())).err().expect("no operators here").to_string();
         assert!(err.contains("stretto-executor"), "{err}");

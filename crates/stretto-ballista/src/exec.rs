@@ -23,6 +23,8 @@ use stretto::core::op::SemanticTask;
 use stretto_sql::exec::{run_cascade, stretto_input};
 use stretto_sql::node::PipelineSpec;
 
+use crate::node::StageAnswers;
+
 /// Where an executor notes each cascade task it finished: one JSON line per partition (`executor`, `partition`,
 /// `task`, `rows_in`, `rows_out`, `seconds`), appended. Operators and tests read it to see which executor ran what.
 #[derive(Debug, Clone)]
@@ -86,6 +88,7 @@ pub struct CascadeExec {
     plan: Arc<PlanFile>,
     tasks: Arc<Vec<SemanticTask>>,
     input_names: Vec<String>,
+    answers: Arc<Vec<StageAnswers>>,
     resources: Option<ExecutorResources>,
     bound: Arc<OnceLock<std::result::Result<Arc<CascadePlan>, String>>>,
     properties: Arc<PlanProperties>,
@@ -126,11 +129,24 @@ impl CascadeExec {
             plan,
             tasks,
             input_names,
+            answers: Arc::new(Vec::new()),
             resources,
             bound: Arc::new(OnceLock::new()),
             properties,
             metrics: ExecutionPlanMetricsSet::new(),
         })
+    }
+
+    /// The same cascade carrying `answers` the client knows (at least those its profiling paid for): the executor
+    /// takes them into its operators' memos when it binds the plan, and reads them rather than asking again.
+    pub fn with_answers(mut self, answers: Arc<Vec<StageAnswers>>) -> Self {
+        self.answers = answers;
+        self
+    }
+
+    /// The answers travelling with the cascade.
+    pub fn answers(&self) -> &Arc<Vec<StageAnswers>> {
+        &self.answers
     }
 
     /// Filters, maps and settings.
@@ -162,9 +178,16 @@ impl CascadeExec {
         };
         let bound = self.bound.get_or_init(|| {
             let registry = res.session.registry();
-            CascadePlan::bind(&self.plan, self.tasks.as_ref().clone(), |n| registry.get(n))
-                .map(Arc::new)
-                .map_err(|e| format!("binding the certified plan to this executor's operators: {e}"))
+            let cascade = CascadePlan::bind(&self.plan, self.tasks.as_ref().clone(), |n| registry.get(n))
+                .map_err(|e| format!("binding the certified plan to this executor's operators: {e}"))?;
+            for shipped in self.answers.iter() {
+                // Stages name their operators as the answers do; answers of a stage the plan lacks are ignored.
+                if let Some(stage) = cascade.stages.iter().find(|s| s.physical == shipped.physical) {
+                    let new = stage.op.remember(shipped.answers.clone());
+                    tracing::debug!(stage = %shipped.physical, new, "answers from the client's profiling taken in");
+                }
+            }
+            Ok(Arc::new(cascade))
         });
         bound.clone().map_err(DataFusionError::Execution)
     }
@@ -216,14 +239,17 @@ impl ExecutionPlan for CascadeExec {
         if children.len() != 1 {
             return internal_err!("CascadeExec takes one input, got {}", children.len());
         }
-        Ok(Arc::new(Self::try_new(
-            children.swap_remove(0),
-            self.spec.clone(),
-            self.plan.clone(),
-            self.tasks.clone(),
-            self.input_names.clone(),
-            self.resources.clone(),
-        )?))
+        Ok(Arc::new(
+            Self::try_new(
+                children.swap_remove(0),
+                self.spec.clone(),
+                self.plan.clone(),
+                self.tasks.clone(),
+                self.input_names.clone(),
+                self.resources.clone(),
+            )?
+            .with_answers(self.answers.clone()),
+        ))
     }
 
     fn metrics(&self) -> Option<MetricsSet> {

@@ -5,12 +5,14 @@
 //!
 //! - the **client** ([`ClusterContext`]) plans the SQL, has the cluster compute each semantic pipeline's relational
 //!   input, then profiles and optimizes the pipeline on the session's seeded sample under the query's targets,
-//!   exactly as on one machine, and replaces it by its certified plan ([`CertifiedPipelineNode`]);
+//!   exactly as on one machine, and replaces it by its certified plan ([`CertifiedPipelineNode`]), which carries the
+//!   answers the client knows of the plan's stages ([`StageAnswers`]: at least what profiling paid for);
 //! - the **scheduler** ([`process::run_scheduler`], the `stretto-scheduler` binary) plans the query, the certified
 //!   pipeline as a [`CascadeExec`] over its input's partitions, and hands out tasks;
 //! - the **executors** ([`process::run_executor`], `stretto-executor`) decode the cascade with [`StrettoPhysicalCodec`],
 //!   bind it to their own operators (model home, KV store, memo of the node) and run it on their partitions: no
-//!   profiling, no optimization. Missing KV caches are built by the executor that needs them.
+//!   profiling, no optimization. The sample's answers are read from what the plan carries, not asked again; missing
+//!   KV caches are built by the executor that needs them.
 //!
 //! ```no_run
 //! use stretto::Session;
@@ -49,7 +51,7 @@ use stretto_sql::{RunLog, SqlError, SqlResult, StrettoOptions};
 
 pub use codec::{StrettoLogicalCodec, StrettoPhysicalCodec};
 pub use exec::{CascadeExec, ExecutorResources, TaskLog};
-pub use node::CertifiedPipelineNode;
+pub use node::{CertifiedPipelineNode, StageAnswers};
 pub use planner::{CertifyingPlanner, SchedulerQueryPlanner};
 
 /// What can go wrong on a cluster.

@@ -8,8 +8,27 @@ use std::sync::Arc;
 use datafusion::common::{plan_err, DFSchemaRef, Result};
 use datafusion::logical_expr::{Expr, LogicalPlan, UserDefinedLogicalNodeCore};
 use stretto::core::format::PlanFile;
+use stretto::core::memo::MemoEntry;
 use stretto::core::op::SemanticTask;
 use stretto_sql::node::{PipelineSpec, SemanticPipelineNode};
+
+/// The answers the client knows of one operator of a certified plan (`logical/implementation`, as the plan's stage
+/// names it) on the pipeline's input, keyed as that operator's memo keys them: at least those its profiling paid
+/// for. An executor takes them into its memo (in memory, [`stretto::core::op::RegisteredOp::remember`]) and reads
+/// them rather than asking the operator again.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct StageAnswers {
+    /// The stage's operator, `logical/implementation`.
+    pub physical: String,
+    /// Its memoised answers.
+    pub answers: Vec<MemoEntry>,
+}
+
+/// At most this many answers travel with a certified plan, the first stages' first (the first stage sees every
+/// tuple): about 150 bytes each on the wire, so at most about 600 KB, and the plan travels once per task, several
+/// tasks to a message of at most 16 MiB (Ballista's gRPC limit). The answers of a default profiling sample (at most
+/// 600 tuples) fit for six stages.
+pub const MAX_SHIPPED_ANSWERS: usize = 4_000;
 
 /// A semantic pipeline with its certified plan: the client profiled and optimized it on a sample; the cluster's
 /// executors only run the cascade, partition by partition. Output: the input's columns, then one per map (as
@@ -24,6 +43,9 @@ pub struct CertifiedPipelineNode {
     pub plan: Arc<PlanFile>,
     /// The logical operators the plan's stages name.
     pub tasks: Arc<Vec<SemanticTask>>,
+    /// The answers known of the plan's stages ([`CertifiedPipelineNode::with_answers`]); not part of
+    /// the node's identity (they change no result, only what the executors compute).
+    pub answers: Arc<Vec<StageAnswers>>,
     schema: DFSchemaRef,
 }
 
@@ -37,8 +59,15 @@ impl CertifiedPipelineNode {
             spec: uncertified.spec,
             plan: Arc::new(plan),
             tasks: Arc::new(tasks),
+            answers: Arc::new(Vec::new()),
             schema,
         })
+    }
+
+    /// The same node carrying `answers` for the executors' memos.
+    pub fn with_answers(mut self, answers: Vec<StageAnswers>) -> Self {
+        self.answers = Arc::new(answers);
+        self
     }
 
     fn key(&self) -> String {
@@ -106,12 +135,13 @@ impl UserDefinedLogicalNodeCore for CertifiedPipelineNode {
         if inputs.len() != 1 {
             return plan_err!("CertifiedSemanticPipeline takes one input, got {}", inputs.len());
         }
-        Self::try_new(
+        let node = Self::try_new(
             inputs.swap_remove(0),
             self.spec.as_ref().clone(),
             self.plan.as_ref().clone(),
             self.tasks.as_ref().clone(),
-        )
+        )?;
+        Ok(Self { answers: self.answers.clone(), ..node })
     }
 
     // `necessary_children_exprs` stays `None`: every input column reaches the executors, so the columns the

@@ -11,11 +11,12 @@ use datafusion::logical_expr::physical_planning_context::PhysicalPlanningContext
 use datafusion::logical_expr::{EmptyRelation, Extension, LogicalPlan, UserDefinedLogicalNode};
 use datafusion::physical_plan::ExecutionPlan;
 use datafusion::physical_planner::{DefaultPhysicalPlanner, ExtensionPlanner, PhysicalPlanner};
-use stretto_sql::exec::{certify, stretto_input, PipelineRun, RunLog};
+use stretto::core::exec::CascadePlan;
+use stretto_sql::exec::{certify, stretto_input, Certified, PipelineRun, RunLog};
 use stretto_sql::node::{stretto_names, SemanticPipelineNode};
 
 use crate::exec::CascadeExec;
-use crate::node::CertifiedPipelineNode;
+use crate::node::{CertifiedPipelineNode, StageAnswers, MAX_SHIPPED_ANSWERS};
 
 /// The first semantic pipeline whose input holds no other one (the innermost).
 fn innermost_pipeline(plan: &LogicalPlan) -> Result<Option<SemanticPipelineNode>> {
@@ -30,6 +31,32 @@ fn innermost_pipeline(plan: &LogicalPlan) -> Result<Option<SemanticPipelineNode>
     })?;
     // `apply` visits parents before children, so the last one found is at the bottom of its branch.
     Ok(found)
+}
+
+/// The answers of the operators of `certified`'s plan on the rows of `input` that the session's memo holds (at
+/// least those profiling just paid for, and those a saved profile's run paid for): what the executors would
+/// otherwise compute again. At most [`MAX_SHIPPED_ANSWERS`], the first stages' first.
+fn known_answers(
+    session: &stretto::Session,
+    certified: &Certified,
+    input: &arrow::array::RecordBatch,
+) -> stretto::Result<Vec<StageAnswers>> {
+    let registry = session.registry();
+    let cascade = CascadePlan::bind(&certified.plan, certified.tasks.clone(), |n| registry.get(n))?;
+    let mut left = MAX_SHIPPED_ANSWERS;
+    let mut out = Vec::new();
+    for stage in &cascade.stages {
+        if left == 0 {
+            break;
+        }
+        let mut answers = stage.op.memoised_answers(&cascade.tasks[stage.logical], input)?;
+        answers.truncate(left);
+        left -= answers.len();
+        if !answers.is_empty() {
+            out.push(StageAnswers { physical: stage.physical.clone(), answers });
+        }
+    }
+    Ok(out)
 }
 
 /// The client's planner: for each semantic pipeline, the relational input runs on the cluster, the pipeline is
@@ -77,7 +104,12 @@ impl CertifyingPlanner {
             let _span = tracing::info_span!("cluster_certify", pipeline = %spec.describe()).entered();
             let batch = arrow::compute::concat_batches(&schema, &batches).map_err(stretto::Error::Arrow)?;
             let input = stretto_input(&schema, &names, &batch)?;
-            certify(&session, &spec, &input, &run2, None)
+            let certified = certify(&session, &spec, &input, &run2, None)?;
+            let answers = match &certified {
+                Some(c) => known_answers(&session, c, &input)?,
+                None => Vec::new(),
+            };
+            Ok::<_, stretto::Error>(certified.map(|c| (c, answers)))
         })
         .await
         .map_err(|e| DataFusionError::External(Box::new(e)))?
@@ -88,9 +120,12 @@ impl CertifyingPlanner {
                 produce_one_row: false,
                 schema: UserDefinedLogicalNode::schema(node).clone(),
             })),
-            Some(c) => {
+            Some((c, answers)) => {
+                run.lock().unwrap_or_else(|p| p.into_inner()).shipped_answers =
+                    answers.iter().map(|a| (a.physical.clone(), a.answers.len())).collect();
                 let n =
-                    CertifiedPipelineNode::try_new(node.input.clone(), node.spec.as_ref().clone(), c.plan, c.tasks)?;
+                    CertifiedPipelineNode::try_new(node.input.clone(), node.spec.as_ref().clone(), c.plan, c.tasks)?
+                        .with_answers(answers);
                 Ok(LogicalPlan::Extension(Extension { node: Arc::new(n) }))
             }
         }
@@ -154,14 +189,10 @@ impl ExtensionPlanner for CascadePlanner {
             return internal_err!("CertifiedSemanticPipeline has one input, got {}", physical_inputs.len());
         };
         let names = stretto_names(n.input.schema())?;
-        Ok(Some(Arc::new(CascadeExec::try_new(
-            input.clone(),
-            n.spec.clone(),
-            n.plan.clone(),
-            n.tasks.clone(),
-            names,
-            None,
-        )?)))
+        Ok(Some(Arc::new(
+            CascadeExec::try_new(input.clone(), n.spec.clone(), n.plan.clone(), n.tasks.clone(), names, None)?
+                .with_answers(n.answers.clone()),
+        )))
     }
 }
 

@@ -1,7 +1,7 @@
 //! A real cluster on loopback: a `stretto-scheduler` and two `stretto-executor` processes. A semantic SQL query
 //! with a filter and a map over a four-file (four-partition) input returns exactly the rows of the single-process
-//! run, both executors run cascade tasks, and an executor killed mid-query gives an error or a complete result,
-//! never a partial one.
+//! run, the executors never compute an answer the client's profiling paid for, both executors run cascade tasks,
+//! and an executor killed mid-query gives an error or a complete result, never a partial one.
 
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
@@ -131,6 +131,17 @@ fn session(dir: &Path) -> Session {
         .expect("session builds")
 }
 
+/// The keys of every answer the memo files in `dir` hold.
+fn memo_keys(dir: &Path) -> std::collections::HashSet<String> {
+    let Ok(files) = std::fs::read_dir(dir) else { return Default::default() };
+    files
+        .filter_map(|f| f.ok().map(|f| f.path()))
+        .filter(|p| p.extension().is_some_and(|e| e == "jsonl") && !p.ends_with(stretto::core::memo::COSTS_FILE))
+        .flat_map(|p| std::fs::read_to_string(p).unwrap().lines().map(str::to_string).collect::<Vec<_>>())
+        .map(|l| serde_json::from_str::<serde_json::Value>(&l).unwrap()["key"].as_str().unwrap().to_string())
+        .collect()
+}
+
 /// The first `ROWS` bundled reviews as `FILES` Parquet files (one partition each) and as one file.
 fn write_input(session: &Session, dir: &Path) -> (PathBuf, PathBuf) {
     let ctx = SqlContext::new(session).unwrap();
@@ -187,20 +198,29 @@ fn a_cluster_runs_the_certified_pipeline_on_every_partition_and_never_returns_a_
     let (parts, all) = write_input(&session, dir.path());
     let cluster = start_cluster(dir.path());
 
-    // The single-process run.
+    // The query on the cluster: certified here, executed there.
+    let ctx = ClusterContext::connect(&session, &cluster.scheduler).unwrap();
+    ctx.register_file("reviews", &parts).unwrap();
+    let got = ctx.sql(QUERY).unwrap_or_else(|e| panic!("cluster query failed: {e}\n{}", logs(dir.path())));
+    let run = &got.pipelines()[0];
+    assert_eq!(run.input_rows, ROWS, "the client certified on the whole input");
+    assert!(run.plan.is_some() && run.bounds.is_some(), "{run:?}");
+
+    // The answers the client's profiling paid for travelled with the plan: no executor asked for one again.
+    assert!(run.shipped_answers.values().sum::<usize>() > 0, "{run:?}");
+    let client = memo_keys(&dir.path().join("memo"));
+    assert!(!client.is_empty());
+    for (i, (_, work)) in cluster.executors.iter().enumerate() {
+        let again = memo_keys(&work.join("memo")).intersection(&client).count();
+        assert_eq!(again, 0, "executor {i} computed answers the client's profiling had paid for");
+    }
+
+    // The single-process run gives the same rows.
     let local = SqlContext::new(&session).unwrap();
     local.register_file("reviews", &all).unwrap();
     let expected = local.sql(QUERY).unwrap().collect().unwrap();
     assert!(expected.num_rows() > 0 && expected.num_rows() < ROWS, "{} rows", expected.num_rows());
-
-    // The same query on the cluster: certified here, executed there.
-    let ctx = ClusterContext::connect(&session, &cluster.scheduler).unwrap();
-    ctx.register_file("reviews", &parts).unwrap();
-    let got = ctx.sql(QUERY).unwrap_or_else(|e| panic!("cluster query failed: {e}\n{}", logs(dir.path())));
     assert_eq!(rows(&got), rows(&expected), "{}", logs(dir.path()));
-    let run = &got.pipelines()[0];
-    assert_eq!(run.input_rows, ROWS, "the client certified on the whole input");
-    assert!(run.plan.is_some() && run.bounds.is_some(), "{run:?}");
 
     // Both executors ran cascade tasks, and together every partition once.
     let counts: Vec<Vec<serde_json::Value>> = cluster.executors.iter().map(|(_, w)| tasks(w)).collect();

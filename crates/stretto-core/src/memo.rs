@@ -101,6 +101,21 @@ impl Memo {
         self.len() == 0
     }
 
+    /// Takes answers computed elsewhere (another process's memo, shipped with a plan) into memory, without writing
+    /// them to this memo's file: this process reads them as its own until it ends. An answer already known is kept
+    /// as it is. Returns how many were new.
+    pub fn remember(&self, answers: impl IntoIterator<Item = MemoEntry>) -> usize {
+        let Ok(mut entries) = self.entries.lock() else { return 0 };
+        let mut new = 0;
+        for e in answers {
+            if let std::collections::hash_map::Entry::Vacant(v) = entries.entry(e.key.clone()) {
+                v.insert(e);
+                new += 1;
+            }
+        }
+        new
+    }
+
     /// Appends answers (all computed successfully) and syncs them to disk.
     pub fn put(&self, new: Vec<MemoEntry>) -> Result<()> {
         if new.is_empty() {

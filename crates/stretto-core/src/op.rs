@@ -750,6 +750,34 @@ impl RegisteredOp {
         Ok(items.iter().zip(unknown).map(|(i, u)| u || memo.contains(&memo_key(&identity, &prompt, i))).collect())
     }
 
+    /// The memoised answers to `task` on the rows of `batch`, each item's once, in row order: what another process
+    /// running the same operator can [`remember`](Self::remember) rather than compute (a cluster's executors, given
+    /// the answers the client's profiling paid for). Rows without an answer, and rows the task cannot be asked about,
+    /// are left out; empty without a memo, or where the operator does not serve the task.
+    pub fn memoised_answers(&self, task: &SemanticTask, batch: &RecordBatch) -> Result<Vec<MemoEntry>> {
+        let Some(memo) = self.memo() else { return Ok(Vec::new()) };
+        if !self.serves(task) {
+            return Ok(Vec::new());
+        }
+        let (identity, items, unknown) = self.identity_and_items(task, batch)?;
+        let prompt = memo_prompt(task);
+        let mut seen = std::collections::HashSet::new();
+        Ok(known(items, &unknown)
+            .iter()
+            .map(|i| memo_key(&identity, &prompt, i))
+            .filter(|k| seen.insert(k.clone()))
+            .filter_map(|k| memo.get(&k))
+            .collect())
+    }
+
+    /// Takes `answers` that this operator memoised in another process ([`RegisteredOp::memoised_answers`]) into
+    /// this process's memo, in memory only (see [`Memo::remember`]): evaluation then reads them rather than asking
+    /// the operator. Returns how many were new; none without a memo (an operator not worth memoising, or a
+    /// registry built with the memo off).
+    pub fn remember(&self, answers: Vec<MemoEntry>) -> usize {
+        self.memo().map_or(0, |m| m.remember(answers))
+    }
+
     /// What the memo keys an answer by (with [`memo_prompt`]): the operator's identity for `task` (its accept), and
     /// the items of `batch` it judges (each row's text, or each pair's for a join predicate); with the rows the
     /// task cannot be asked about ([`SemanticTask::unknown_rows`]). Shared by evaluation and
@@ -1239,6 +1267,21 @@ mod tests {
         // Another prompt is another identity: nothing is reused across tasks.
         again.evaluate(&SemanticTask::filter("g", "{r.text} is longer"), &texts(&["abc"])).unwrap();
         assert_eq!(asked(), ["abc"]);
+
+        // Answers travel to another process's memo: read there, not asked again, and not written to its file.
+        let elsewhere = tempfile::tempdir().unwrap();
+        let there = RegisteredOp::new(counting.clone(), MemoPolicy::Dir(elsewhere.path().to_path_buf()));
+        let shipped = op.memoised_answers(&task, &texts(&["abc", "never", "ab", "abc"])).unwrap();
+        assert_eq!(shipped.iter().map(|e| e.score).collect::<Vec<_>>(), [Some(3.0), Some(2.0)], "each known item once");
+        assert_eq!(there.remember(shipped.clone()), 2);
+        assert_eq!(there.remember(shipped), 0, "known answers stay as they are");
+        let (out, secs) = there.evaluate_timed(&task, &texts(&["ab", "abc", "never"])).unwrap();
+        assert_eq!((out, secs), (OpOutput::Scores(vec![2.0, 3.0, 5.0]), vec![0.25; 3]));
+        assert_eq!(asked(), ["never"], "remembered answers are not asked again");
+        let written = std::fs::read_to_string(there.memo().unwrap().path()).unwrap();
+        assert_eq!(written.lines().count(), 1, "only the answer computed here is written: {written}");
+        assert!(op.unmemoised().memoised_answers(&task, &texts(&["ab"])).unwrap().is_empty());
+        assert_eq!(op.unmemoised().remember(op.memoised_answers(&task, &texts(&["ab"])).unwrap()), 0);
 
         // A failure is reported and nothing of its batch is kept.
         assert!(op.evaluate(&task, &texts(&["xyz", "boom"])).is_err());

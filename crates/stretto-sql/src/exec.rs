@@ -65,6 +65,10 @@ pub struct PipelineRun {
     /// Whether a cluster's executors ran the certified cascade (`stretto-ballista`): its execution counts
     /// (`executed_rows`, `output_rows`, `stages`, `finished`) are theirs, not known here, and stay empty.
     pub on_cluster: bool,
+    /// On a cluster: per stage of the plan (`logical/implementation`), how many of its operator's answers on the
+    /// input, known here (at least those profiling paid for), travelled with the plan for the executors to read
+    /// rather than compute.
+    pub shipped_answers: BTreeMap<String, usize>,
 }
 
 impl PipelineRun {
@@ -96,6 +100,10 @@ impl PipelineRun {
         let mut s = format!("{} input tuples, {} profiled", self.input_rows, self.sample_rows);
         if self.on_cluster {
             s.push_str(", executed by the cluster's executors (their logs hold the counts)");
+            let shipped: usize = self.shipped_answers.values().sum();
+            if shipped > 0 {
+                s.push_str(&format!(", {shipped} known answers shipped to them"));
+            }
         } else {
             s.push_str(&format!(", {} executed", self.executed_rows));
             if self.skipped_rows() > 0 {
