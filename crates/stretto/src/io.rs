@@ -237,22 +237,48 @@ fn read_ndjson(path: &Path, text: &[u8]) -> Result<RecordBatch> {
     Ok(arrow::compute::concat_batches(&schema, &batches)?)
 }
 
+/// An array of objects, read without a `serde_json::Value` of the whole file: the array is split into its elements'
+/// texts (borrowed from `text`), types are inferred from one parsed element at a time, and Arrow's decoder reads the
+/// elements' texts as it reads JSON lines. Beside the file's bytes, memory holds the batch and one element.
 fn read_json_array(path: &Path, text: &[u8]) -> Result<RecordBatch> {
-    let values: Vec<serde_json::Value> = serde_json::from_slice(text)
+    use serde_json::value::RawValue;
+    let elements: Vec<&RawValue> = serde_json::from_slice(text)
         .map_err(|e| Error::read(path, None, format!("not a JSON array of objects: {e}")))?;
-    if let Some(i) = values.iter().position(|v| !v.is_object()) {
+    if let Some(i) = elements.iter().position(|v| !v.get().starts_with('{')) {
         return Err(Error::read(path, None, format!("element {} of the JSON array is not an object", i + 1)));
     }
-    let schema =
-        arrow::json::reader::infer_json_schema_from_iterator(values.iter().map(Ok)).map_err(|e| arrow_read(path, e))?;
+    let parsed = elements.iter().map(|v| {
+        serde_json::from_str::<serde_json::Value>(v.get())
+            .map_err(|e| arrow::error::ArrowError::JsonError(e.to_string()))
+    });
+    let schema = arrow::json::reader::infer_json_schema_from_iterator(parsed).map_err(|e| arrow_read(path, e))?;
     if schema.fields().is_empty() {
         return Err(Error::read(path, None, "no JSON object with fields"));
     }
     let schema = Arc::new(schema);
-    let mut decoder =
-        arrow::json::ReaderBuilder::new(schema.clone()).build_decoder().map_err(|e| arrow_read(path, e))?;
-    decoder.serialize(&values).map_err(|e| arrow_read(path, e))?;
-    Ok(decoder.flush().map_err(|e| arrow_read(path, e))?.unwrap_or_else(|| RecordBatch::new_empty(schema)))
+    let mut decoder = arrow::json::ReaderBuilder::new(schema.clone())
+        .with_batch_size(8192)
+        .build_decoder()
+        .map_err(|e| arrow_read(path, e))?;
+    let mut batches = Vec::new();
+    for element in &elements {
+        let mut rest = element.get().as_bytes();
+        loop {
+            let read = decoder.decode(rest).map_err(|e| arrow_read(path, e))?;
+            rest = &rest[read..];
+            if rest.is_empty() {
+                break;
+            }
+            // The decoder holds a full batch: take it and carry on where it stopped.
+            match decoder.flush().map_err(|e| arrow_read(path, e))? {
+                Some(batch) => batches.push(batch),
+                None if read == 0 => return Err(Error::read(path, None, "Arrow's JSON decoder stopped reading")),
+                None => {}
+            }
+        }
+    }
+    batches.extend(decoder.flush().map_err(|e| arrow_read(path, e))?);
+    Ok(arrow::compute::concat_batches(&schema, &batches)?)
 }
 
 /// Refuses a file that names two columns alike (a CSV header can): a prompt's `{table.column}` could not say
@@ -539,6 +565,34 @@ mod tests {
         // Lines still read as lines.
         let lines = read_json(&file("l.jsonl", "{\"id\":1}\n{\"id\":2}\n"), &ReadOptions::default()).unwrap();
         assert_eq!(lines.num_rows(), 2);
+        // An array read element by element is the table its records read as lines give: past one batch of the
+        // decoder, with nested values, strings that hold brackets, commas, quotes, escapes and line breaks, and a
+        // field that appears late.
+        let records: Vec<serde_json::Value> = (0..20_000)
+            .map(|i| {
+                let mut r = serde_json::json!({
+                    "id": i,
+                    "text": format!("[{{\"n\": {i}}}], \\ \u{e9}\n}}{{"),
+                    "tags": [i % 3, i % 5],
+                    "meta": {"even": i % 2 == 0, "score": f64::from(i) / 7.0},
+                });
+                if i > 15_000 {
+                    r["late"] = serde_json::json!(format!("l{i}"));
+                }
+                r
+            })
+            .collect();
+        let ndjson: String = records.iter().map(|r| format!("{r}\n")).collect();
+        let by_lines = read_json(&file("r.jsonl", &ndjson), &ReadOptions::default()).unwrap();
+        let pretty = serde_json::to_string_pretty(&records).unwrap();
+        let by_array = read_json(&file("r.json", &pretty), &ReadOptions::default()).unwrap();
+        assert_eq!(by_array.num_rows(), 20_000);
+        assert_eq!(by_array, by_lines);
+        // A broken array is an error that says where.
+        let e = read_json(&file("t.json", &pretty[..pretty.len() / 2]), &ReadOptions::default()).unwrap_err();
+        assert!(e.to_string().contains("not a JSON array of objects") && e.to_string().contains("line"), "{e}");
+        let e = read_json(&file("n.json", "[{\"id\":1}, [2]]"), &ReadOptions::default()).unwrap_err().to_string();
+        assert!(e.contains("element 2 of the JSON array is not an object"), "{e}");
         // A reader's message quoting a whole file is cut short.
         let long = arrow_read(Path::new("x.json"), arrow::error::ArrowError::JsonError("é".repeat(5000)));
         assert!(long.to_string().len() < 500 && long.to_string().ends_with(" …"), "{}", long.to_string().len());
