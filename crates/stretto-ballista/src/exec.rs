@@ -137,7 +137,7 @@ impl CascadeExec {
         })
     }
 
-    /// The same cascade carrying `answers` the client knows (at least those its profiling paid for): the executor
+    /// The same cascade carrying `answers` the client knows (those its profiling paid for first): the executor
     /// takes them into its operators' memos when it binds the plan, and reads them rather than asking again.
     pub fn with_answers(mut self, answers: Arc<Vec<StageAnswers>>) -> Self {
         self.answers = answers;

@@ -6,7 +6,7 @@
 //! - the **client** ([`ClusterContext`]) plans the SQL, has the cluster compute each semantic pipeline's relational
 //!   input, then profiles and optimizes the pipeline on the session's seeded sample under the query's targets,
 //!   exactly as on one machine, and replaces it by its certified plan ([`CertifiedPipelineNode`]), which carries the
-//!   answers the client knows of the plan's stages ([`StageAnswers`]: at least what profiling paid for);
+//!   answers the client knows of the plan's stages ([`StageAnswers`]: what profiling paid for first);
 //! - the **scheduler** ([`process::run_scheduler`], the `stretto-scheduler` binary) plans the query, the certified
 //!   pipeline as a [`CascadeExec`] over its input's partitions, and hands out tasks;
 //! - the **executors** ([`process::run_executor`], `stretto-executor`) decode the cascade with [`StrettoPhysicalCodec`],

@@ -13,9 +13,10 @@ use stretto::core::op::SemanticTask;
 use stretto_sql::node::{PipelineSpec, SemanticPipelineNode};
 
 /// The answers the client knows of one operator of a certified plan (`logical/implementation`, as the plan's stage
-/// names it) on the pipeline's input, keyed as that operator's memo keys them: at least those its profiling paid
-/// for. An executor takes them into its memo (in memory, [`stretto::core::op::RegisteredOp::remember`]) and reads
-/// them rather than asking the operator again.
+/// names it) on the pipeline's input, keyed as that operator's memo keys them: those its profiling paid for first,
+/// up to [`MAX_SHIPPED_BYTES`] for all stages. An executor takes them into its memo (in memory,
+/// [`stretto::core::op::RegisteredOp::remember`]) and reads them rather than asking the operator again; an executor
+/// whose operator keys answers otherwise (another CPU's integer kernels), or runs without a memo, computes them.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct StageAnswers {
     /// The stage's operator, `logical/implementation`.
@@ -24,11 +25,10 @@ pub struct StageAnswers {
     pub answers: Vec<MemoEntry>,
 }
 
-/// At most this many answers travel with a certified plan, the first stages' first (the first stage sees every
-/// tuple): about 150 bytes each on the wire, so at most about 600 KB, and the plan travels once per task, several
-/// tasks to a message of at most 16 MiB (Ballista's gRPC limit). The answers of a default profiling sample (at most
-/// 600 tuples) fit for six stages.
-pub const MAX_SHIPPED_ANSWERS: usize = 4_000;
+/// At most this many bytes of answers (as JSON) travel with a certified plan: the plan travels once per task, several
+/// tasks to a message of at most 16 MiB (Ballista's gRPC limit). A filter's answer takes about 120 bytes, a map's
+/// more with its value, so a default profiling sample's (at most 600 tuples) fit for several stages.
+pub const MAX_SHIPPED_BYTES: usize = 512 * 1024;
 
 /// A semantic pipeline with its certified plan: the client profiled and optimized it on a sample; the cluster's
 /// executors only run the cascade, partition by partition. Output: the input's columns, then one per map (as

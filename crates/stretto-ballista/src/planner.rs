@@ -16,7 +16,7 @@ use stretto_sql::exec::{certify, stretto_input, Certified, PipelineRun, RunLog};
 use stretto_sql::node::{stretto_names, SemanticPipelineNode};
 
 use crate::exec::CascadeExec;
-use crate::node::{CertifiedPipelineNode, StageAnswers, MAX_SHIPPED_ANSWERS};
+use crate::node::{CertifiedPipelineNode, StageAnswers, MAX_SHIPPED_BYTES};
 
 /// The first semantic pipeline whose input holds no other one (the innermost).
 fn innermost_pipeline(plan: &LogicalPlan) -> Result<Option<SemanticPipelineNode>> {
@@ -33,9 +33,9 @@ fn innermost_pipeline(plan: &LogicalPlan) -> Result<Option<SemanticPipelineNode>
     Ok(found)
 }
 
-/// The answers of the operators of `certified`'s plan on the rows of `input` that the session's memo holds (at
-/// least those profiling just paid for, and those a saved profile's run paid for): what the executors would
-/// otherwise compute again. At most [`MAX_SHIPPED_ANSWERS`], the first stages' first.
+/// The answers of the operators of `certified`'s plan on the rows of `input` that the session's memo holds: what
+/// the executors would otherwise compute again. First each stage's answers on the rows profiling paid for (the
+/// sample's, gold's the dearest), then each stage's others (an earlier query's), up to [`MAX_SHIPPED_BYTES`] of JSON.
 fn known_answers(
     session: &stretto::Session,
     certified: &Certified,
@@ -43,19 +43,35 @@ fn known_answers(
 ) -> stretto::Result<Vec<StageAnswers>> {
     let registry = session.registry();
     let cascade = CascadePlan::bind(&certified.plan, certified.tasks.clone(), |n| registry.get(n))?;
-    let mut left = MAX_SHIPPED_ANSWERS;
-    let mut out = Vec::new();
-    for stage in &cascade.stages {
-        if left == 0 {
-            break;
-        }
-        let mut answers = stage.op.memoised_answers(&cascade.tasks[stage.logical], input)?;
-        answers.truncate(left);
-        left -= answers.len();
-        if !answers.is_empty() {
-            out.push(StageAnswers { physical: stage.physical.clone(), answers });
+    let mut left = MAX_SHIPPED_BYTES;
+    let mut out: Vec<StageAnswers> =
+        cascade.stages.iter().map(|s| StageAnswers { physical: s.physical.clone(), answers: Vec::new() }).collect();
+    let mut seen = std::collections::HashSet::new();
+    for paid_first in [true, false] {
+        for (stage, shipped) in cascade.stages.iter().zip(out.iter_mut()) {
+            let rows: Vec<u32> = (0..input.num_rows())
+                .filter(|&r| certified.paid.contains(&stage.physical, r) == paid_first)
+                .filter_map(|r| u32::try_from(r).ok())
+                .collect();
+            if rows.is_empty() {
+                continue;
+            }
+            let rows = arrow::compute::take_record_batch(input, &arrow::array::UInt32Array::from(rows))
+                .map_err(stretto::Error::Arrow)?;
+            // An answer takes more than 80 bytes of JSON (its key alone is 64), so this many can be no more than fit.
+            for answer in stage.op.memoised_answers(&cascade.tasks[stage.logical], &rows, left / 80)? {
+                let bytes = serde_json::to_vec(&answer).map_or(usize::MAX, |b| b.len() + 1);
+                if bytes > left {
+                    break;
+                }
+                if seen.insert((stage.physical.clone(), answer.key.clone())) {
+                    left -= bytes;
+                    shipped.answers.push(answer);
+                }
+            }
         }
     }
+    out.retain(|s| !s.answers.is_empty());
     Ok(out)
 }
 
@@ -106,7 +122,11 @@ impl CertifyingPlanner {
             let input = stretto_input(&schema, &names, &batch)?;
             let certified = certify(&session, &spec, &input, &run2, None)?;
             let answers = match &certified {
-                Some(c) => known_answers(&session, c, &input)?,
+                // Shipping answers saves the executors work; failing to gather them must not fail the query.
+                Some(c) => known_answers(&session, c, &input).unwrap_or_else(|e| {
+                    tracing::warn!(error = %e, "the client's known answers are not shipped; the executors compute them");
+                    Vec::new()
+                }),
                 None => Vec::new(),
             };
             Ok::<_, stretto::Error>(certified.map(|c| (c, answers)))
@@ -210,5 +230,81 @@ impl QueryPlanner for SchedulerQueryPlanner {
         DefaultPhysicalPlanner::with_extension_planners(vec![Arc::new(CascadePlanner)])
             .create_physical_plan(logical_plan, state)
             .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use arrow::array::{RecordBatch, StringArray};
+    use arrow::datatypes::{DataType, Field, Schema};
+    use stretto::core::exec::PaidAnswers;
+    use stretto::core::format::{PlanFile, PlanStage};
+    use stretto::core::op::{LogicalKind, Modality, OpOutput, OpProperties, PhysicalOp, SemanticTask};
+
+    use super::*;
+
+    /// Scores an item by its length.
+    #[derive(Debug)]
+    struct Length(OpProperties);
+
+    impl PhysicalOp for Length {
+        fn name(&self) -> &str {
+            "length"
+        }
+        fn properties(&self) -> &OpProperties {
+            &self.0
+        }
+        fn evaluate_items(&self, _: &SemanticTask, items: &[String]) -> stretto::core::Result<(OpOutput, Vec<f64>)> {
+            Ok((OpOutput::Scores(items.iter().map(|i| i.len() as f64).collect()), vec![0.5; items.len()]))
+        }
+    }
+
+    #[test]
+    fn the_answers_profiling_paid_for_are_shipped_first_and_the_rest_up_to_the_size_limit() {
+        let dir = tempfile::tempdir().unwrap();
+        let session =
+            stretto::Session::builder(dir.path().join("home")).memo_dir(dir.path().join("memo")).build().unwrap();
+        session
+            .register(Arc::new(Length(OpProperties {
+                kind: LogicalKind::Filter,
+                family: "length".into(),
+                modality: Modality::Text,
+                model: None,
+                compression: None,
+                tunable: true,
+                gold: false,
+                cost_hint: 1e-3,
+                score_range: (0.0, 100.0),
+            })))
+            .unwrap();
+        // More answers in the memo than fit: 8,000 of about 120 bytes each.
+        let n = 8_000;
+        let texts: Vec<String> = (0..n).map(|i| format!("review {i}")).collect();
+        let input = RecordBatch::try_new(
+            Arc::new(Schema::new(vec![Field::new("t.text", DataType::Utf8, true)])),
+            vec![Arc::new(StringArray::from(texts))],
+        )
+        .unwrap();
+        let task = SemanticTask::filter("f", "{t.text} is long");
+        session.registry().get("length").unwrap().evaluate(&task, &input).unwrap();
+        // Profiling paid for the last rows only.
+        let mut paid = PaidAnswers::default();
+        paid.add("f/length", n - 10..n);
+        let certified = Certified {
+            plan: PlanFile::new(vec![PlanStage { physical: "f/length".into(), lower: Some(1.0), upper: Some(2.0) }]),
+            tasks: vec![task],
+            paid: Arc::new(paid),
+        };
+        let shipped = known_answers(&session, &certified, &input).unwrap();
+        let [stage] = shipped.as_slice() else { panic!("one stage: {shipped:?}") };
+        assert_eq!(stage.physical, "f/length");
+        let scores: Vec<f64> = stage.answers.iter().map(|a| a.score.unwrap()).collect();
+        assert_eq!(scores[..10], [11.0; 10], "the paid rows (`review 7990`..) come first");
+        assert_eq!(scores[10], 8.0, "then the others, in row order (`review 0`)");
+        let bytes: usize = stage.answers.iter().map(|a| serde_json::to_vec(a).unwrap().len() + 1).sum();
+        assert!(bytes <= MAX_SHIPPED_BYTES && bytes > MAX_SHIPPED_BYTES - 200, "{bytes} bytes");
+        assert!(stage.answers.len() < n);
     }
 }

@@ -750,13 +750,13 @@ impl RegisteredOp {
         Ok(items.iter().zip(unknown).map(|(i, u)| u || memo.contains(&memo_key(&identity, &prompt, i))).collect())
     }
 
-    /// The memoised answers to `task` on the rows of `batch`, each item's once, in row order: what another process
-    /// running the same operator can [`remember`](Self::remember) rather than compute (a cluster's executors, given
-    /// the answers the client's profiling paid for). Rows without an answer, and rows the task cannot be asked about,
-    /// are left out; empty without a memo, or where the operator does not serve the task.
-    pub fn memoised_answers(&self, task: &SemanticTask, batch: &RecordBatch) -> Result<Vec<MemoEntry>> {
+    /// The memoised answers to `task` on the rows of `batch`, each item's once, in row order, at most `max`: what
+    /// another process running the same operator can [`remember`](Self::remember) rather than compute (a cluster's
+    /// executors, given the answers the client's profiling paid for). Rows without an answer, and rows the task cannot
+    /// be asked about, are left out; empty without a memo, or where the operator does not serve the task.
+    pub fn memoised_answers(&self, task: &SemanticTask, batch: &RecordBatch, max: usize) -> Result<Vec<MemoEntry>> {
         let Some(memo) = self.memo() else { return Ok(Vec::new()) };
-        if !self.serves(task) {
+        if max == 0 || !self.serves(task) {
             return Ok(Vec::new());
         }
         let (identity, items, unknown) = self.identity_and_items(task, batch)?;
@@ -767,6 +767,7 @@ impl RegisteredOp {
             .map(|i| memo_key(&identity, &prompt, i))
             .filter(|k| seen.insert(k.clone()))
             .filter_map(|k| memo.get(&k))
+            .take(max)
             .collect())
     }
 
@@ -1271,7 +1272,8 @@ mod tests {
         // Answers travel to another process's memo: read there, not asked again, and not written to its file.
         let elsewhere = tempfile::tempdir().unwrap();
         let there = RegisteredOp::new(counting.clone(), MemoPolicy::Dir(elsewhere.path().to_path_buf()));
-        let shipped = op.memoised_answers(&task, &texts(&["abc", "never", "ab", "abc"])).unwrap();
+        let shipped = op.memoised_answers(&task, &texts(&["abc", "never", "ab", "abc"]), 10).unwrap();
+        assert_eq!(op.memoised_answers(&task, &texts(&["abc", "never", "ab", "abc"]), 1).unwrap(), shipped[..1]);
         assert_eq!(shipped.iter().map(|e| e.score).collect::<Vec<_>>(), [Some(3.0), Some(2.0)], "each known item once");
         assert_eq!(there.remember(shipped.clone()), 2);
         assert_eq!(there.remember(shipped), 0, "known answers stay as they are");
@@ -1280,8 +1282,8 @@ mod tests {
         assert_eq!(asked(), ["never"], "remembered answers are not asked again");
         let written = std::fs::read_to_string(there.memo().unwrap().path()).unwrap();
         assert_eq!(written.lines().count(), 1, "only the answer computed here is written: {written}");
-        assert!(op.unmemoised().memoised_answers(&task, &texts(&["ab"])).unwrap().is_empty());
-        assert_eq!(op.unmemoised().remember(op.memoised_answers(&task, &texts(&["ab"])).unwrap()), 0);
+        assert!(op.unmemoised().memoised_answers(&task, &texts(&["ab"]), 10).unwrap().is_empty());
+        assert_eq!(op.unmemoised().remember(op.memoised_answers(&task, &texts(&["ab"]), 10).unwrap()), 0);
 
         // A failure is reported and nothing of its batch is kept.
         assert!(op.evaluate(&task, &texts(&["xyz", "boom"])).is_err());

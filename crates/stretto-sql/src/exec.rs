@@ -66,8 +66,8 @@ pub struct PipelineRun {
     /// (`executed_rows`, `output_rows`, `stages`, `finished`) are theirs, not known here, and stay empty.
     pub on_cluster: bool,
     /// On a cluster: per stage of the plan (`logical/implementation`), how many of its operator's answers on the
-    /// input, known here (at least those profiling paid for), travelled with the plan for the executors to read
-    /// rather than compute.
+    /// input, known here (those profiling paid for first, up to a size limit), were shipped with the plan for the
+    /// executors to read rather than compute.
     pub shipped_answers: BTreeMap<String, usize>,
 }
 
@@ -234,6 +234,8 @@ pub struct Certified {
     pub plan: stretto::core::format::PlanFile,
     /// The logical operators the plan's stages name.
     pub tasks: Vec<stretto::core::op::SemanticTask>,
+    /// Which operators' answers on which input rows profiling paid for (they are in the session's memo).
+    pub paid: Arc<stretto::core::exec::PaidAnswers>,
 }
 
 /// Profiles every candidate operator of `spec` on the session's seeded sample of `input` (under Stretto's names,
@@ -290,7 +292,7 @@ pub fn certify(
         }));
         r.plan = Some(planned.plan.clone());
     }
-    Ok(Some(Certified { plan: planned.plan, tasks: profiled.tasks }))
+    Ok(Some(Certified { plan: planned.plan, tasks: profiled.tasks, paid: profiled.paid }))
 }
 
 /// Profiles, optimizes and binds the pipeline over all of its input `batch` (`None` when the input is empty).
