@@ -49,17 +49,24 @@ fn known_answers(
     let mut seen = std::collections::HashSet::new();
     for paid_first in [true, false] {
         for (stage, shipped) in cascade.stages.iter().zip(out.iter_mut()) {
-            let rows: Vec<u32> = (0..input.num_rows())
-                .filter(|&r| certified.paid.contains(&stage.physical, r) == paid_first)
-                .filter_map(|r| u32::try_from(r).ok())
-                .collect();
-            if rows.is_empty() {
-                continue;
-            }
-            let rows = arrow::compute::take_record_batch(input, &arrow::array::UInt32Array::from(rows))
-                .map_err(stretto::Error::Arrow)?;
+            // The second pass reads the whole input (no copy of it): answers the first shipped are skipped below.
+            let paid;
+            let rows = if paid_first {
+                let rows: Vec<u32> = (0..input.num_rows())
+                    .filter(|&r| certified.paid.contains(&stage.physical, r))
+                    .filter_map(|r| u32::try_from(r).ok())
+                    .collect();
+                if rows.is_empty() {
+                    continue;
+                }
+                paid = arrow::compute::take_record_batch(input, &arrow::array::UInt32Array::from(rows))
+                    .map_err(stretto::Error::Arrow)?;
+                &paid
+            } else {
+                input
+            };
             // An answer takes more than 80 bytes of JSON (its key alone is 64), so this many can be no more than fit.
-            for answer in stage.op.memoised_answers(&cascade.tasks[stage.logical], &rows, left / 80)? {
+            for answer in stage.op.memoised_answers(&cascade.tasks[stage.logical], rows, left / 80)? {
                 let bytes = serde_json::to_vec(&answer).map_or(usize::MAX, |b| b.len() + 1);
                 if bytes > left {
                     break;
