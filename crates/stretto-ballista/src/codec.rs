@@ -4,7 +4,7 @@
 //!
 //! Wire format: the bytes `stretto.cluster/v1\n` followed by one JSON document (the pipeline's operators and
 //! settings, the `stretto.plan/v1` plan, the logical operators, the answers the client knows of the plan's stages
-//! and, for the physical node, Stretto's input column names). The relational input travels as DataFusion's own
+//! and, for the physical node, Stretto's input column names and each partition's fetch). The relational input travels as DataFusion's own
 //! protobuf, beside it.
 
 use std::sync::Arc;
@@ -82,6 +82,9 @@ enum NodeWire {
         input_names: Vec<String>,
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         answers: Vec<StageAnswers>,
+        /// Each partition's fetch (a `LIMIT` pushed into the cascade).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        fetch: Option<usize>,
     },
 }
 
@@ -205,7 +208,7 @@ impl PhysicalExtensionCodec for StrettoPhysicalCodec {
     ) -> Result<Arc<dyn ExecutionPlan>> {
         match decode(buf) {
             None => self.inner.try_decode(buf, inputs, ctx, proto_converter),
-            Some(Ok(NodeWire::Cascade { spec, plan, tasks, input_names, answers })) => {
+            Some(Ok(NodeWire::Cascade { spec, plan, tasks, input_names, answers, fetch })) => {
                 let input = one_input(inputs, "CascadeExec")?;
                 let spec: PipelineSpec = spec.into();
                 Ok(Arc::new(
@@ -217,7 +220,8 @@ impl PhysicalExtensionCodec for StrettoPhysicalCodec {
                         input_names,
                         self.resources.clone(),
                     )?
-                    .with_answers(Arc::new(answers)),
+                    .with_answers(Arc::new(answers))
+                    .with_partition_fetch(fetch),
                 ))
             }
             Some(Ok(NodeWire::CertifiedPipeline { .. })) => {
@@ -242,6 +246,7 @@ impl PhysicalExtensionCodec for StrettoPhysicalCodec {
                     tasks: c.tasks().as_ref().clone(),
                     input_names: c.input_names().to_vec(),
                     answers: c.answers().as_ref().clone(),
+                    fetch: c.fetch(),
                 },
                 buf,
             ),
@@ -344,7 +349,8 @@ mod tests {
             None,
         )
         .unwrap()
-        .with_answers(Arc::new(answers()));
+        .with_answers(Arc::new(answers()))
+        .with_partition_fetch(Some(7));
         assert_eq!(exec.schema().fields().len(), 3, "input columns, then the map's");
         let codec = StrettoPhysicalCodec::default();
         let mut buf = Vec::new();
@@ -357,6 +363,7 @@ mod tests {
         assert_eq!(back.input_names(), names.as_slice());
         assert_eq!(back.spec().key(), spec().key());
         assert_eq!(back.answers().as_ref(), &answers());
+        assert_eq!(back.fetch(), Some(7), "each partition's fetch");
         // The scheduler's codec has no operators: its copy is shipped, never run.
         let err = back.execute(0, Arc::new(TaskContext::default())).err().expect("no operators here").to_string();
         assert!(err.contains("stretto-executor"), "{err}");

@@ -5,18 +5,19 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock};
 
+use arrow::array::RecordBatch;
 use arrow::datatypes::{Field, Schema, SchemaRef};
 use datafusion::common::tree_node::TreeNodeRecursion;
 use datafusion::common::{internal_err, DataFusionError, Result};
 use datafusion::execution::TaskContext;
 use datafusion::physical_expr::{EquivalenceProperties, PhysicalExpr};
 use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
-use datafusion::physical_plan::metrics::{ExecutionPlanMetricsSet, MetricBuilder, MetricsSet};
+use datafusion::physical_plan::metrics::{Count, ExecutionPlanMetricsSet, MetricBuilder, MetricsSet};
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::{
     DisplayAs, DisplayFormatType, ExecutionPlan, ExecutionPlanProperties, PlanProperties, SendableRecordBatchStream,
 };
-use futures::{StreamExt, TryStreamExt};
+use futures::StreamExt;
 use stretto::core::exec::CascadePlan;
 use stretto::core::format::PlanFile;
 use stretto::core::op::SemanticTask;
@@ -25,8 +26,9 @@ use stretto_sql::node::PipelineSpec;
 
 use crate::node::StageAnswers;
 
-/// Where an executor notes each cascade task it finished: one JSON line per partition (`executor`, `partition`,
-/// `task`, `rows_in`, `rows_out`, `seconds`), appended. Operators and tests read it to see which executor ran what.
+/// Where an executor notes each cascade task that ended without an error (its input or its fetch done, or its
+/// reader done with it): one JSON line per partition (`executor`, `partition`, `task`, `rows_in`, `rows_out`,
+/// `seconds`), appended. Operators and tests read it to see which executor ran what.
 #[derive(Debug, Clone)]
 pub struct TaskLog {
     executor: String,
@@ -69,6 +71,92 @@ impl TaskLog {
     }
 }
 
+/// What every chunk of one partition's cascade needs.
+struct PartitionRun {
+    cascade: Arc<CascadePlan>,
+    input_schema: SchemaRef,
+    names: Vec<String>,
+    maps: Vec<String>,
+    output: SchemaRef,
+    partition: usize,
+    batch_rows: usize,
+    fetch: Option<usize>,
+    executed: Count,
+    out_rows: Count,
+}
+
+/// Where a partition's cascade stands: its input, the rest of the input batch it is in, the size of its next chunk,
+/// what it has done so far, and where to note the task when its stream ends (or is dropped by what reads it)
+/// without an error.
+struct Chunks {
+    run: Arc<PartitionRun>,
+    input: SendableRecordBatchStream,
+    pending: Option<RecordBatch>,
+    chunk: usize,
+    emitted: usize,
+    rows_in: usize,
+    seconds: f64,
+    failed: bool,
+    log: Option<(TaskLog, Option<String>)>,
+}
+
+impl Chunks {
+    /// The cascade's output on the next chunk of the input (`None` at the end of the input or of the fetch). A
+    /// chunk never spans two input batches.
+    async fn next_batch(&mut self) -> Result<Option<RecordBatch>> {
+        let run = self.run.clone();
+        if run.fetch.is_some_and(|k| self.emitted >= k) {
+            return Ok(None);
+        }
+        let batch = loop {
+            match self.pending.take() {
+                Some(b) if b.num_rows() > 0 => break b,
+                Some(_) => {}
+                None => match self.input.next().await {
+                    Some(b) => self.pending = Some(b?),
+                    None => return Ok(None),
+                },
+            }
+        };
+        let rows = self.chunk.min(batch.num_rows());
+        let chunk = batch.slice(0, rows);
+        if rows < batch.num_rows() {
+            self.pending = Some(batch.slice(rows, batch.num_rows() - rows));
+        }
+        let r = run.clone();
+        let (out, secs) = tokio::task::spawn_blocking(move || {
+            let _span = tracing::info_span!("cluster_cascade", partition = r.partition, rows).entered();
+            let t0 = std::time::Instant::now();
+            let input = stretto_input(&r.input_schema, &r.names, &chunk)?;
+            let (batch, _) = run_cascade(&r.cascade, &input, &r.names, &r.maps, &r.output)?;
+            Ok::<_, stretto::Error>((batch, t0.elapsed().as_secs_f64()))
+        })
+        .await
+        .map_err(|e| DataFusionError::External(Box::new(e)))?
+        .map_err(|e| DataFusionError::External(Box::new(e)))?;
+        let out = match run.fetch {
+            Some(k) if self.emitted + out.num_rows() > k => out.slice(0, k - self.emitted),
+            _ => out,
+        };
+        run.executed.add(rows);
+        run.out_rows.add(out.num_rows());
+        self.rows_in += rows;
+        self.seconds += secs;
+        self.emitted += out.num_rows();
+        self.chunk = self.chunk.saturating_mul(2).min(run.batch_rows);
+        Ok(Some(out))
+    }
+}
+
+impl Drop for Chunks {
+    fn drop(&mut self) {
+        // A failed task is not noted (it runs again elsewhere, or the query fails).
+        if let (false, Some((log, task))) = (self.failed, &self.log) {
+            log.note(task.as_deref(), self.run.partition, self.rows_in, self.emitted, self.seconds);
+        }
+    }
+}
+
 /// What an executor needs to run cascades: the Stretto session whose operators the plans name, and where to note
 /// its tasks.
 #[derive(Debug, Clone)]
@@ -81,7 +169,9 @@ pub struct ExecutorResources {
 
 /// Runs a certified cascade on every partition of its input, independently: no profiling, no optimization, no
 /// exchange between partitions. Rows keep their partition and order; output is the input's columns and then one
-/// column per map.
+/// column per map. With a fetch (a `LIMIT` DataFusion pushed into it) each partition stops once it has produced
+/// that many rows, asking its operators about a few more tuples than it needs at first and twice as many each time
+/// after (as the single-process pipeline does).
 pub struct CascadeExec {
     input: Arc<dyn ExecutionPlan>,
     spec: Arc<PipelineSpec>,
@@ -89,6 +179,7 @@ pub struct CascadeExec {
     tasks: Arc<Vec<SemanticTask>>,
     input_names: Vec<String>,
     answers: Arc<Vec<StageAnswers>>,
+    fetch: Option<usize>,
     resources: Option<ExecutorResources>,
     bound: Arc<OnceLock<std::result::Result<Arc<CascadePlan>, String>>>,
     properties: Arc<PlanProperties>,
@@ -130,6 +221,7 @@ impl CascadeExec {
             tasks,
             input_names,
             answers: Arc::new(Vec::new()),
+            fetch: None,
             resources,
             bound: Arc::new(OnceLock::new()),
             properties,
@@ -147,6 +239,12 @@ impl CascadeExec {
     /// The answers travelling with the cascade.
     pub fn answers(&self) -> &Arc<Vec<StageAnswers>> {
         &self.answers
+    }
+
+    /// The same cascade stopping each partition after `fetch` result rows (`None`: every input row).
+    pub fn with_partition_fetch(mut self, fetch: Option<usize>) -> Self {
+        self.fetch = fetch;
+        self
     }
 
     /// Filters, maps and settings.
@@ -204,7 +302,11 @@ impl DisplayAs for CascadeExec {
         let stages = self.plan.stages.iter().map(|s| s.physical.as_str()).collect::<Vec<_>>().join(" → ");
         match t {
             DisplayFormatType::Default | DisplayFormatType::Verbose => {
-                write!(f, "CascadeExec: {}; certified plan {stages}", self.spec.describe())
+                write!(f, "CascadeExec: {}; certified plan {stages}", self.spec.describe())?;
+                match self.fetch {
+                    Some(k) => write!(f, "; fetch {k} per partition"),
+                    None => Ok(()),
+                }
             }
             DisplayFormatType::TreeRender => write!(f, "{stages}"),
         }
@@ -248,8 +350,28 @@ impl ExecutionPlan for CascadeExec {
                 self.input_names.clone(),
                 self.resources.clone(),
             )?
-            .with_answers(self.answers.clone()),
+            .with_answers(self.answers.clone())
+            .with_partition_fetch(self.fetch),
         ))
+    }
+
+    fn fetch(&self) -> Option<usize> {
+        self.fetch
+    }
+
+    /// A `LIMIT k` above the cascade becomes each partition's fetch: a partition stops once it has k rows (the
+    /// limit above still takes k of all the partitions' rows).
+    fn with_fetch(&self, limit: Option<usize>) -> Option<Arc<dyn ExecutionPlan>> {
+        let node = Self::try_new(
+            self.input.clone(),
+            self.spec.clone(),
+            self.plan.clone(),
+            self.tasks.clone(),
+            self.input_names.clone(),
+            self.resources.clone(),
+        )
+        .ok()?;
+        Some(Arc::new(node.with_answers(self.answers.clone()).with_partition_fetch(limit)))
     }
 
     fn metrics(&self) -> Option<MetricsSet> {
@@ -260,59 +382,37 @@ impl ExecutionPlan for CascadeExec {
         let cascade = self.cascade()?;
         let task = context.task_id();
         let input = self.input.execute(partition, context)?;
-        let input_schema = self.input.schema();
-        let output = self.schema();
-        let names = Arc::new(self.input_names.clone());
-        let maps: Arc<Vec<String>> = Arc::new(self.spec.maps.iter().map(|m| m.column.clone()).collect());
         let batch_rows = self.spec.options.batch_rows.max(1);
-        let executed = MetricBuilder::new(&self.metrics).counter("tuples_executed", partition);
-        let out_rows = MetricBuilder::new(&self.metrics).output_rows(partition);
-        let log = self.resources.as_ref().and_then(|r| r.task_log.clone());
-        let totals = Arc::new(Mutex::new((0usize, 0usize, 0f64)));
-        let totals_end = totals.clone();
-        let schema = output.clone();
-        let stream = input
-            .map_ok(move |batch| {
-                // The cascade runs `batch_rows` tuples at a time, like the single-process pipeline.
-                let n = batch.num_rows();
-                let chunks: Vec<_> =
-                    (0..n).step_by(batch_rows).map(|s| batch.slice(s, batch_rows.min(n - s))).collect();
-                futures::stream::iter(chunks.into_iter().map(Ok::<_, DataFusionError>))
-            })
-            .try_flatten()
-            .and_then(move |chunk| {
-                let (cascade, input_schema, names, maps, output) =
-                    (cascade.clone(), input_schema.clone(), names.clone(), maps.clone(), output.clone());
-                let (executed, out_rows, totals) = (executed.clone(), out_rows.clone(), totals.clone());
-                async move {
-                    let rows = chunk.num_rows();
-                    let (batch, secs) = tokio::task::spawn_blocking(move || {
-                        let _span = tracing::info_span!("cluster_cascade", partition, rows).entered();
-                        let t0 = std::time::Instant::now();
-                        let input = stretto_input(&input_schema, &names, &chunk)?;
-                        let (batch, _) = run_cascade(&cascade, &input, &names, &maps, &output)?;
-                        Ok::<_, stretto::Error>((batch, t0.elapsed().as_secs_f64()))
-                    })
-                    .await
-                    .map_err(|e| DataFusionError::External(Box::new(e)))?
-                    .map_err(|e| DataFusionError::External(Box::new(e)))?;
-                    executed.add(rows);
-                    out_rows.add(batch.num_rows());
-                    let mut t = totals.lock().unwrap_or_else(|p| p.into_inner());
-                    (t.0, t.1, t.2) = (t.0 + rows, t.1 + batch.num_rows(), t.2 + secs);
-                    Ok(batch)
+        let run = Arc::new(PartitionRun {
+            cascade,
+            input_schema: self.input.schema(),
+            names: self.input_names.clone(),
+            maps: self.spec.maps.iter().map(|m| m.column.clone()).collect(),
+            output: self.schema(),
+            partition,
+            batch_rows,
+            fetch: self.fetch,
+            executed: MetricBuilder::new(&self.metrics).counter("tuples_executed", partition),
+            out_rows: MetricBuilder::new(&self.metrics).output_rows(partition),
+        });
+        // With a fetch, the first chunk is twice the rows wanted and each next one twice the last (up to
+        // batch_rows).
+        let chunk = self.fetch.map_or(batch_rows, |k| k.saturating_mul(2).clamp(1, batch_rows));
+        let log = self.resources.as_ref().and_then(|r| r.task_log.clone()).map(|l| (l, task));
+        let state =
+            Chunks { run, input, pending: None, chunk, emitted: 0, rows_in: 0, seconds: 0.0, failed: false, log };
+        let stream = futures::stream::try_unfold(state, |mut st| async move {
+            match st.next_batch().await {
+                Ok(Some(batch)) => Ok(Some((batch, st))),
+                Ok(None) => Ok(None),
+                Err(e) => {
+                    // Dropped here, unnoted.
+                    st.failed = true;
+                    drop(st);
+                    Err(e)
                 }
-            })
-            .chain(
-                futures::stream::once(async move {
-                    // The partition is complete (a failed one is never polled this far): note the task.
-                    if let Some(log) = log {
-                        let t = *totals_end.lock().unwrap_or_else(|p| p.into_inner());
-                        log.note(task.as_deref(), partition, t.0, t.1, t.2);
-                    }
-                })
-                .filter_map(|()| futures::future::ready(None)),
-            );
-        Ok(Box::pin(RecordBatchStreamAdapter::new(schema, stream)))
+            }
+        });
+        Ok(Box::pin(RecordBatchStreamAdapter::new(self.schema(), stream)))
     }
 }

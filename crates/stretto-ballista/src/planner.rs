@@ -33,6 +33,49 @@ fn innermost_pipeline(plan: &LogicalPlan) -> Result<Option<SemanticPipelineNode>
     Ok(found)
 }
 
+/// How many rows whatever reads `node` wants at most: the skip plus fetch of a `LIMIT` above it with only
+/// projections and aliases (row for row) between, the tightest of several. `None` when something else reads it
+/// (a filter, a sort, a join…), when no limit does, or when `node` appears more than once.
+fn fetch_above(plan: &LogicalPlan, node: &SemanticPipelineNode) -> Result<Option<usize>> {
+    use datafusion::logical_expr::logical_plan::{FetchType, SkipType};
+    fn walk(
+        p: &LogicalPlan,
+        node: &SemanticPipelineNode,
+        wanted: Option<usize>,
+        found: &mut Vec<Option<usize>>,
+    ) -> Result<()> {
+        if let LogicalPlan::Extension(e) = p {
+            if e.node.as_any().downcast_ref::<SemanticPipelineNode>() == Some(node) {
+                found.push(wanted);
+                return Ok(());
+            }
+        }
+        let below = match p {
+            LogicalPlan::Limit(l) => match (l.get_skip_type()?, l.get_fetch_type()?) {
+                (SkipType::Literal(skip), FetchType::Literal(Some(fetch))) => {
+                    let own = skip.saturating_add(fetch);
+                    // An outer limit of k over this one's output wants its first k after the skip.
+                    Some(wanted.map_or(own, |k| own.min(skip.saturating_add(k))))
+                }
+                // An offset alone, or a limit that is not a constant.
+                _ => None,
+            },
+            LogicalPlan::Projection(_) | LogicalPlan::SubqueryAlias(_) => wanted,
+            _ => None,
+        };
+        for child in p.inputs() {
+            walk(child, node, below, found)?;
+        }
+        Ok(())
+    }
+    let mut found = Vec::new();
+    walk(plan, node, None, &mut found)?;
+    Ok(match found.as_slice() {
+        [one] => *one,
+        _ => None,
+    })
+}
+
 /// The answers of the operators of `certified`'s plan on the rows of `input` that the session's memo holds: what
 /// the executors would otherwise compute again. First each stage's answers on the rows profiling paid for (the
 /// sample's, gold's the dearest), then each stage's others (an earlier query's), up to [`MAX_SHIPPED_BYTES`] of JSON.
@@ -84,7 +127,8 @@ fn known_answers(
 
 /// The client's planner: for each semantic pipeline, the relational input runs on the cluster, the pipeline is
 /// profiled and optimized here on the session's seeded sample under the query's targets (exactly as on one
-/// machine), and the pipeline is replaced by its certified plan; then the whole query goes to the cluster.
+/// machine, a `LIMIT` right above it included), and the pipeline is replaced by its certified plan; then the
+/// whole query goes to the cluster.
 pub struct CertifyingPlanner {
     session: stretto::Session,
     cluster: Arc<dyn QueryPlanner + Send + Sync>,
@@ -103,9 +147,11 @@ impl CertifyingPlanner {
         Self { session, cluster, log }
     }
 
+    /// Certifies `node` for a consumer that wants at most `fetch` of its rows (a `LIMIT` above it).
     async fn certify_one(
         &self,
         node: &SemanticPipelineNode,
+        fetch: Option<usize>,
         state: &dyn datafusion::catalog::Session,
     ) -> Result<LogicalPlan> {
         let run = Arc::new(Mutex::new(PipelineRun {
@@ -127,7 +173,7 @@ impl CertifyingPlanner {
             let _span = tracing::info_span!("cluster_certify", pipeline = %spec.describe()).entered();
             let batch = arrow::compute::concat_batches(&schema, &batches).map_err(stretto::Error::Arrow)?;
             let input = stretto_input(&schema, &names, &batch)?;
-            let certified = certify(&session, &spec, &input, &run2, None)?;
+            let certified = certify(&session, &spec, &input, &run2, fetch)?;
             let answers = match &certified {
                 // Shipping answers saves the executors work; failing to gather them must not fail the query.
                 Some(c) => known_answers(&session, c, &input).unwrap_or_else(|e| {
@@ -168,7 +214,8 @@ impl QueryPlanner for CertifyingPlanner {
     ) -> Result<Arc<dyn ExecutionPlan>> {
         let mut plan = logical_plan.clone();
         while let Some(node) = innermost_pipeline(&plan)? {
-            let certified = self.certify_one(&node, state).await?;
+            let fetch = fetch_above(&plan, &node)?;
+            let certified = self.certify_one(&node, fetch, state).await?;
             let mut replaced = false;
             plan = plan
                 .transform_up(|p| {
@@ -313,5 +360,48 @@ mod tests {
         let bytes: usize = stage.answers.iter().map(|a| serde_json::to_vec(a).unwrap().len() + 1).sum();
         assert!(bytes <= MAX_SHIPPED_BYTES && bytes > MAX_SHIPPED_BYTES - 200, "{bytes} bytes");
         assert!(stage.answers.len() < n);
+    }
+
+    /// A filter pipeline over a scan of `t(id, text)`.
+    fn pipeline() -> SemanticPipelineNode {
+        use arrow::datatypes::{DataType, Field, Schema};
+        let schema =
+            Schema::new(vec![Field::new("id", DataType::Int64, false), Field::new("text", DataType::Utf8, true)]);
+        let scan = datafusion::logical_expr::logical_plan::builder::table_scan(Some("t"), &schema, None)
+            .unwrap()
+            .build()
+            .unwrap();
+        let spec = stretto_sql::node::PipelineSpec {
+            filters: vec!["{t.text} is clearly positive".into()],
+            maps: vec![],
+            options: stretto_sql::StrettoOptions::default(),
+        };
+        SemanticPipelineNode::try_new(scan, spec).unwrap()
+    }
+
+    #[test]
+    fn a_limit_reaches_the_pipeline_through_projections_only() {
+        use datafusion::logical_expr::{col, lit, LogicalPlanBuilder};
+        let node = pipeline();
+        let ext = LogicalPlan::Extension(Extension { node: Arc::new(node.clone()) });
+        let b = || LogicalPlanBuilder::from(ext.clone());
+        let fetch = |p: LogicalPlan| fetch_above(&p, &node).unwrap();
+
+        assert_eq!(fetch(b().limit(0, Some(5)).unwrap().build().unwrap()), Some(5));
+        // OFFSET 3 LIMIT 5 needs the first 8 rows; projections and aliases keep rows one for one.
+        let projected = b().project(vec![col("id")]).unwrap().alias("r").unwrap().limit(3, Some(5)).unwrap();
+        assert_eq!(fetch(projected.build().unwrap()), Some(8));
+        // Of two limits the tighter one counts: LIMIT 2 over (OFFSET 1 LIMIT 10) wants the first 3.
+        assert_eq!(fetch(b().limit(1, Some(10)).unwrap().limit(0, Some(2)).unwrap().build().unwrap()), Some(3));
+        // No limit, an offset alone, or anything that needs more rows than it passes on: no fetch.
+        assert_eq!(fetch(b().project(vec![col("id")]).unwrap().build().unwrap()), None);
+        assert_eq!(fetch(b().limit(4, None).unwrap().build().unwrap()), None);
+        let filtered = b().filter(col("id").gt(lit(3))).unwrap().limit(0, Some(5)).unwrap();
+        assert_eq!(fetch(filtered.build().unwrap()), None);
+        let sorted = b().sort(vec![col("id").sort(true, false)]).unwrap().limit(0, Some(5)).unwrap();
+        assert_eq!(fetch(sorted.build().unwrap()), None);
+        // The same pipeline twice (a self-union): neither occurrence may stop early on the other's account.
+        let union = b().limit(0, Some(5)).unwrap().union(ext.clone()).unwrap();
+        assert_eq!(fetch(union.build().unwrap()), None);
     }
 }

@@ -1,7 +1,8 @@
 //! A real cluster on loopback: a `stretto-scheduler` and two `stretto-executor` processes. A semantic SQL query
 //! with a filter and a map over a four-file (four-partition) input returns exactly the rows of the single-process
-//! run, the executors never compute an answer the client's profiling paid for, both executors run cascade tasks,
-//! and an executor killed mid-query gives an error or a complete result, never a partial one.
+//! run, the executors never compute an answer the client's profiling paid for, both executors run cascade tasks, a
+//! `LIMIT` is certified for and stops the partitions early, and an executor killed mid-query gives an error or a
+//! complete result, never a partial one.
 
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
@@ -120,7 +121,17 @@ fn tasks(work: &Path) -> Vec<serde_json::Value> {
         .collect()
 }
 
-fn session(dir: &Path) -> Session {
+/// How many files under `dir` (at any depth) end in `.ext`.
+fn files_under(dir: &Path, ext: &str) -> usize {
+    let Ok(entries) = std::fs::read_dir(dir) else { return 0 };
+    entries
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .map(|p| if p.is_dir() { files_under(&p, ext) } else { usize::from(p.extension().is_some_and(|e| e == ext)) })
+        .sum()
+}
+
+/// A client session whose KV caches and memo are in `dir`.
+fn session_in(dir: &Path) -> Session {
     Session::builder(stretto::core::context::default_home())
         .kv_dir(dir.join("kv"))
         .memo_dir(dir.join("memo"))
@@ -191,10 +202,13 @@ fn rows(r: &SqlResult) -> Vec<String> {
 const QUERY: &str = "SELECT reviewid, sem_map('The movie title named in {reviews.reviewtext}') AS title \
                      FROM reviews WHERE sem_filter('{reviews.reviewtext} is clearly positive')";
 
+const LIMITED: &str =
+    "SELECT reviewid FROM reviews WHERE sem_filter('{reviews.reviewtext} is clearly positive') LIMIT 2";
+
 #[test]
 fn a_cluster_runs_the_certified_pipeline_on_every_partition_and_never_returns_a_partial_result() {
     let dir = tempfile::tempdir().unwrap();
-    let session = session(dir.path());
+    let session = session_in(dir.path());
     let (parts, all) = write_input(&session, dir.path());
     let cluster = start_cluster(dir.path());
 
@@ -229,6 +243,26 @@ fn a_cluster_runs_the_certified_pipeline_on_every_partition_and_never_returns_a_
     }
     let rows_in: u64 = counts.iter().flatten().map(|t| t["rows_in"].as_u64().unwrap()).sum();
     assert_eq!(rows_in as usize, ROWS, "{counts:?}");
+
+    // A LIMIT, from a client with empty caches: it certifies knowing the limit (so it prefills only the items its
+    // profiling reads, not every input item), and each partition's cascade stops once it has the rows wanted.
+    let before: Vec<usize> = cluster.executors.iter().map(|(_, w)| tasks(w).len()).collect();
+    let fresh = dir.path().join("limit");
+    let limit_ctx = ClusterContext::connect(&session_in(&fresh), &cluster.scheduler).unwrap();
+    limit_ctx.register_file("reviews", &parts).unwrap();
+    let limited = limit_ctx.sql(LIMITED).unwrap_or_else(|e| panic!("cluster query failed: {e}\n{}", logs(dir.path())));
+    let prefilled = files_under(&fresh.join("kv"), "safetensors");
+    assert!(prefilled < ROWS / 4, "the client prefilled {prefilled} of {ROWS} items for a LIMIT 2");
+    let all: std::collections::HashSet<String> =
+        rows(&local.sql(&LIMITED.replace(" LIMIT 2", "")).unwrap().collect().unwrap()).into_iter().collect();
+    let got = rows(&limited);
+    assert_eq!(got.len(), 2, "{got:?}");
+    assert!(got.iter().all(|r| all.contains(r)), "{got:?} are not all rows of the query without its LIMIT");
+    let limited_tasks: Vec<serde_json::Value> =
+        cluster.executors.iter().zip(&before).flat_map(|((_, w), &n)| tasks(w).into_iter().skip(n)).collect();
+    assert_eq!(limited_tasks.len(), FILES, "a task per partition: {limited_tasks:?}");
+    let rows_in: u64 = limited_tasks.iter().map(|t| t["rows_in"].as_u64().unwrap()).sum();
+    assert!(rows_in < ROWS as u64, "the partitions ran {rows_in} of {ROWS} tuples for a LIMIT 2: {limited_tasks:?}");
 
     // An executor killed mid-query: an error, or a complete result (the task ran again elsewhere).
     let second = QUERY.replace("The movie title named in", "The name of the lead actor mentioned in");
