@@ -12,7 +12,7 @@ use datafusion::logical_expr::{EmptyRelation, Extension, LogicalPlan, UserDefine
 use datafusion::physical_plan::ExecutionPlan;
 use datafusion::physical_planner::{DefaultPhysicalPlanner, ExtensionPlanner, PhysicalPlanner};
 use stretto::core::exec::CascadePlan;
-use stretto_sql::exec::{certify, stretto_input, Certified, PipelineRun, RunLog};
+use stretto_sql::exec::{certify, stretto_input, Certified, ExecutionScope, PipelineRun, RunLog};
 use stretto_sql::node::{stretto_names, SemanticPipelineNode};
 
 use crate::exec::CascadeExec;
@@ -173,7 +173,7 @@ impl CertifyingPlanner {
             let _span = tracing::info_span!("cluster_certify", pipeline = %spec.describe()).entered();
             let batch = arrow::compute::concat_batches(&schema, &batches).map_err(stretto::Error::Arrow)?;
             let input = stretto_input(&schema, &names, &batch)?;
-            let certified = certify(&session, &spec, &input, &run2, fetch)?;
+            let certified = certify(&session, &spec, &input, &run2, ExecutionScope { fetch, elsewhere: true })?;
             let answers = match &certified {
                 // Shipping answers saves the executors work; failing to gather them must not fail the query.
                 Some(c) => known_answers(&session, c, &input).unwrap_or_else(|e| {

@@ -121,13 +121,22 @@ fn tasks(work: &Path) -> Vec<serde_json::Value> {
         .collect()
 }
 
-/// How many files under `dir` (at any depth) end in `.ext`.
-fn files_under(dir: &Path, ext: &str) -> usize {
-    let Ok(entries) = std::fs::read_dir(dir) else { return 0 };
+/// The items whose KV caches are under `dir`: the distinct names of its `.safetensors` records (an item's name is
+/// the hash of its text, the same in every compression profile's folder).
+fn kv_items(dir: &Path) -> std::collections::HashSet<String> {
+    let Ok(entries) = std::fs::read_dir(dir) else { return Default::default() };
     entries
         .filter_map(|e| e.ok().map(|e| e.path()))
-        .map(|p| if p.is_dir() { files_under(&p, ext) } else { usize::from(p.extension().is_some_and(|e| e == ext)) })
-        .sum()
+        .flat_map(|p| {
+            if p.is_dir() {
+                kv_items(&p)
+            } else if p.extension().is_some_and(|e| e == "safetensors") {
+                p.file_stem().map(|s| s.to_string_lossy().into_owned()).into_iter().collect()
+            } else {
+                Default::default()
+            }
+        })
+        .collect()
 }
 
 /// A client session whose KV caches and memo are in `dir`.
@@ -219,6 +228,9 @@ fn a_cluster_runs_the_certified_pipeline_on_every_partition_and_never_returns_a_
     let run = &got.pipelines()[0];
     assert_eq!(run.input_rows, ROWS, "the client certified on the whole input");
     assert!(run.plan.is_some() && run.bounds.is_some(), "{run:?}");
+    // The client prefilled only what its profiling read: the executors prefill the rest as they reach it.
+    let prefilled = kv_items(&dir.path().join("kv")).len();
+    assert!(prefilled < ROWS / 4, "the client prefilled the KV caches of {prefilled} of {ROWS} input items");
 
     // The answers the client's profiling paid for travelled with the plan: no executor asked for one again.
     assert!(run.shipped_answers.values().sum::<usize>() > 0, "{run:?}");
@@ -251,7 +263,8 @@ fn a_cluster_runs_the_certified_pipeline_on_every_partition_and_never_returns_a_
     let limit_ctx = ClusterContext::connect(&session_in(&fresh), &cluster.scheduler).unwrap();
     limit_ctx.register_file("reviews", &parts).unwrap();
     let limited = limit_ctx.sql(LIMITED).unwrap_or_else(|e| panic!("cluster query failed: {e}\n{}", logs(dir.path())));
-    let prefilled = files_under(&fresh.join("kv"), "safetensors");
+    assert_eq!(limited.pipelines()[0].fetch, Some(2), "certified for the LIMIT");
+    let prefilled = kv_items(&fresh.join("kv")).len();
     assert!(prefilled < ROWS / 4, "the client prefilled {prefilled} of {ROWS} items for a LIMIT 2");
     let all: std::collections::HashSet<String> =
         rows(&local.sql(&LIMITED.replace(" LIMIT 2", "")).unwrap().collect().unwrap()).into_iter().collect();

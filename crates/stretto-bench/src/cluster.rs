@@ -4,8 +4,8 @@
 //! The input is the first `rows` bundled reviews in `files` Parquet files (one partition each). The client
 //! certifies the pipeline once per run (its memo makes later certifications cheap, and they are reported apart);
 //! every executor starts with an empty memo, so its operators really run. All parties share one KV directory (the
-//! production layout: a shared store), which the first certification fills, so execution pays question passes, not
-//! prefill.
+//! production layout: a shared store), which the single-process run, first, fills (a cluster's client prefills only
+//! the tuples it profiles), so execution pays question passes, not prefill.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};

@@ -45,6 +45,9 @@ pub struct PipelineRun {
     pub input_rows: usize,
     /// Tuples profiled.
     pub sample_rows: usize,
+    /// The result rows the pipeline's consumer wanted at most (a `LIMIT` right above it), as its certification
+    /// knew it: profiling was weighed against the tuples gold needs to find them.
+    pub fetch: Option<usize>,
     /// Tuples the certified cascade ran on.
     pub executed_rows: usize,
     /// Rows it produced.
@@ -98,6 +101,9 @@ impl PipelineRun {
             )
         });
         let mut s = format!("{} input tuples, {} profiled", self.input_rows, self.sample_rows);
+        if let Some(k) = self.fetch {
+            s.push_str(&format!(" for the first {k} result row{}", if k == 1 { "" } else { "s" }));
+        }
         if self.on_cluster {
             s.push_str(", executed by the cluster's executors (their logs hold the counts)");
             let shipped: usize = self.shipped_answers.values().sum();
@@ -238,22 +244,33 @@ pub struct Certified {
     pub paid: Arc<stretto::core::exec::PaidAnswers>,
 }
 
+/// What a certification should expect of the execution that follows it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ExecutionScope {
+    /// How many result rows the pipeline's consumer wants at most (a `LIMIT` right above it): profiling is then
+    /// weighed against the tuples gold needs to find them ([`stretto::engine::QueryOptions::fetch`]).
+    pub fetch: Option<usize>,
+    /// Whether other processes execute the plan (a cluster's executors): the certification then prefills only
+    /// the KV caches of the tuples profiling reads, and the executors prefill the others as they reach them
+    /// ([`stretto::engine::QueryOptions::prefill_profiled_only`]), rather than one process all of them first.
+    pub elsewhere: bool,
+}
+
 /// Profiles every candidate operator of `spec` on the session's seeded sample of `input` (under Stretto's names,
 /// see [`stretto_input`]) and optimizes under the spec's targets: steps 1–4 of a pipeline, without executing it.
 /// `run` receives the sample size, timings, bounds and plan. `None` when the input is empty.
 ///
-/// `fetch` is how many result rows the pipeline's consumer wants at most (a `LIMIT` right above it): profiling is
-/// then weighed against the tuples gold needs to find them (see [`stretto::engine::QueryOptions::fetch`]).
+/// `scope` says what execution will follow: how many rows it is wanted for, and where it runs.
 pub fn certify(
     session: &stretto::Session,
     spec: &PipelineSpec,
     input: &RecordBatch,
     run: &Mutex<PipelineRun>,
-    fetch: Option<usize>,
+    scope: ExecutionScope,
 ) -> stretto::Result<Option<Certified>> {
     {
         let mut r = run.lock().unwrap_or_else(|p| p.into_inner());
-        r.input_rows = input.num_rows();
+        (r.input_rows, r.fetch) = (input.num_rows(), scope.fetch);
     }
     if input.num_rows() == 0 {
         return Ok(None);
@@ -273,7 +290,8 @@ pub fn certify(
     (q.precision, q.recall, q.credible, q.method) = (o.precision, o.recall, o.credible, o.method.clone());
     (q.seed, q.sample_fraction, q.min_sample, q.screen) = (c.seed, c.sample_fraction, c.min_sample, c.screen);
     (q.max_sample, q.price_memo_hits) = (c.max_sample, c.price_memo_hits);
-    (q.models, q.run_dir, q.progress, q.fetch) = (c.models.clone(), c.run_dir.clone(), c.progress, fetch);
+    (q.models, q.run_dir, q.progress) = (c.models.clone(), c.run_dir.clone(), c.progress);
+    (q.fetch, q.prefill_profiled_only) = (scope.fetch, scope.elsewhere);
     let strategy = stretto::optim::strategy::strategy(&q.method)?;
     let registry = session.registry();
     let profiled = engine::profile_to_run(&registry, &pulled, input, &q)?;
@@ -306,7 +324,9 @@ fn prepare(
     fetch: Option<usize>,
 ) -> stretto::Result<Option<Prepared>> {
     let input = stretto_input(&batch.schema(), input_names, &batch)?;
-    let Some(certified) = certify(session, spec, &input, run, fetch)? else { return Ok(None) };
+    let Some(certified) = certify(session, spec, &input, run, ExecutionScope { fetch, elsewhere: false })? else {
+        return Ok(None);
+    };
     let registry = session.registry();
     let cascade = CascadePlan::bind(&certified.plan, certified.tasks, |n| registry.get(n))?;
     Ok(Some(Prepared {

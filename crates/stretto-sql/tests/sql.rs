@@ -271,6 +271,7 @@ fn sql_runs_the_dataframe_pipeline_and_a_limit_stops_it_early() {
     let [run] = full.pipelines() else { panic!("one pipeline: {:?}", full.pipelines()) };
     assert_eq!((run.input_rows, run.executed_rows, run.skipped_rows()), (40, 40, 0), "{}", run.summary());
     assert!(run.finished && run.plan.is_some() && run.bounds.is_some(), "{run:?}");
+    assert_eq!(run.fetch, None, "{run:?}");
     let b = full.batch().unwrap();
     assert_eq!(b.schema().field(1).name(), "title");
     assert!(b.num_rows() > 0, "some reviews are clearly positive");
@@ -302,6 +303,8 @@ fn sql_runs_the_dataframe_pipeline_and_a_limit_stops_it_early() {
     let [run] = first.pipelines() else { panic!() };
     assert!(run.executed_rows < 40 && run.skipped_rows() > 0 && !run.finished, "{}", run.summary());
     assert!(run.summary().contains("skipped"), "{}", run.summary());
+    assert_eq!(run.fetch, Some(1), "certified for the first result row");
+    assert!(run.summary().contains("profiled for the first 1 result row,"), "{}", run.summary());
     let one = first.batch().unwrap();
     assert_eq!(ints(&one, "reviewid"), ints(&b, "reviewid")[..1].to_vec());
 }

@@ -71,6 +71,12 @@ pub struct QueryOptions {
     /// the tuples gold needs to find `k` rows, not against the whole input, KV caches are built up front only for
     /// the screening tuples (the rest on demand), and [`execute`] stops once the first `k` result rows are known.
     pub fetch: Option<usize>,
+    /// Whether only the tuples profiling reads are prefilled before it (their KV caches), the others left to
+    /// execution, which prefills each as it reaches it (the prefill counted in its seconds, as the optimizer
+    /// assumes): for a certification whose plan runs elsewhere, on a cluster's executors, which would otherwise
+    /// find every cache built by one client. By default every input tuple's caches are built first, within the
+    /// disk budget.
+    pub prefill_profiled_only: bool,
     /// Models physical operators may use (operators without a model are always allowed).
     pub models: Vec<String>,
     /// Also run the gold plan on everything and measure precision and recall.
@@ -102,6 +108,7 @@ impl QueryOptions {
             screen: 20,
             limit: None,
             fetch: None,
+            prefill_profiled_only: false,
             models: vec!["smollm2-135m".into(), "minilm".into(), "efficientnet-lite0".into()],
             check: false,
             labels: None,
@@ -264,8 +271,9 @@ pub struct QueryReport {
     /// The first profiling stage, if it ran: the candidates it dropped and why.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub screening: Option<Screening>,
-    /// Where the whole input's KV caches would not fit the disk budget: that only the tuples profiling reads were
-    /// prefilled before it (execution prefilling the others as it reaches them), with the figures.
+    /// Where only the tuples profiling reads were prefilled before it (execution prefilling the others as it
+    /// reaches them), why: the whole input's KV caches would not fit the disk budget (with the figures), or
+    /// execution runs elsewhere ([`QueryOptions::prefill_profiled_only`]).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub kv_caches: Option<String>,
     /// Files written.
@@ -729,8 +737,8 @@ pub struct Profiled {
     pub paid: Arc<PaidAnswers>,
     /// Operator-reported seconds this profiling spent (screening and sample; 0 for a saved profile).
     pub spent_seconds: f64,
-    /// Where the whole input's KV caches would not fit the disk budget: that only the tuples profiling reads were
-    /// prefilled before it, and why.
+    /// Where only the tuples profiling reads were prefilled before it, why (the disk budget, or execution
+    /// elsewhere).
     pub kv_note: Option<String>,
     /// Per logical operator whose gold is no LLM because the query's models allow none that judges it (the
     /// registry has one), what its gold is instead: the plan's warnings repeat it, since the targets are then met
@@ -2398,41 +2406,54 @@ fn profile_candidates(
         // `batch`, the sample too).
         let mut deferred: Option<RecordBatch> = None;
         if o.fetch.is_none() && !jobs.is_empty() {
-            // What every item's records would add on disk, against what the budget leaves free: per model, each
-            // item once, however many logical operators read it (their caches are the same records).
-            let mut per_model: BTreeMap<&str, (&Arc<stretto_kv::Decoder>, BTreeSet<String>)> = BTreeMap::new();
-            for (t, decs) in &jobs {
-                let texts = cached_items(&tasks[*t], &input)?;
-                for dec in decs {
-                    per_model
-                        .entry(dec.name())
-                        .or_insert_with(|| (dec, BTreeSet::new()))
-                        .1
-                        .extend(texts.iter().cloned());
-                }
-            }
-            let mut missing = 0u64;
-            for (name, (dec, texts)) in per_model {
-                missing += source(name).missing_bytes(dec, &texts.into_iter().collect::<Vec<_>>())?.1;
-            }
-            let free = budget.limit()?.saturating_sub(budget.usage()?);
             let mut rows: Vec<usize> = sample.iter().chain(&order[want..want + screen_rows]).copied().collect();
             rows.sort_unstable();
             rows.dedup();
-            if missing > free && rows.len() < n {
+            let why = if o.prefill_profiled_only {
+                Some(
+                    "execution runs elsewhere (a cluster's executors): only the tuples profiling reads were \
+                     prefilled before it, and execution prefills the others as it reaches them (their prefill \
+                     counted in its seconds)"
+                        .to_string(),
+                )
+            } else {
+                // What every item's records would add on disk, against what the budget leaves free: per model, each
+                // item once, however many logical operators read it (their caches are the same records).
+                let mut per_model: BTreeMap<&str, (&Arc<stretto_kv::Decoder>, BTreeSet<String>)> = BTreeMap::new();
+                for (t, decs) in &jobs {
+                    let texts = cached_items(&tasks[*t], &input)?;
+                    for dec in decs {
+                        per_model
+                            .entry(dec.name())
+                            .or_insert_with(|| (dec, BTreeSet::new()))
+                            .1
+                            .extend(texts.iter().cloned());
+                    }
+                }
+                let mut missing = 0u64;
+                for (name, (dec, texts)) in per_model {
+                    missing += source(name).missing_bytes(dec, &texts.into_iter().collect::<Vec<_>>())?.1;
+                }
+                let free = budget.limit()?.saturating_sub(budget.usage()?);
+                (missing > free).then(|| {
+                    format!(
+                        "the KV caches of all {n} tuples would take about {:.1} GB more on disk than the {:.1} GB \
+                         the disk budget leaves free: only the tuples profiling reads were prefilled before it, and \
+                         execution prefills the others as it reaches them (their prefill counted in its seconds), \
+                         keeping what the budget holds",
+                        missing as f64 / 1e9,
+                        free as f64 / 1e9,
+                    )
+                })
+            };
+            if let (Some(note), true) = (why, rows.len() < n) {
                 let mut screen: Vec<usize> = order[want..want + screen_rows].to_vec();
                 screen.sort_unstable();
                 deferred = Some(rows_of(&mut screen.into_iter())?);
                 batch = rows_of(&mut rows.into_iter())?;
-                let note = format!(
-                    "the KV caches of all {n} tuples would take about {:.1} GB more on disk than the {:.1} GB the \
-                     disk budget leaves free: only the tuples profiling reads were prefilled before it, and execution \
-                     prefills the others as it reaches them (their prefill counted in its seconds), keeping what the \
-                     budget holds",
-                    missing as f64 / 1e9,
-                    free as f64 / 1e9,
-                );
-                tracing::warn!("{note}");
+                if !o.prefill_profiled_only {
+                    tracing::warn!("{note}");
+                }
                 kv_note = Some(note);
             }
         }
