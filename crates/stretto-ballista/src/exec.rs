@@ -26,9 +26,10 @@ use stretto_sql::node::PipelineSpec;
 
 use crate::node::StageAnswers;
 
-/// Where an executor notes each cascade task that ended without an error (its input or its fetch done, or its
-/// reader done with it): one JSON line per partition (`executor`, `partition`, `task`, `rows_in`, `rows_out`,
-/// `seconds`), appended. Operators and tests read it to see which executor ran what.
+/// Where an executor notes each cascade task that ended without an error: one JSON line per partition
+/// (`executor`, `partition`, `task`, `rows_in`, `rows_out`, `seconds`, and `ended`: `input` when it ran its whole
+/// input, `fetch` when it stopped at its fetch, `dropped` when what read it stopped first, a cancelled task's
+/// included), appended. Operators and tests read it to see which executor ran what.
 #[derive(Debug, Clone)]
 pub struct TaskLog {
     executor: String,
@@ -47,10 +48,11 @@ impl TaskLog {
         &self.path
     }
 
-    fn note(&self, task: Option<&str>, partition: usize, rows_in: usize, rows_out: usize, seconds: f64) {
+    fn note(&self, task: Option<&str>, partition: usize, done: (usize, usize, f64), ended: &str) {
+        let (rows_in, rows_out, seconds) = done;
         let line = serde_json::json!({
             "executor": self.executor, "task": task, "partition": partition, "rows_in": rows_in,
-            "rows_out": rows_out, "seconds": seconds,
+            "rows_out": rows_out, "seconds": seconds, "ended": ended,
         });
         let mut guard = self.file.lock().unwrap_or_else(|p| p.into_inner());
         if guard.is_none() {
@@ -86,8 +88,7 @@ struct PartitionRun {
 }
 
 /// Where a partition's cascade stands: its input, the rest of the input batch it is in, the size of its next chunk,
-/// what it has done so far, and where to note the task when its stream ends (or is dropped by what reads it)
-/// without an error.
+/// what it has done so far, how it ended, and where to note the task when its stream is dropped (unless it failed).
 struct Chunks {
     run: Arc<PartitionRun>,
     input: SendableRecordBatchStream,
@@ -97,6 +98,8 @@ struct Chunks {
     rows_in: usize,
     seconds: f64,
     failed: bool,
+    /// `input` or `fetch` once the stream has ended by itself.
+    ended: Option<&'static str>,
     log: Option<(TaskLog, Option<String>)>,
 }
 
@@ -106,6 +109,7 @@ impl Chunks {
     async fn next_batch(&mut self) -> Result<Option<RecordBatch>> {
         let run = self.run.clone();
         if run.fetch.is_some_and(|k| self.emitted >= k) {
+            self.ended = Some("fetch");
             return Ok(None);
         }
         let batch = loop {
@@ -114,7 +118,10 @@ impl Chunks {
                 Some(_) => {}
                 None => match self.input.next().await {
                     Some(b) => self.pending = Some(b?),
-                    None => return Ok(None),
+                    None => {
+                        self.ended = Some("input");
+                        return Ok(None);
+                    }
                 },
             }
         };
@@ -143,6 +150,10 @@ impl Chunks {
         self.rows_in += rows;
         self.seconds += secs;
         self.emitted += out.num_rows();
+        if run.fetch.is_some_and(|k| self.emitted >= k) {
+            // Done, whether or not the reader polls again.
+            self.ended = Some("fetch");
+        }
         self.chunk = self.chunk.saturating_mul(2).min(run.batch_rows);
         Ok(Some(out))
     }
@@ -150,9 +161,13 @@ impl Chunks {
 
 impl Drop for Chunks {
     fn drop(&mut self) {
-        // A failed task is not noted (it runs again elsewhere, or the query fails).
-        if let (false, Some((log, task))) = (self.failed, &self.log) {
-            log.note(task.as_deref(), self.run.partition, self.rows_in, self.emitted, self.seconds);
+        // A failed task is not noted (it runs again elsewhere, or the query fails), nor one unwinding from a panic.
+        if self.failed || std::thread::panicking() {
+            return;
+        }
+        if let Some((log, task)) = &self.log {
+            let done = (self.rows_in, self.emitted, self.seconds);
+            log.note(task.as_deref(), self.run.partition, done, self.ended.unwrap_or("dropped"));
         }
     }
 }
@@ -359,19 +374,22 @@ impl ExecutionPlan for CascadeExec {
         self.fetch
     }
 
-    /// A `LIMIT k` above the cascade becomes each partition's fetch: a partition stops once it has k rows (the
-    /// limit above still takes k of all the partitions' rows).
+    /// A `LIMIT k` above the cascade becomes each partition's fetch: a partition stops once it has k rows (what
+    /// merges the partitions above, DataFusion's limit or a merge with a fetch, still keeps k of them all).
     fn with_fetch(&self, limit: Option<usize>) -> Option<Arc<dyn ExecutionPlan>> {
-        let node = Self::try_new(
-            self.input.clone(),
-            self.spec.clone(),
-            self.plan.clone(),
-            self.tasks.clone(),
-            self.input_names.clone(),
-            self.resources.clone(),
-        )
-        .ok()?;
-        Some(Arc::new(node.with_answers(self.answers.clone()).with_partition_fetch(limit)))
+        Some(Arc::new(Self {
+            input: self.input.clone(),
+            spec: self.spec.clone(),
+            plan: self.plan.clone(),
+            tasks: self.tasks.clone(),
+            input_names: self.input_names.clone(),
+            answers: self.answers.clone(),
+            fetch: limit,
+            resources: self.resources.clone(),
+            bound: Arc::new(OnceLock::new()),
+            properties: self.properties.clone(),
+            metrics: ExecutionPlanMetricsSet::new(),
+        }))
     }
 
     fn metrics(&self) -> Option<MetricsSet> {
@@ -399,8 +417,18 @@ impl ExecutionPlan for CascadeExec {
         // batch_rows).
         let chunk = self.fetch.map_or(batch_rows, |k| k.saturating_mul(2).clamp(1, batch_rows));
         let log = self.resources.as_ref().and_then(|r| r.task_log.clone()).map(|l| (l, task));
-        let state =
-            Chunks { run, input, pending: None, chunk, emitted: 0, rows_in: 0, seconds: 0.0, failed: false, log };
+        let state = Chunks {
+            run,
+            input,
+            pending: None,
+            chunk,
+            emitted: 0,
+            rows_in: 0,
+            seconds: 0.0,
+            failed: false,
+            ended: None,
+            log,
+        };
         let stream = futures::stream::try_unfold(state, |mut st| async move {
             match st.next_batch().await {
                 Ok(Some(batch)) => Ok(Some((batch, st))),

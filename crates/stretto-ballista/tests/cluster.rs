@@ -255,6 +255,7 @@ fn a_cluster_runs_the_certified_pipeline_on_every_partition_and_never_returns_a_
     }
     let rows_in: u64 = counts.iter().flatten().map(|t| t["rows_in"].as_u64().unwrap()).sum();
     assert_eq!(rows_in as usize, ROWS, "{counts:?}");
+    assert!(counts.iter().flatten().all(|t| t["ended"] == "input"), "{counts:?}");
 
     // A LIMIT, from a client with empty caches: it certifies knowing the limit (so it prefills only the items its
     // profiling reads, not every input item), and each partition's cascade stops once it has the rows wanted.
@@ -276,6 +277,13 @@ fn a_cluster_runs_the_certified_pipeline_on_every_partition_and_never_returns_a_
     assert_eq!(limited_tasks.len(), FILES, "a task per partition: {limited_tasks:?}");
     let rows_in: u64 = limited_tasks.iter().map(|t| t["rows_in"].as_u64().unwrap()).sum();
     assert!(rows_in < ROWS as u64, "the partitions ran {rows_in} of {ROWS} tuples for a LIMIT 2: {limited_tasks:?}");
+    assert!(limited_tasks.iter().any(|t| t["ended"] == "fetch"), "{limited_tasks:?}");
+    // A partition stops at its fetch, or runs its whole input where it finds fewer rows.
+    let whole = (ROWS / FILES) as u64;
+    assert!(
+        limited_tasks.iter().all(|t| t["ended"] == "fetch" || (t["ended"] == "input" && t["rows_in"] == whole)),
+        "{limited_tasks:?}"
+    );
 
     // An executor killed mid-query: an error, or a complete result (the task ran again elsewhere).
     let second = QUERY.replace("The movie title named in", "The name of the lead actor mentioned in");

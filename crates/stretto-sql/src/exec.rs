@@ -45,8 +45,9 @@ pub struct PipelineRun {
     pub input_rows: usize,
     /// Tuples profiled.
     pub sample_rows: usize,
-    /// The result rows the pipeline's consumer wanted at most (a `LIMIT` right above it), as its certification
-    /// knew it: profiling was weighed against the tuples gold needs to find them.
+    /// The result rows the pipeline's consumer wanted at most (a `LIMIT` right above it: its offset plus its count),
+    /// as its certification knew it: profiling was weighed against the tuples gold needs to find them. On a
+    /// cluster each partition stops at that many.
     pub fetch: Option<usize>,
     /// Tuples the certified cascade ran on.
     pub executed_rows: usize,

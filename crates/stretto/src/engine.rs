@@ -75,7 +75,7 @@ pub struct QueryOptions {
     /// execution, which prefills each as it reaches it (the prefill counted in its seconds, as the optimizer
     /// assumes): for a certification whose plan runs elsewhere, on a cluster's executors, which would otherwise
     /// find every cache built by one client. By default every input tuple's caches are built first, within the
-    /// disk budget.
+    /// disk budget. With a [`fetch`](Self::fetch), only the screening tuples' caches are built first either way.
     pub prefill_profiled_only: bool,
     /// Models physical operators may use (operators without a model are always allowed).
     pub models: Vec<String>,
@@ -3769,9 +3769,15 @@ fn profile_candidates(
             counted.push(format!("{m} {pays} of {n}"));
         }
         if let Some(note) = kv_note.as_mut() {
+            let memoised = if o.prefill_profiled_only {
+                "those profiling read have their answers memoised here, and shipped to the executors with the plan up \
+                 to a size limit; those whose caches are stored in this KV directory read them, where the executors \
+                 share it"
+            } else {
+                "those profiling read have their answers memoised; those whose caches are stored read them"
+            };
             note.push_str(&format!(
-                "; execution prefills, of the tuples, {} (those profiling read have their answers memoised; those \
-                 whose caches are stored read them), and the plans' costs price only those",
+                "; execution prefills, of the tuples, {} ({memoised}), and the plans' costs price only those",
                 counted.join(", ")
             ));
         }
