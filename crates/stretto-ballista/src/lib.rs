@@ -5,14 +5,15 @@
 //!
 //! - the **client** ([`ClusterContext`]) plans the SQL, has the cluster compute each semantic pipeline's relational
 //!   input, then profiles and optimizes the pipeline on the session's seeded sample under the query's targets,
-//!   exactly as on one machine, and replaces it by its certified plan ([`CertifiedPipelineNode`]), which carries the
-//!   answers the client knows of the plan's stages ([`StageAnswers`]: what profiling paid for first);
+//!   exactly as on one machine (a `LIMIT` right above it included), prefilling only the KV caches of the tuples it
+//!   profiles, and replaces it by its certified plan ([`CertifiedPipelineNode`]), which carries the answers the
+//!   client knows of the plan's stages ([`StageAnswers`]: what profiling paid for first);
 //! - the **scheduler** ([`process::run_scheduler`], the `stretto-scheduler` binary) plans the query, the certified
 //!   pipeline as a [`CascadeExec`] over its input's partitions, and hands out tasks;
 //! - the **executors** ([`process::run_executor`], `stretto-executor`) decode the cascade with [`StrettoPhysicalCodec`],
 //!   bind it to their own operators (model home, KV store, memo of the node) and run it on their partitions: no
 //!   profiling, no optimization. The sample's answers are read from what the plan carries, not asked again; missing
-//!   KV caches are built by the executor that needs them.
+//!   KV caches are built by the executor that needs them; a partition stops at a `LIMIT`'s rows.
 //!
 //! ```no_run
 //! use stretto::Session;

@@ -171,8 +171,11 @@ impl CertifyingPlanner {
         let run2 = run.clone();
         let certified = tokio::task::spawn_blocking(move || {
             let _span = tracing::info_span!("cluster_certify", pipeline = %spec.describe()).entered();
+            // One copy of the input at a time: the batches go once concatenated, the concatenation once converted.
             let batch = arrow::compute::concat_batches(&schema, &batches).map_err(stretto::Error::Arrow)?;
+            drop(batches);
             let input = stretto_input(&schema, &names, &batch)?;
+            drop(batch);
             let certified = certify(&session, &spec, &input, &run2, ExecutionScope { fetch, elsewhere: true })?;
             let answers = match &certified {
                 // Shipping answers saves the executors work; failing to gather them must not fail the query.
