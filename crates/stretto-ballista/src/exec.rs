@@ -135,7 +135,7 @@ impl Chunks {
             let _span = tracing::info_span!("cluster_cascade", partition = r.partition, rows).entered();
             let t0 = std::time::Instant::now();
             let input = stretto_input(&r.input_schema, &r.names, &chunk)?;
-            let (batch, _) = run_cascade(&r.cascade, &input, &r.names, &r.maps, &r.output)?;
+            let (batch, _) = run_cascade(&r.cascade, &input, &r.names, &r.maps, &r.output, None)?;
             Ok::<_, stretto::Error>((batch, t0.elapsed().as_secs_f64()))
         })
         .await

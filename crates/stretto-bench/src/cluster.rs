@@ -54,8 +54,9 @@ pub struct Measure {
     pub certification_seconds: f64,
     /// `total - certification`: executing the certified cascade.
     pub execution_seconds: f64,
-    /// Tuples the cascade ran on without a memoised answer: the whole input on a cluster (executors start with
-    /// empty memos), the tuples outside the profiling sample in one process (profiling memoised the sample's).
+    /// Tuples whose first-stage answer was not known before execution: in one process, those profiling had not
+    /// paid for (its memo holds the others); on a cluster, those whose answer did not travel with the plan
+    /// (executors start with empty memos).
     pub executed_tuples: usize,
     /// `executed_tuples` per second of execution.
     pub tuples_per_second: f64,
@@ -155,7 +156,10 @@ pub fn run(b: &ClusterBench) -> Result<Vec<Measure>, Error> {
         let r = local.sql(QUERY)?.collect()?;
         let total = t0.elapsed().as_secs_f64();
         let exec = r.pipelines().iter().filter_map(|p| p.timings.get("execution")).sum::<f64>();
-        let executed = b.rows - r.pipelines().iter().map(|p| p.sample_rows).sum::<usize>().min(b.rows);
+        // The tuples whose first stage's answer profiling had not paid for (execution reads those from the memo).
+        let executed = b
+            .rows
+            .saturating_sub(r.pipelines().iter().filter_map(|p| p.stages.first()).map(|s| s.reused).sum::<usize>());
         out.push(Measure {
             setup: "single process".into(),
             executors: 0,
@@ -276,8 +280,9 @@ pub fn summary(b: &ClusterBench, measures: &[Measure]) -> String {
     s.push_str(
         "One process runs its models with ONNX Runtime's default threads; an executor with one thread (`stretto \
          executor --threads 1`, the default: one executor per core). Every executor loads its models on its first \
-         task, inside the execution time. Executed tuples: those without a memoised answer (one process memoised \
-         the profiling sample's; the client sends the executors the answers it knows with the plan).\n\n\
+         task, inside the execution time. Executed tuples: those whose first-stage answer was not known before \
+         execution (one process memoised what profiling paid for; the client sends the executors the answers it \
+         knows with the plan).\n\n\
          | setup | rows out | total s | certification s | execution s | executed tuples | tuples/s executing | tasks per executor |\n\
          |---|---|---|---|---|---|---|---|\n",
     );

@@ -139,6 +139,9 @@ pub struct StageStats {
     /// paid for (in profiling, [`CascadeExecutor::with_paid`]): execution reads those from the memo, so an
     /// end-to-end account counts them once.
     pub reused_seconds: f64,
+    /// How many of `tuples_in` those were: tuples whose answers from this operator the same query had already paid
+    /// for, which execution read from the memo rather than computed.
+    pub reused: usize,
 }
 
 /// What executing a cascade produced.
@@ -181,6 +184,17 @@ impl PaidAnswers {
     /// Whether `physical` answered input row `row`.
     pub fn contains(&self, physical: &str, row: usize) -> bool {
         self.rows.get(physical).is_some_and(|r| r.contains(&row))
+    }
+
+    /// The answers on input rows `start..end`, numbered from `start` (row `start` becomes 0): what an executor given
+    /// that slice of the input books as paid for.
+    pub fn window(&self, start: usize, end: usize) -> Self {
+        let rows = self
+            .rows
+            .iter()
+            .map(|(p, r)| (p.clone(), r.iter().filter(|&&r| (start..end).contains(&r)).map(|r| r - start).collect()))
+            .collect();
+        Self { rows }
     }
 }
 
@@ -278,12 +292,10 @@ impl CascadeExecutor {
                 st.seconds += t0.elapsed().as_secs_f64();
                 st.cost_seconds += costs.iter().sum::<f64>();
                 if let Some(paid) = &self.paid {
-                    st.reused_seconds += rows
-                        .iter()
-                        .zip(&costs)
-                        .filter(|(&r, _)| paid.contains(&stage.physical, r))
-                        .map(|(_, c)| c)
-                        .sum::<f64>();
+                    for (_, c) in rows.iter().zip(&costs).filter(|(&r, _)| paid.contains(&stage.physical, r)) {
+                        st.reused_seconds += c;
+                        st.reused += 1;
+                    }
                 }
                 st.tuples_in += rows.len();
                 if out.len() != rows.len() {

@@ -205,7 +205,7 @@ fn answers_paid_in_profiling_are_booked_as_reused() {
     paid.add("b/a-cheap", [0, 2, 3, 4]);
     for batch_size in [2, 64] {
         let plain = CascadeExecutor::new(batch_size).with_progress(false).execute(&cascade, &input(5)).unwrap();
-        assert!(plain.stats.iter().all(|s| s.reused_seconds == 0.0));
+        assert!(plain.stats.iter().all(|s| s.reused_seconds == 0.0 && s.reused == 0));
         let out = CascadeExecutor::new(batch_size)
             .with_progress(false)
             .with_paid(Arc::new(paid.clone()))
@@ -217,6 +217,7 @@ fn answers_paid_in_profiling_are_booked_as_reused() {
         for ((cost, reused), want) in got.iter().zip([(5.0, 1.0), (3.0, 2.0)]) {
             assert!((cost - want.0).abs() < 1e-9 && (reused - want.1).abs() < 1e-9, "{got:?}");
         }
+        assert_eq!(out.stats.iter().map(|s| s.reused).collect::<Vec<_>>(), [1, 2], "tuples read as paid for");
     }
 }
 
@@ -318,4 +319,18 @@ fn unparseable_map_value_becomes_null_not_an_error() {
     assert_eq!(out.rows, vec![0, 1]);
     let col = out.batch.column_by_name("m").unwrap().as_primitive::<Int64Type>();
     assert_eq!(col.iter().collect::<Vec<_>>(), vec![Some(12), None]);
+}
+
+/// A slice of the input keeps the paid answers on its rows, renumbered from the slice's start: an executor given rows
+/// 64..128 books row 70's paid answer at its row 6.
+#[test]
+fn paid_answers_follow_a_slice_of_the_input() {
+    let mut paid = PaidAnswers::default();
+    paid.add("a/gold", [3, 64, 70, 127, 128]);
+    paid.add("b/gold", [0, 65]);
+    let w = paid.window(64, 128);
+    let kept = |p: &str| (0..64).filter(|&r| w.contains(p, r)).collect::<Vec<_>>();
+    assert_eq!(kept("a/gold"), [0, 6, 63]);
+    assert_eq!(kept("b/gold"), [1]);
+    assert!(!w.contains("a/gold", 64), "row 128 lies past the slice");
 }

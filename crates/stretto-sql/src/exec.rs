@@ -30,7 +30,7 @@ use datafusion::physical_plan::{
 };
 use datafusion::physical_planner::{DefaultPhysicalPlanner, ExtensionPlanner, PhysicalPlanner};
 use futures::stream::{self, BoxStream, StreamExt, TryStreamExt};
-use stretto::core::exec::{CascadeExecutor, CascadePlan, StageStats};
+use stretto::core::exec::{CascadeExecutor, CascadePlan, PaidAnswers, StageStats};
 use stretto::core::plan::PlanBuilder;
 use stretto::engine::{self, QueryOptions};
 
@@ -138,6 +138,8 @@ struct Prepared {
     input_names: Vec<String>,
     map_columns: Vec<String>,
     output: SchemaRef,
+    /// Which stages' answers on which input rows profiling paid for (read from the memo in execution).
+    paid: Arc<PaidAnswers>,
 }
 
 impl Prepared {
@@ -148,22 +150,31 @@ impl Prepared {
     fn execute(&self, start: usize, end: usize) -> stretto::Result<(RecordBatch, Vec<StageStats>, f64)> {
         let t0 = std::time::Instant::now();
         let chunk = self.input.slice(start, end - start);
-        let (batch, stats) = run_cascade(&self.cascade, &chunk, &self.input_names, &self.map_columns, &self.output)?;
+        let paid = Some(Arc::new(self.paid.window(start, end)));
+        let (batch, stats) =
+            run_cascade(&self.cascade, &chunk, &self.input_names, &self.map_columns, &self.output, paid)?;
         Ok((batch, stats, t0.elapsed().as_secs_f64()))
     }
 }
 
 /// Runs a bound cascade over `chunk` (columns under Stretto's names, as [`stretto_input`] gives them) and shapes
 /// its output as the pipeline's: the input columns (`input_names`, in order), then the maps' columns, cast to
-/// `output`'s types.
+/// `output`'s types. `paid` (rows of `chunk`) are the answers this query's profiling paid for, which the stage
+/// statistics book as reused.
 pub fn run_cascade(
     cascade: &CascadePlan,
     chunk: &RecordBatch,
     input_names: &[String],
     map_columns: &[String],
     output: &SchemaRef,
+    paid: Option<Arc<PaidAnswers>>,
 ) -> stretto::Result<(RecordBatch, Vec<StageStats>)> {
-    let out = CascadeExecutor::default().execute(cascade, chunk)?;
+    let executor = CascadeExecutor::default();
+    let executor = match paid {
+        Some(p) => executor.with_paid(p),
+        None => executor,
+    };
+    let out = executor.execute(cascade, chunk)?;
     let mut columns: Vec<ArrayRef> = Vec::with_capacity(output.fields().len());
     for (name, field) in input_names.iter().chain(map_columns).zip(output.fields()) {
         let col = out
@@ -336,6 +347,7 @@ fn prepare(
         input_names: input_names.to_vec(),
         map_columns: spec.maps.iter().map(|m| m.column.clone()).collect(),
         output,
+        paid: certified.paid,
     }))
 }
 
@@ -572,6 +584,7 @@ impl ExecutionPlan for SemanticPipelineExec {
                                 acc.seconds += s.seconds;
                                 acc.cost_seconds += s.cost_seconds;
                                 acc.reused_seconds += s.reused_seconds;
+                                acc.reused += s.reused;
                             }
                         }
                         drop(r);

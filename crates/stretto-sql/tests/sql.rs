@@ -272,6 +272,10 @@ fn sql_runs_the_dataframe_pipeline_and_a_limit_stops_it_early() {
     assert_eq!((run.input_rows, run.executed_rows, run.skipped_rows()), (40, 40, 0), "{}", run.summary());
     assert!(run.finished && run.plan.is_some() && run.bounds.is_some(), "{run:?}");
     assert_eq!(run.fetch, None, "{run:?}");
+    // Execution read from the memo what profiling paid for (the profiled tuples' first-stage answers), and booked it.
+    let first = &run.stages[0];
+    assert!(first.reused >= run.sample_rows && first.reused < 40, "{run:?}");
+    assert!(first.reused_seconds > 0.0 && first.reused_seconds < first.cost_seconds, "{run:?}");
     let b = full.batch().unwrap();
     assert_eq!(b.schema().field(1).name(), "title");
     assert!(b.num_rows() > 0, "some reviews are clearly positive");
