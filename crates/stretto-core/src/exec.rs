@@ -172,7 +172,8 @@ pub struct CascadeExecutor {
 /// [`StageStats::reused_seconds`].
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct PaidAnswers {
-    rows: std::collections::HashMap<String, std::collections::HashSet<usize>>,
+    /// Ordered, so that a slice's answers ([`PaidAnswers::window`]) are a range, not a scan of every paid row.
+    rows: std::collections::HashMap<String, std::collections::BTreeSet<usize>>,
 }
 
 impl PaidAnswers {
@@ -192,7 +193,7 @@ impl PaidAnswers {
         let rows = self
             .rows
             .iter()
-            .map(|(p, r)| (p.clone(), r.iter().filter(|&&r| (start..end).contains(&r)).map(|r| r - start).collect()))
+            .map(|(p, r)| (p.clone(), r.range(start..end.max(start)).map(|r| r - start).collect()))
             .collect();
         Self { rows }
     }
