@@ -634,6 +634,10 @@ enum BenchAction {
         /// Output folder (exp1/, exp2/, exp3/, summary.md).
         #[arg(long, default_value = "bench/results")]
         out: PathBuf,
+        /// Only build the KV caches the run's queries read (no answer is asked or timed, nothing is written to
+        /// --out), so that a timed run can follow on built caches; resumable.
+        #[arg(long)]
+        prefill_only: bool,
     },
 }
 
@@ -1128,9 +1132,13 @@ fn run(cli: Cli) -> Result<(), BoxError> {
                     }
                     print!("{md}");
                 }
-                BenchAction::All { size, out } => {
+                BenchAction::All { size, out, prefill_only } => {
                     let s = size.scale()?;
-                    print!("{}", stretto_bench::experiments::run_all(&s, &out)?);
+                    if prefill_only {
+                        print!("{}", stretto_bench::experiments::prefill_all(&s)?);
+                    } else {
+                        print!("{}", stretto_bench::experiments::run_all(&s, &out)?);
+                    }
                 }
             }
         }

@@ -434,6 +434,91 @@ fn cached_items(task: &SemanticTask, batch: &RecordBatch) -> Result<Vec<String>>
     Ok(out)
 }
 
+/// Where model `m`'s uncompressed KV pasts are found and stored (its compressed rungs compress them), within the
+/// disk budget and the context's memory budget for one prefill.
+fn past_source(
+    ctx: &stretto_core::OpContext,
+    budget: &Arc<stretto_kv::budget::DiskBudget>,
+    m: &str,
+) -> stretto_kv::cache::PastSource {
+    let profile = stretto_kv::store::Profile {
+        model: m.to_string(),
+        press: Press::ExpectedAttention,
+        ratio: 0.0,
+        positions: Positions::Keep,
+    };
+    stretto_kv::cache::PastSource::new(profile, ctx.kv_dir.clone())
+        .with_budget(budget.clone())
+        .with_memory_budget(ctx.memory_budget.unwrap_or(stretto_kv::decoder::DEFAULT_MEMORY_BUDGET))
+}
+
+/// Per logical operator (by index into `cands`), the decoders whose item caches its candidates read; operators
+/// none of whose candidates reads a cache are left out.
+fn cache_jobs(
+    ctx: &stretto_core::OpContext,
+    cands: &[Vec<Arc<RegisteredOp>>],
+) -> Result<Vec<(usize, Vec<Arc<stretto_kv::Decoder>>)>> {
+    let mut jobs = Vec::new();
+    for (t, ops) in cands.iter().enumerate() {
+        let models: BTreeSet<String> = ops.iter().filter_map(|op| op.kv_cache_model().map(str::to_string)).collect();
+        if models.is_empty() {
+            continue;
+        }
+        let decs = models
+            .iter()
+            .map(|m| stretto_ops_text::decoder(ctx, m, stretto_kv::convert::Weights::F32))
+            .collect::<std::result::Result<Vec<_>, _>>()?;
+        jobs.push((t, decs));
+    }
+    Ok(jobs)
+}
+
+/// What [`prefill_pipeline`] looked at: per model, the items its caches cover and how many of them it prefilled.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Prefilled {
+    /// Per model: (items looked at, items prefilled because no cache of theirs was stored).
+    pub models: BTreeMap<String, (usize, usize)>,
+    /// Wall seconds it took.
+    pub seconds: f64,
+}
+
+/// Builds, where missing, the KV caches of every input item for every LLM model a query's candidates read, as the
+/// first step of [`profile_pipeline`] does with no fetch and a disk budget that holds them, and nothing else: no
+/// answer is asked, timed or memoised. The method prefills offline; this is that offline step on its own, so that
+/// a timed run (`stretto bench all`, which prices answers at the seconds they took) can start on built caches while
+/// the prefill itself ran on a machine busy with other work. Idempotent: stored caches are found by content.
+pub fn prefill_pipeline(
+    registry: &Registry,
+    pulled: &stretto_core::plan::PulledUpPlan,
+    input: &RecordBatch,
+    o: &QueryOptions,
+) -> Result<Prefilled> {
+    let started = Instant::now();
+    let tasks = &pulled.semantic;
+    let mut cands = Vec::new();
+    for t in tasks {
+        t.resolve(&input.schema())?;
+        cands.push(candidates(registry, t, modality_of(t, input)?, &o.models)?);
+    }
+    let ctx = registry.context();
+    let budget = disk_budget(ctx)?;
+    let _lease = budget.lease()?;
+    let _span = tracing::info_span!("kv_caches", tuples = input.num_rows()).entered();
+    let mut out = Prefilled::default();
+    for (t, decs) in cache_jobs(ctx, &cands)? {
+        let items = cached_items(&tasks[t], input)?;
+        for dec in decs {
+            let source = past_source(ctx, &budget, dec.name());
+            let seconds = source.ensure_timed(&dec, &items)?;
+            let (looked, built) = out.models.entry(dec.name().to_string()).or_default();
+            *looked += items.len();
+            *built += seconds.iter().filter(|s| s.is_some()).count();
+        }
+    }
+    out.seconds = started.elapsed().as_secs_f64();
+    Ok(out)
+}
+
 /// The disk budget of the context's KV directory and memo, shared with its operators.
 fn disk_budget(ctx: &stretto_core::OpContext) -> Result<std::sync::Arc<stretto_kv::budget::DiskBudget>> {
     Ok(stretto_kv::budget::shared(&ctx.kv_dir, ctx.memo_dir(), ctx.disk_budget)?)
@@ -2361,17 +2446,7 @@ fn profile_candidates(
     //    sample only gold's: the other models' sample caches wait until screening shows that profiling can pay.
     let t0 = Instant::now();
     let mut kv_note = None;
-    let source = |m: &str| {
-        let profile = stretto_kv::store::Profile {
-            model: m.to_string(),
-            press: Press::ExpectedAttention,
-            ratio: 0.0,
-            positions: Positions::Keep,
-        };
-        stretto_kv::cache::PastSource::new(profile, ctx.kv_dir.clone())
-            .with_budget(budget.clone())
-            .with_memory_budget(ctx.memory_budget.unwrap_or(stretto_kv::decoder::DEFAULT_MEMORY_BUDGET))
-    };
+    let source = |m: &str| past_source(ctx, &budget, m);
     // Deferred: per logical operator, the decoders whose sample caches wait until screening.
     let mut sample_later: Vec<(usize, Vec<Arc<stretto_kv::Decoder>>)> = Vec::new();
     // Where deferred, per model, the mean seconds a prefill of one item took (the sample is drawn at random, so its
@@ -2379,20 +2454,7 @@ fn profile_candidates(
     let prefill_per_item: BTreeMap<String, f64>;
     {
         let _span = tracing::info_span!("kv_caches").entered();
-        // Per logical operator, the decoders whose item caches its candidates read.
-        let mut jobs: Vec<(usize, Vec<Arc<stretto_kv::Decoder>>)> = Vec::new();
-        for (t, ops) in cands.iter().enumerate() {
-            let models: BTreeSet<String> =
-                ops.iter().filter_map(|op| op.kv_cache_model().map(str::to_string)).collect();
-            if models.is_empty() {
-                continue;
-            }
-            let decs = models
-                .iter()
-                .map(|m| stretto_ops_text::decoder(ctx, m, stretto_kv::convert::Weights::F32))
-                .collect::<std::result::Result<Vec<_>, _>>()?;
-            jobs.push((t, decs));
-        }
+        let jobs = cache_jobs(ctx, &cands)?;
         // The rows whose items are prefilled now: with a fetch, execution may stop long before the end, and the
         // pay check may decide that the sample is not worth profiling, so only the screening tuples are.
         let rows_of = |rows: &mut dyn Iterator<Item = usize>| -> Result<RecordBatch> {

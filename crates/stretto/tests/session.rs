@@ -519,3 +519,46 @@ fn a_named_ladder_is_allowed_in_queries() {
     let default = allowed(Session::builder(home.path()));
     assert_eq!(default, ["smollm2-135m", "minilm", "efficientnet-lite0"]);
 }
+
+/// The offline prefill on its own (`stretto bench all --prefill-only`): every input item's cache is built once for
+/// the model the query's LLM candidates read, a second pass builds nothing, no answer is asked or memoised, and
+/// profiling then finds every cache stored.
+#[test]
+fn prefill_builds_each_items_cache_once_and_asks_no_answer() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = Session::builder(stretto::core::context::default_home())
+        .kv_dir(dir.path().join("kv"))
+        .memo_dir(dir.path().join("memo"))
+        .ladder(["smollm2-135m"])
+        .models(["smollm2-135m", "minilm"])
+        .build()
+        .unwrap();
+    let query = "{reviews.reviewtext} is clearly positive";
+    let tasks = stretto::engine::parse_query(query).unwrap();
+    let (input, pulled) = stretto::engine::input_of("movie", &tasks, Some(5)).unwrap();
+    let mut o = stretto::engine::QueryOptions::new("movie", query);
+    o.models = vec!["smollm2-135m".into(), "minilm".into()];
+    let first = stretto::engine::prefill_pipeline(&s.registry(), &pulled, &input, &o).unwrap();
+    let model = |p: &stretto::engine::Prefilled| p.models.iter().map(|(m, n)| (m.clone(), *n)).collect::<Vec<_>>();
+    assert_eq!(model(&first), [("smollm2-135m".to_string(), (5, 5))]);
+    let again = stretto::engine::prefill_pipeline(&s.registry(), &pulled, &input, &o).unwrap();
+    assert_eq!(model(&again), [("smollm2-135m".to_string(), (5, 0))]);
+    let memoised = std::fs::read_dir(dir.path().join("memo")).map(|d| d.count()).unwrap_or(0);
+    assert_eq!(memoised, 0, "the prefill asked an operator for answers");
+    // The caches profiling reads (the uncompressed past of each item, which the compressed rungs compress) are stored.
+    let dec =
+        stretto::ops_text::decoder(s.registry().context(), "smollm2-135m", stretto::kv::convert::Weights::F32).unwrap();
+    let items: Vec<String> = tasks[0].known_items(&input).unwrap();
+    let stored = stretto::kv::cache::PastSource::new(
+        stretto::kv::store::Profile {
+            model: "smollm2-135m".into(),
+            press: stretto::kv::press::Press::ExpectedAttention,
+            ratio: 0.0,
+            positions: stretto::kv::press::Positions::Keep,
+        },
+        dir.path().join("kv"),
+    );
+    for item in &items {
+        assert!(stored.is_stored(&dec, item).unwrap(), "no cache stored for {item:.40}");
+    }
+}
