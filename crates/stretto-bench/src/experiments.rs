@@ -1415,7 +1415,8 @@ pub fn run_all(scale: &Scale, out: &Path) -> Result<String, Error> {
 /// of a later timed run depends on what else the machine did meanwhile: the method prefills offline, and no total
 /// counts that prefill. A query whose gold result the timed run finds empty is replaced there by the next drawn one,
 /// which this cannot know without gold's answers; that query's items are mostly the same column's, and where not, the
-/// timed run prefills them itself (uncounted, like these). Returns a report, one line per query and a total per model.
+/// timed run prefills them itself (uncounted, like these). Returns a report: one line per query, a total per model,
+/// and the queries that failed (a disk budget too small for their caches, say), each of which stops only itself.
 pub fn prefill_all(scale: &Scale) -> Result<String, Error> {
     let started = std::time::Instant::now();
     let registry = stretto::registry_for(&scale.context)?;
@@ -1438,7 +1439,7 @@ pub fn prefill_all(scale: &Scale) -> Result<String, Error> {
         Ok(())
     };
     // Every query `run_all` would start with, as it draws them (each counted as run).
-    drive_queries(scale, &mut |_: &[Outcome], _: &[String]| Ok(()), |dataset, q, _| {
+    let (_, mut failed) = drive_queries(scale, &mut |_: &[Outcome], _: &[String]| Ok(()), |dataset, q, _| {
         prefill(dataset, q)?;
         Ok(Some(Vec::new()))
     })?;
@@ -1448,12 +1449,18 @@ pub fn prefill_all(scale: &Scale) -> Result<String, Error> {
             singles.retain(|q| labelled_filters(dataset, q).is_some());
         }
         for q in singles.into_iter().take(scale.queries) {
-            prefill(dataset, &q)?;
+            if let Err(e) = prefill(dataset, &q) {
+                tracing::error!(dataset = %dataset, query = %q, error = %e, "query not prefilled");
+                failed.push(format!("{dataset}: `{q}` (failed: {e})"));
+            }
         }
     }
     let _ = writeln!(report, "\n{:.0} s in all", started.elapsed().as_secs_f64());
+    for f in failed {
+        let _ = writeln!(report, "not prefilled: {f}");
+    }
     for (m, (looked, built)) in per_model {
-        let _ = writeln!(report, "{m}: {built} of {looked} items prefilled (the rest were stored)");
+        let _ = writeln!(report, "{m}: {built} of {looked} items prefilled (the rest were stored; an item counts once per query and operator reading it)");
     }
     Ok(report)
 }

@@ -434,21 +434,26 @@ fn cached_items(task: &SemanticTask, batch: &RecordBatch) -> Result<Vec<String>>
     Ok(out)
 }
 
-/// Where model `m`'s uncompressed KV pasts are found and stored (its compressed rungs compress them), within the
-/// disk budget and the context's memory budget for one prefill.
+/// Where model `m`'s KV pasts are found and stored, within the disk budget and the context's memory budget for one
+/// prefill: the uncompressed profile, whose missing items' prefill also writes their records at every compression
+/// ratio of the ladder ([`stretto_kv::cache::LADDER`]), which the compressed rungs read.
 fn past_source(
     ctx: &stretto_core::OpContext,
     budget: &Arc<stretto_kv::budget::DiskBudget>,
     m: &str,
 ) -> stretto_kv::cache::PastSource {
+    past_source_at(ctx, m, 0.0).with_budget(budget.clone())
+}
+
+/// Model `m`'s KV pasts at compression `ratio` (no disk budget: for looking records up).
+fn past_source_at(ctx: &stretto_core::OpContext, m: &str, ratio: f64) -> stretto_kv::cache::PastSource {
     let profile = stretto_kv::store::Profile {
         model: m.to_string(),
         press: Press::ExpectedAttention,
-        ratio: 0.0,
+        ratio,
         positions: Positions::Keep,
     };
     stretto_kv::cache::PastSource::new(profile, ctx.kv_dir.clone())
-        .with_budget(budget.clone())
         .with_memory_budget(ctx.memory_budget.unwrap_or(stretto_kv::decoder::DEFAULT_MEMORY_BUDGET))
 }
 
@@ -473,20 +478,24 @@ fn cache_jobs(
     Ok(jobs)
 }
 
-/// What [`prefill_pipeline`] looked at: per model, the items its caches cover and how many of them it prefilled.
+/// What [`prefill_pipeline`] did, per model: how many items (per row and logical operator reading them, so an item
+/// two operators read counts twice) it looked at, and how many of them it prefilled because no record of theirs was
+/// stored.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Prefilled {
-    /// Per model: (items looked at, items prefilled because no cache of theirs was stored).
+    /// Per model: (items looked at, items prefilled).
     pub models: BTreeMap<String, (usize, usize)>,
     /// Wall seconds it took.
     pub seconds: f64,
 }
 
-/// Builds, where missing, the KV caches of every input item for every LLM model a query's candidates read, as the
-/// first step of [`profile_pipeline`] does with no fetch and a disk budget that holds them, and nothing else: no
-/// answer is asked, timed or memoised. The method prefills offline; this is that offline step on its own, so that
-/// a timed run (`stretto bench all`, which prices answers at the seconds they took) can start on built caches while
-/// the prefill itself ran on a machine busy with other work. Idempotent: stored caches are found by content.
+/// Builds, where missing, the KV caches of every input item for every LLM model a query's candidates read (their
+/// records at every ratio of the compression ladder), as step 2 of [`profile_pipeline`] does with no fetch and no
+/// deferral, and nothing else: no answer is asked, timed or memoised. The method prefills offline; this is that
+/// offline step on its own, so that a timed run (`stretto bench all`, which prices answers at the seconds they
+/// took) can start on built caches while the prefill itself ran on a machine busy with other work. Idempotent:
+/// stored caches are found by content. An error if the disk budget (`STRETTO_DISK_BUDGET`) cannot hold them all,
+/// naming how many items were left without a record: the timed run would prefill those inside its timed answers.
 pub fn prefill_pipeline(
     registry: &Registry,
     pulled: &stretto_core::plan::PulledUpPlan,
@@ -508,11 +517,29 @@ pub fn prefill_pipeline(
     for (t, decs) in cache_jobs(ctx, &cands)? {
         let items = cached_items(&tasks[t], input)?;
         for dec in decs {
-            let source = past_source(ctx, &budget, dec.name());
-            let seconds = source.ensure_timed(&dec, &items)?;
+            let seconds = past_source(ctx, &budget, dec.name()).ensure_timed(&dec, &items)?;
             let (looked, built) = out.models.entry(dec.name().to_string()).or_default();
             *looked += items.len();
             *built += seconds.iter().filter(|s| s.is_some()).count();
+            // The prefill stops at the first record the budget cannot hold (and an earlier record may have been
+            // evicted since): every item must now have its record at every ratio a rung reads.
+            for ratio in stretto_kv::cache::LADDER {
+                let stored = past_source_at(ctx, dec.name(), ratio);
+                let mut missing = 0;
+                for item in &items {
+                    missing += usize::from(!stored.is_stored(&dec, item)?);
+                }
+                if missing > 0 {
+                    return Err(Error::Query(format!(
+                        "the disk budget ({}) did not hold the KV caches of {}: {missing} of its {} items have no \
+                         record at compression {ratio}; raise STRETTO_DISK_BUDGET or free space in {}",
+                        ctx.disk_budget.map_or("its default".to_string(), |b| format!("{:.1} GB", b as f64 / 1e9)),
+                        dec.name(),
+                        items.len(),
+                        ctx.kv_dir.display()
+                    )));
+                }
+            }
         }
     }
     out.seconds = started.elapsed().as_secs_f64();

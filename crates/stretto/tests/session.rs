@@ -520,19 +520,26 @@ fn a_named_ladder_is_allowed_in_queries() {
     assert_eq!(default, ["smollm2-135m", "minilm", "efficientnet-lite0"]);
 }
 
-/// The offline prefill on its own (`stretto bench all --prefill-only`): every input item's cache is built once for
-/// the model the query's LLM candidates read, a second pass builds nothing, no answer is asked or memoised, and
-/// profiling then finds every cache stored.
+/// The offline prefill on its own (`stretto bench all --prefill-only`): every input item's cache is built once, at
+/// every ratio of the compression ladder, for the model the query's LLM candidates read; a second pass builds
+/// nothing; no answer is asked or memoised; and a disk budget too small for the caches is an error, not a silent stop.
 #[test]
 fn prefill_builds_each_items_cache_once_and_asks_no_answer() {
     let dir = tempfile::tempdir().unwrap();
-    let s = Session::builder(stretto::core::context::default_home())
-        .kv_dir(dir.path().join("kv"))
-        .memo_dir(dir.path().join("memo"))
-        .ladder(["smollm2-135m"])
-        .models(["smollm2-135m", "minilm"])
+    let build = |kv: &str, budget: Option<u64>| {
+        let b = Session::builder(stretto::core::context::default_home())
+            .kv_dir(dir.path().join(kv))
+            .memo_dir(dir.path().join("memo"))
+            .ladder(["smollm2-135m"])
+            .models(["smollm2-135m", "minilm"]);
+        match budget {
+            Some(bytes) => b.disk_budget(bytes),
+            None => b,
+        }
         .build()
-        .unwrap();
+        .unwrap()
+    };
+    let s = build("kv", None);
     let query = "{reviews.reviewtext} is clearly positive";
     let tasks = stretto::engine::parse_query(query).unwrap();
     let (input, pulled) = stretto::engine::input_of("movie", &tasks, Some(5)).unwrap();
@@ -545,20 +552,26 @@ fn prefill_builds_each_items_cache_once_and_asks_no_answer() {
     assert_eq!(model(&again), [("smollm2-135m".to_string(), (5, 0))]);
     let memoised = std::fs::read_dir(dir.path().join("memo")).map(|d| d.count()).unwrap_or(0);
     assert_eq!(memoised, 0, "the prefill asked an operator for answers");
-    // The caches profiling reads (the uncompressed past of each item, which the compressed rungs compress) are stored.
+    // Every rung's record is stored: the uncompressed past and each compressed one.
     let dec =
         stretto::ops_text::decoder(s.registry().context(), "smollm2-135m", stretto::kv::convert::Weights::F32).unwrap();
     let items: Vec<String> = tasks[0].known_items(&input).unwrap();
-    let stored = stretto::kv::cache::PastSource::new(
-        stretto::kv::store::Profile {
-            model: "smollm2-135m".into(),
-            press: stretto::kv::press::Press::ExpectedAttention,
-            ratio: 0.0,
-            positions: stretto::kv::press::Positions::Keep,
-        },
-        dir.path().join("kv"),
-    );
-    for item in &items {
-        assert!(stored.is_stored(&dec, item).unwrap(), "no cache stored for {item:.40}");
+    for ratio in stretto::kv::cache::LADDER {
+        let stored = stretto::kv::cache::PastSource::new(
+            stretto::kv::store::Profile {
+                model: "smollm2-135m".into(),
+                press: stretto::kv::press::Press::ExpectedAttention,
+                ratio,
+                positions: stretto::kv::press::Positions::Keep,
+            },
+            dir.path().join("kv"),
+        );
+        for item in &items {
+            assert!(stored.is_stored(&dec, item).unwrap(), "no cache at {ratio} for {item:.40}");
+        }
     }
+    // A budget that holds no record: the prefill says so, naming the budget, rather than reporting success.
+    let tight = build("kv-tight", Some(1));
+    let err = stretto::engine::prefill_pipeline(&tight.registry(), &pulled, &input, &o).unwrap_err().to_string();
+    assert!(err.contains("STRETTO_DISK_BUDGET") && err.contains("smollm2-135m"), "{err}");
 }
