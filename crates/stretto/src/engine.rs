@@ -445,14 +445,16 @@ fn past_source(
     past_source_at(ctx, m, 0.0).with_budget(budget.clone())
 }
 
-/// Model `m`'s KV pasts at compression `ratio` (no disk budget: for looking records up).
+/// Model `m`'s KV pasts at compression `ratio` (no disk budget: for looking records up), under the press its rungs
+/// use: expected-attention, or key-norm for a model whose graph returns no query statistics (a Hugging Face export),
+/// as the LLM operators choose it.
 fn past_source_at(ctx: &stretto_core::OpContext, m: &str, ratio: f64) -> stretto_kv::cache::PastSource {
-    let profile = stretto_kv::store::Profile {
-        model: m.to_string(),
-        press: Press::ExpectedAttention,
-        ratio,
-        positions: Positions::Keep,
+    let press = if stretto_kv::prepare::has_query_stats(&ctx.model_home, m) {
+        Press::ExpectedAttention
+    } else {
+        Press::KeyNorm
     };
+    let profile = stretto_kv::store::Profile { model: m.to_string(), press, ratio, positions: Positions::Keep };
     stretto_kv::cache::PastSource::new(profile, ctx.kv_dir.clone())
         .with_memory_budget(ctx.memory_budget.unwrap_or(stretto_kv::decoder::DEFAULT_MEMORY_BUDGET))
 }

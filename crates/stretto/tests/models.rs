@@ -176,3 +176,61 @@ fn a_real_optimum_export_answers_like_the_catalog_conversion_of_the_same_weights
         assert!((x - y).abs() < 1e-3, "{a:?} vs {b:?}");
     }
 }
+
+/// A query whose ladder holds a Hugging Face decoder export runs end to end: the caches profiling builds before it
+/// starts are the ones the export's rungs read (key-norm, the export having no query statistics for the
+/// expected-attention press), and no prefill asks the export for statistics it does not return.
+#[test]
+fn a_query_over_a_hugging_face_decoder_export_profiles_and_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let home = stretto::core::context::default_home();
+    let dec = format!("hf-qwen2-query-{}", std::process::id());
+    let s = Session::builder(&home)
+        .kv_dir(dir.path().join("kv"))
+        .memo_off()
+        .model(&dec, hf_export("decoder"))
+        .ladder([dec.as_str()])
+        .models([dec.as_str()])
+        .build()
+        .expect("the export registers");
+    let _cleanup = scopeguard(stretto::kv::models::model_dir(&home, &dec));
+    let reviews = stretto::core::datasets::Dataset::load("movie").unwrap().table("reviews").unwrap().slice(0, 8);
+    s.register_batch("reviews", reviews).unwrap();
+    let r = s
+        .table("reviews")
+        .unwrap()
+        .sem_filter("{reviews.reviewtext} is clearly positive")
+        .unwrap()
+        .collect(stretto::Targets::new(0.5, 0.5, 0.95).unwrap())
+        .expect("the query runs");
+    assert!(r.batch().num_rows() <= 8);
+    // Its gold rung read the caches the profiling step built: they are key-norm records, and none of another press.
+    let records: Vec<String> = walk(&dir.path().join("kv"));
+    assert!(records.iter().any(|p| p.contains("key-norm")), "{records:?}");
+    assert!(!records.iter().any(|p| p.contains("expected-attention")), "{records:?}");
+}
+
+/// Removes a registered model's folder when dropped, passed or not.
+fn scopeguard(model_dir: std::path::PathBuf) -> impl Drop {
+    struct Cleanup(std::path::PathBuf);
+    impl Drop for Cleanup {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+    Cleanup(model_dir)
+}
+
+/// Every file path under `dir`.
+fn walk(dir: &Path) -> Vec<String> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            out.extend(walk(&p));
+        } else {
+            out.push(p.display().to_string());
+        }
+    }
+    out
+}
