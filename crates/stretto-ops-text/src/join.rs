@@ -37,7 +37,7 @@ use stretto_core::{CoreError, OpContext, Result};
 use stretto_kv::cache::PastSource;
 use stretto_kv::contrast::ContrastQuestion;
 use stretto_kv::models::FilterProtocol;
-use stretto_kv::press::{Positions, Press};
+use stretto_kv::press::Positions;
 use stretto_kv::store::Profile;
 
 /// The prompt as a pair operator's model reads it: the first-named table's references become `first`, the other
@@ -247,12 +247,12 @@ fn kv_err(name: &str) -> impl Fn(stretto_kv::KvError) -> CoreError + '_ {
 
 /// The uncompressed cache profile of a ladder model: the past one-item operators read at ratio 0.
 fn ratio_zero(ctx: &OpContext, model: &str) -> Profile {
-    let press = if stretto_kv::prepare::has_query_stats(&ctx.model_home, model) {
-        Press::ExpectedAttention
-    } else {
-        Press::KeyNorm
-    };
-    Profile { model: model.to_string(), press, ratio: 0.0, positions: Positions::Keep }
+    Profile {
+        model: model.to_string(),
+        press: crate::llm::default_press(ctx, model),
+        ratio: 0.0,
+        positions: Positions::Keep,
+    }
 }
 
 fn past_source(ctx: &OpContext, model: &str, factory: &str) -> Result<PastSource> {

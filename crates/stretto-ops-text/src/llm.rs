@@ -43,9 +43,10 @@ pub struct LlmConfig {
     /// KV compression ratio in [0, 1).
     #[serde(default)]
     pub ratio: f64,
-    /// Press name.
-    #[serde(default = "default_press")]
-    pub press: String,
+    /// Press name (`expected-attention`, `key-norm`, `streaming`); default: expected-attention, or key-norm for a
+    /// model whose graph returns no query statistics (a Hugging Face export), which expected-attention needs.
+    #[serde(default)]
+    pub press: Option<String>,
     /// Re-rotate kept keys.
     #[serde(default)]
     pub rerotate: bool,
@@ -72,9 +73,6 @@ pub struct LlmConfig {
     pub weights: Weights,
 }
 
-fn default_press() -> String {
-    "expected-attention".into()
-}
 fn default_batch() -> usize {
     8
 }
@@ -93,17 +91,14 @@ pub fn ladder(ctx: &OpContext) -> Vec<serde_json::Value> {
     let models = &ctx.ladder;
     let last = models.len().saturating_sub(1);
     let mut out = Vec::new();
+    // (Each rung's press is the model's default, [`default_press`].)
     for (i, m) in models.iter().enumerate() {
-        let press =
-            if stretto_kv::prepare::has_query_stats(&ctx.model_home, m) { "expected-attention" } else { "key-norm" };
         for ratio in [0.0, 0.5, 0.8] {
-            out.push(
-                serde_json::json!({"model": m, "ratio": ratio, "press": press, "gold": i == last && ratio == 0.0}),
-            );
+            out.push(serde_json::json!({"model": m, "ratio": ratio, "gold": i == last && ratio == 0.0}));
         }
         if ctx.int8_rungs && stretto_kv::models::spec(m).is_ok() {
             for weights in Weights::QUANTIZED {
-                out.push(serde_json::json!({"model": m, "ratio": 0.0, "press": press, "weights": weights}));
+                out.push(serde_json::json!({"model": m, "ratio": 0.0, "weights": weights}));
             }
         }
     }
@@ -160,6 +155,17 @@ impl std::fmt::Debug for Bridge {
     }
 }
 
+/// The press a rung of `model` compresses with when its configuration names none: expected-attention, or key-norm
+/// for a model whose graph returns no query statistics (a Hugging Face export), which expected-attention needs. The
+/// engine's cache step, the pair operators and the caption rungs choose the same way, so they share records.
+pub fn default_press(ctx: &OpContext, model: &str) -> Press {
+    if stretto_kv::prepare::has_query_stats(&ctx.model_home, model) {
+        Press::ExpectedAttention
+    } else {
+        Press::KeyNorm
+    }
+}
+
 impl LlmOp {
     /// Builds the operator (cheap: models load on first evaluation).
     pub fn new(kind: LogicalKind, config: LlmConfig, ctx: &OpContext) -> Result<Self> {
@@ -168,7 +174,10 @@ impl LlmOp {
         if !(0.0..1.0).contains(&config.ratio) {
             return Err(bad(format!("ratio {} is outside [0, 1)", config.ratio)));
         }
-        let press = Press::parse(&config.press).map_err(|e| bad(e.to_string()))?;
+        let press = match &config.press {
+            Some(p) => Press::parse(p).map_err(|e| bad(e.to_string()))?,
+            None => default_press(ctx, &config.model),
+        };
         let protocol = match &config.protocol {
             Some(p) => FilterProtocol::parse(p).map_err(|e| bad(e.to_string()))?,
             None => stretto_kv::models::filter_protocol(&config.model),

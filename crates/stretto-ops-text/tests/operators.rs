@@ -244,7 +244,7 @@ fn llm_config(model: &str, protocol: Option<&str>) -> stretto_ops_text::llm::Llm
     stretto_ops_text::llm::LlmConfig {
         model: model.into(),
         ratio: 0.0,
-        press: "expected-attention".into(),
+        press: None,
         rerotate: false,
         batch: 4,
         max_tokens: 12,

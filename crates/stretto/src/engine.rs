@@ -19,7 +19,7 @@ use stretto_core::format::PlanFile;
 use stretto_core::op::{LogicalKind, Modality, OpOutput, RegisteredOp, Registry, SemanticTask, ValueType};
 use stretto_core::plan::PlanBuilder;
 use stretto_core::table::{resolve_column, ColumnKind};
-use stretto_kv::press::{Positions, Press};
+use stretto_kv::press::Positions;
 use stretto_optim::problem::Problem;
 use stretto_optim::profile::{LogicalEntry, PhysicalEntry, Profile, PROFILE_FORMAT};
 use stretto_optim::strategy::{strategy, Certification, Global, Optimized, Strategy, Targets};
@@ -446,14 +446,10 @@ fn past_source(
 }
 
 /// Model `m`'s KV pasts at compression `ratio` (no disk budget: for looking records up), under the press its rungs
-/// use: expected-attention, or key-norm for a model whose graph returns no query statistics (a Hugging Face export),
-/// as the LLM operators choose it.
+/// use ([`stretto_ops_text::llm::default_press`]: key-norm for a Hugging Face export, which returns no query
+/// statistics).
 fn past_source_at(ctx: &stretto_core::OpContext, m: &str, ratio: f64) -> stretto_kv::cache::PastSource {
-    let press = if stretto_kv::prepare::has_query_stats(&ctx.model_home, m) {
-        Press::ExpectedAttention
-    } else {
-        Press::KeyNorm
-    };
+    let press = stretto_ops_text::llm::default_press(ctx, m);
     let profile = stretto_kv::store::Profile { model: m.to_string(), press, ratio, positions: Positions::Keep };
     stretto_kv::cache::PastSource::new(profile, ctx.kv_dir.clone())
         .with_memory_budget(ctx.memory_budget.unwrap_or(stretto_kv::decoder::DEFAULT_MEMORY_BUDGET))

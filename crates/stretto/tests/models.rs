@@ -177,9 +177,10 @@ fn a_real_optimum_export_answers_like_the_catalog_conversion_of_the_same_weights
     }
 }
 
-/// A query whose ladder holds a Hugging Face decoder export runs end to end: the caches profiling builds before it
-/// starts are the ones the export's rungs read (key-norm, the export having no query statistics for the
-/// expected-attention press), and no prefill asks the export for statistics it does not return.
+/// A query whose ladder holds a Hugging Face decoder export runs end to end, past gold alone: its compressed rungs
+/// and its contrast rung are profiled beside gold on a sample smaller than the input. The caches profiling builds
+/// before it starts are the ones the export's rungs read (key-norm: an export returns no query statistics, which the
+/// expected-attention press needs), and no rung asks the export for them; a press a configuration names is kept.
 #[test]
 fn a_query_over_a_hugging_face_decoder_export_profiles_and_runs() {
     let dir = tempfile::tempdir().unwrap();
@@ -191,23 +192,60 @@ fn a_query_over_a_hugging_face_decoder_export_profiles_and_runs() {
         .model(&dec, hf_export("decoder"))
         .ladder([dec.as_str()])
         .models([dec.as_str()])
+        .sample(0.25, 10)
+        .screen(0)
         .build()
         .expect("the export registers");
     let _cleanup = scopeguard(stretto::kv::models::model_dir(&home, &dec));
-    let reviews = stretto::core::datasets::Dataset::load("movie").unwrap().table("reviews").unwrap().slice(0, 8);
+    let reviews = stretto::core::datasets::Dataset::load("movie").unwrap().table("reviews").unwrap().slice(0, 60);
     s.register_batch("reviews", reviews).unwrap();
-    let r = s
-        .table("reviews")
-        .unwrap()
-        .sem_filter("{reviews.reviewtext} is clearly positive")
-        .unwrap()
-        .collect(stretto::Targets::new(0.5, 0.5, 0.95).unwrap())
-        .expect("the query runs");
-    assert!(r.batch().num_rows() <= 8);
-    // Its gold rung read the caches the profiling step built: they are key-norm records, and none of another press.
+    let frame = s.table("reviews").unwrap().sem_filter("{reviews.reviewtext} is clearly positive").unwrap();
+    let profiled = frame.profile().expect("the export's rungs are profiled");
+    let names: Vec<&str> = profiled.profile().physical.iter().map(|e| e.name.as_str()).collect();
+    assert!(names.len() > 2, "only gold was profiled: {names:?}");
+    assert!(names.iter().any(|n| n.contains("key-norm-0.50")), "{names:?}");
+    assert!(names.iter().all(|n| !n.contains("expected-attention")), "{names:?}");
+    let r = profiled.collect(stretto::Targets::new(0.5, 0.5, 0.95).unwrap()).expect("the query runs");
+    assert!(r.batch().num_rows() <= 60);
+    // Every record is a key-norm one: the cache step's, the compressed rungs' and the contrast rung's.
     let records: Vec<String> = walk(&dir.path().join("kv"));
     assert!(records.iter().any(|p| p.contains("key-norm")), "{records:?}");
     assert!(!records.iter().any(|p| p.contains("expected-attention")), "{records:?}");
+    // A press named in a rung's configuration is the one it uses.
+    let named = s.registry().build("llm-filter", &serde_json::json!({"model": dec, "press": "streaming"})).unwrap();
+    assert!(named.name().contains("streaming"), "{}", named.name());
+}
+
+/// An image query whose ladder is a Hugging Face decoder export: the caption rungs (the image filter's LLM gold)
+/// prefill the export's caches with the press it supports.
+#[test]
+fn an_image_query_with_a_hugging_face_export_as_its_ladder_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let home = stretto::core::context::default_home();
+    let dec = format!("hf-qwen2-photos-{}", std::process::id());
+    let s = Session::builder(&home)
+        .kv_dir(dir.path().join("kv"))
+        .memo_off()
+        .model(&dec, hf_export("decoder"))
+        .ladder([dec.as_str()])
+        .build()
+        .expect("the export registers");
+    let _cleanup = scopeguard(stretto::kv::models::model_dir(&home, &dec));
+    let r = s
+        .dataset("ecommerce")
+        .unwrap()
+        .table("products")
+        .unwrap()
+        .filter(stretto::col("products.photo").is_null().not())
+        .unwrap()
+        .limit(6)
+        .unwrap()
+        .sem_filter("{products.photo} shows a t-shirt or a top")
+        .unwrap()
+        .collect(stretto::Targets::new(0.5, 0.5, 0.95).unwrap())
+        .expect("the image query runs");
+    assert!(r.batch().num_rows() <= 6);
+    assert!(r.plan().stages.iter().any(|st| st.physical.contains(&dec)), "{:?}", r.plan().stages);
 }
 
 /// Removes a registered model's folder when dropped, passed or not.
