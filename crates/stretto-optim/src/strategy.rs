@@ -1309,9 +1309,18 @@ pub struct Lotus;
 /// Threshold candidates SUPG considers (the union bound's size).
 pub const SUPG_CANDIDATES: usize = 100;
 
+/// Whether implementation `physical` (`logical/implementation`) is an uncompressed LLM rung asking the filter
+/// question with f32 weights: `llm:<model>@<press>-0.00` as the engine names it (not a compressed, weight-quantized,
+/// contrast or bridged rung), or `<model>@0` as a generated workload names it.
+fn uncompressed_llm(physical: &str) -> bool {
+    let imp = physical.split_once('/').map_or(physical, |(_, i)| i);
+    imp.ends_with("@0") || (imp.starts_with("llm:") && imp.ends_with("-0.00"))
+}
+
 impl Lotus {
-    /// LOTUS' proxy, among the implementations cheaper than gold: the uncompressed small model (the cheapest
-    /// implementation named `…@0`), else the one that separates gold's labels best on the sample.
+    /// LOTUS' proxy, among the implementations cheaper than gold: the uncompressed small LLM, as the method
+    /// specifies it (the cheapest uncompressed LLM rung, [`uncompressed_llm`]: the smallest model of the ladder),
+    /// else, where there is none, the one that separates gold's labels best on the sample.
     fn proxy(problem: &Problem, o: usize) -> Option<usize> {
         let op = &problem.ops[o];
         // A proxy is what LOTUS runs *instead of* the oracle on most tuples, so one that costs as much as gold is
@@ -1324,7 +1333,8 @@ impl Lotus {
         candidates
             .iter()
             .copied()
-            .find(|&i| op.impls[i].physical.ends_with("@0"))
+            .filter(|&i| uncompressed_llm(&op.impls[i].physical))
+            .min_by(|&a, &b| op.impls[a].cost.total_cmp(&op.impls[b].cost))
             .or_else(|| candidates.iter().copied().max_by(|&a, &b| separation(a).total_cmp(&separation(b))))
     }
 }
@@ -1755,6 +1765,33 @@ mod tests {
         let p = Problem::from_profile(&crate::profile::Profile::parse(text, "test").unwrap()).unwrap();
         let proxy = Lotus::proxy(&p, 0).expect("a proxy");
         assert_eq!(p.ops[0].impls[proxy].physical, "f/cheap");
+    }
+
+    #[test]
+    fn a_lotus_proxy_is_the_smallest_uncompressed_llm_as_the_engine_names_it() {
+        // As the engine names the rungs: the 0.5B separates gold best, an embedding filter and a compressed rung are
+        // cheaper still, but LOTUS' proxy is the uncompressed small LLM, SmolLM2.
+        let text = r#"{"format":"stretto.profile/v1","query":"q","population":8,
+            "tuples":["0","1","2","3","4","5","6","7"],"logical":[{"name":"f","kind":"filter"}],
+            "physical":[
+              {"name":"f/llm:qwen2.5-coder-1.5b@expected-attention-0.00","logical":"f","cost":0.4,
+               "scores":[1,1,1,1,-1,-1,-1,-1],"gold":true},
+              {"name":"f/llm:qwen2.5-coder-0.5b@expected-attention-0.00","logical":"f","cost":0.14,
+               "scores":[2,2,2,2,-2,-2,-2,-2]},
+              {"name":"f/llm:smollm2-135m@expected-attention-0.00","logical":"f","cost":0.057,
+               "scores":[0.9,0.2,0.8,-0.1,0.3,-0.5,0.1,-0.9]},
+              {"name":"f/llm:smollm2-135m@expected-attention-0.50","logical":"f","cost":0.055,
+               "scores":[0.9,0.2,0.8,-0.1,0.3,-0.5,0.1,-0.9]},
+              {"name":"f/llm:smollm2-135m@expected-attention-0.00+int8-dyn","logical":"f","cost":0.04,
+               "scores":[0.9,0.2,0.8,-0.1,0.3,-0.5,0.1,-0.9]},
+              {"name":"f/llm-contrast:smollm2-135m@expected-attention-0.00","logical":"f","cost":0.05,
+               "scores":[0.9,0.2,0.8,-0.1,0.3,-0.5,0.1,-0.9]},
+              {"name":"f/embed:minilm","logical":"f","cost":0.001,"scores":[0.9,0.2,0.8,-0.1,0.3,-0.5,0.1,-0.9]}]}"#;
+        let p = Problem::from_profile(&crate::profile::Profile::parse(text, "test").unwrap()).unwrap();
+        let proxy = Lotus::proxy(&p, 0).expect("a proxy");
+        assert_eq!(p.ops[0].impls[proxy].physical, "f/llm:smollm2-135m@expected-attention-0.00");
+        // A generated workload's names: the same rule.
+        assert!(uncompressed_llm("f/small@0") && !uncompressed_llm("f/small@0.5") && !uncompressed_llm("f/emb"));
     }
 
     #[test]
