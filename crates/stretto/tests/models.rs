@@ -186,6 +186,7 @@ fn a_query_over_a_hugging_face_decoder_export_profiles_and_runs() {
     let dir = tempfile::tempdir().unwrap();
     let home = stretto::core::context::default_home();
     let dec = format!("hf-qwen2-query-{}", std::process::id());
+    let _cleanup = scopeguard(stretto::kv::models::model_dir(&home, &dec));
     let s = Session::builder(&home)
         .kv_dir(dir.path().join("kv"))
         .memo_off()
@@ -196,9 +197,10 @@ fn a_query_over_a_hugging_face_decoder_export_profiles_and_runs() {
         .screen(0)
         .build()
         .expect("the export registers");
-    let _cleanup = scopeguard(stretto::kv::models::model_dir(&home, &dec));
     let reviews = stretto::core::datasets::Dataset::load("movie").unwrap().table("reviews").unwrap().slice(0, 60);
     s.register_batch("reviews", reviews).unwrap();
+    // Every rung of the export, the contrast one included, compresses with key-norm.
+    assert!(s.registry().get(&format!("llm-contrast:{dec}@key-norm-0.00")).is_ok());
     let frame = s.table("reviews").unwrap().sem_filter("{reviews.reviewtext} is clearly positive").unwrap();
     let profiled = frame.profile().expect("the export's rungs are profiled");
     let names: Vec<&str> = profiled.profile().physical.iter().map(|e| e.name.as_str()).collect();
@@ -223,6 +225,7 @@ fn an_image_query_with_a_hugging_face_export_as_its_ladder_runs() {
     let dir = tempfile::tempdir().unwrap();
     let home = stretto::core::context::default_home();
     let dec = format!("hf-qwen2-photos-{}", std::process::id());
+    let _cleanup = scopeguard(stretto::kv::models::model_dir(&home, &dec));
     let s = Session::builder(&home)
         .kv_dir(dir.path().join("kv"))
         .memo_off()
@@ -230,7 +233,6 @@ fn an_image_query_with_a_hugging_face_export_as_its_ladder_runs() {
         .ladder([dec.as_str()])
         .build()
         .expect("the export registers");
-    let _cleanup = scopeguard(stretto::kv::models::model_dir(&home, &dec));
     let r = s
         .dataset("ecommerce")
         .unwrap()
@@ -245,7 +247,11 @@ fn an_image_query_with_a_hugging_face_export_as_its_ladder_runs() {
         .collect(stretto::Targets::new(0.5, 0.5, 0.95).unwrap())
         .expect("the image query runs");
     assert!(r.batch().num_rows() <= 6);
-    assert!(r.plan().stages.iter().any(|st| st.physical.contains(&dec)), "{:?}", r.plan().stages);
+    assert!(
+        r.plan().stages.iter().any(|st| st.physical.contains(&format!("caption:{dec}@key-norm-0.00"))),
+        "{:?}",
+        r.plan().stages
+    );
 }
 
 /// Removes a registered model's folder when dropped, passed or not.
