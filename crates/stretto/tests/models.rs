@@ -120,14 +120,7 @@ fn hugging_face_exports_are_a_gold_rung_and_an_embedding_filter() {
         .ladder(["smollm2-135m", dec.as_str()])
         .build()
         .expect("both exports register");
-    /// Unregisters the test's models when it ends, passed or not.
-    struct Cleanup(Vec<std::path::PathBuf>);
-    impl Drop for Cleanup {
-        fn drop(&mut self) {
-            self.0.iter().for_each(|d| drop(std::fs::remove_dir_all(d)));
-        }
-    }
-    let _cleanup = Cleanup([&dec, &enc].iter().map(|m| stretto::kv::models::model_dir(&home, m)).collect());
+    let _cleanup = scopeguard([&dec, &enc].iter().map(|m| stretto::kv::models::model_dir(&home, m)).collect());
     // The decoder export: every rung compressed with key-norm (no query statistics), the uncompressed one gold.
     let gold = format!("llm:{dec}@key-norm-0.00");
     let op = s.registry().get(&gold).expect("the export's gold rung");
@@ -184,19 +177,9 @@ fn a_real_optimum_export_answers_like_the_catalog_conversion_of_the_same_weights
 #[test]
 fn a_query_over_a_hugging_face_decoder_export_profiles_and_runs() {
     let dir = tempfile::tempdir().unwrap();
-    let home = stretto::core::context::default_home();
     let dec = format!("hf-qwen2-query-{}", std::process::id());
-    let _cleanup = scopeguard(stretto::kv::models::model_dir(&home, &dec));
-    let s = Session::builder(&home)
-        .kv_dir(dir.path().join("kv"))
-        .memo_off()
-        .model(&dec, hf_export("decoder"))
-        .ladder([dec.as_str()])
-        .models([dec.as_str()])
-        .sample(0.25, 10)
-        .screen(0)
-        .build()
-        .expect("the export registers");
+    let (builder, _cleanup) = over_export(dir.path(), &dec);
+    let s = builder.models([dec.as_str()]).sample(0.25, 10).screen(0).build().expect("the export registers");
     let reviews = stretto::core::datasets::Dataset::load("movie").unwrap().table("reviews").unwrap().slice(0, 60);
     s.register_batch("reviews", reviews).unwrap();
     // Every rung of the export, the contrast one included, compresses with key-norm.
@@ -223,16 +206,9 @@ fn a_query_over_a_hugging_face_decoder_export_profiles_and_runs() {
 #[test]
 fn an_image_query_with_a_hugging_face_export_as_its_ladder_runs() {
     let dir = tempfile::tempdir().unwrap();
-    let home = stretto::core::context::default_home();
     let dec = format!("hf-qwen2-photos-{}", std::process::id());
-    let _cleanup = scopeguard(stretto::kv::models::model_dir(&home, &dec));
-    let s = Session::builder(&home)
-        .kv_dir(dir.path().join("kv"))
-        .memo_off()
-        .model(&dec, hf_export("decoder"))
-        .ladder([dec.as_str()])
-        .build()
-        .expect("the export registers");
+    let (builder, _cleanup) = over_export(dir.path(), &dec);
+    let s = builder.build().expect("the export registers");
     let r = s
         .dataset("ecommerce")
         .unwrap()
@@ -254,15 +230,24 @@ fn an_image_query_with_a_hugging_face_export_as_its_ladder_runs() {
     );
 }
 
-/// Removes a registered model's folder when dropped, passed or not.
-fn scopeguard(model_dir: std::path::PathBuf) -> impl Drop {
-    struct Cleanup(std::path::PathBuf);
+/// Removes registered models' folders when dropped, passed or not.
+fn scopeguard(model_dirs: Vec<std::path::PathBuf>) -> impl Drop {
+    struct Cleanup(Vec<std::path::PathBuf>);
     impl Drop for Cleanup {
         fn drop(&mut self) {
-            let _ = std::fs::remove_dir_all(&self.0);
+            self.0.iter().for_each(|d| drop(std::fs::remove_dir_all(d)));
         }
     }
-    Cleanup(model_dir)
+    Cleanup(model_dirs)
+}
+
+/// A session builder over `dir` whose ladder is the decoder export fixture registered as `name` (unique to the
+/// test), with the guard that unregisters it.
+fn over_export(dir: &Path, name: &str) -> (stretto::SessionBuilder, impl Drop) {
+    let home = stretto::core::context::default_home();
+    let guard = scopeguard(vec![stretto::kv::models::model_dir(&home, name)]);
+    let b = Session::builder(&home).kv_dir(dir.join("kv")).memo_off().model(name, hf_export("decoder")).ladder([name]);
+    (b, guard)
 }
 
 /// Every file path under `dir`.
