@@ -112,7 +112,8 @@ pub fn image_classes(
 impl LabelBridge {
     /// Builds it (cheap; models load on first use).
     pub fn new(config: LabelBridgeConfig, ctx: &OpContext) -> Result<Self> {
-        stretto_kv::models::spec(&config.encoder)
+        // A catalog sentence encoder or one the user registered; a decoder embeds nothing.
+        stretto_kv::prepare::check_encoder_name(&ctx.model_home, &config.encoder)
             .map_err(|e| CoreError::OperatorConfig { factory: "label-bridge".into(), message: e.to_string() })?;
         if config.top == 0 {
             return Err(CoreError::OperatorConfig {

@@ -147,7 +147,8 @@ impl CodegenMap {
     /// Builds it (cheap; the coder loads when a program is first needed).
     pub fn new(config: CodegenConfig, ctx: &OpContext) -> Result<Self> {
         let bad = |m: String| CoreError::OperatorConfig { factory: "codegen-map".into(), message: m };
-        stretto_kv::models::spec(&config.model).map_err(|e| bad(e.to_string()))?;
+        // A catalog decoder or one the user registered; an encoder cannot write programs.
+        stretto_kv::prepare::check_decoder_name(&ctx.model_home, &config.model).map_err(|e| bad(e.to_string()))?;
         if let Some(p) = &config.program {
             Program::compile(p).map_err(|e| bad(format!("program `{p}`: {e}")))?;
         }

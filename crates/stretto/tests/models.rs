@@ -140,6 +140,22 @@ fn hugging_face_exports_are_a_gold_rung_and_an_embedding_filter() {
     // An encoder cannot be a rung of the LLM ladder.
     let e = Session::builder(&home).memo_off().ladder([enc.as_str()]).build().unwrap_err().to_string();
     assert!(e.contains(&enc), "{e}");
+    // The other plugins that name a model take a registered one of the right kind, and refuse the wrong kind by
+    // name when the query is built, not at its first answer.
+    let built =
+        |factory: &str, config: serde_json::Value| s.registry().build(factory, &config).map(|op| op.name().to_string());
+    assert_eq!(built("codegen-map", serde_json::json!({"model": dec})).unwrap(), format!("codegen:{dec}"));
+    let bridge = built("label-bridge", serde_json::json!({"encoder": enc})).unwrap();
+    assert_eq!(bridge, format!("label-bridge:efficientnet-lite0+{enc}"));
+    for (factory, config, wrong) in [
+        ("codegen-map", serde_json::json!({"model": enc}), "is a sentence encoder, not a decoder"),
+        ("codegen-map", serde_json::json!({"model": "minilm"}), "is not a decoder LLM"),
+        ("label-bridge", serde_json::json!({"encoder": dec}), "is a decoder LLM, not a sentence encoder"),
+        ("label-bridge", serde_json::json!({"encoder": "smollm2-135m"}), "is not a sentence encoder"),
+    ] {
+        let e = built(factory, config).unwrap_err().to_string();
+        assert!(e.contains(factory) && e.contains(wrong), "{e}");
+    }
     // A model brought stays allowed when `models` is set after it, so its embedding filter is a candidate.
     let s = Session::builder(&home).memo_off().model(&enc, hf_export("encoder")).models(["minilm"]).build().unwrap();
     assert_eq!(s.config().models, vec!["minilm".to_string(), enc.clone()]);
