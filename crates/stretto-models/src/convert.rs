@@ -255,11 +255,15 @@ impl DecoderConfig {
                 }
             }
         }
-        let system_prompt = match arch.as_str() {
-            "llama" => "You are a helpful AI assistant named SmolLM, trained by Hugging Face",
-            _ => "You are Qwen, created by Alibaba Cloud. You are a helpful assistant.",
-        }
-        .to_string();
+        // The one the model's own chat template writes when a conversation has none (SmolLM2's and Qwen2.5's do).
+        let template = g.metadata.get("tokenizer.chat_template").and_then(|v| v.as_str());
+        let system_prompt = template.and_then(crate::export::default_system_prompt).unwrap_or_else(|| {
+            match arch.as_str() {
+                "qwen2" => "You are Qwen, created by Alibaba Cloud. You are a helpful assistant.",
+                _ => "You are a helpful assistant.",
+            }
+            .to_string()
+        });
         let context_length = u("context_length").ok().filter(|&n| n > 0);
         let kv_heads = u("attention.head_count_kv")?;
         if heads == 0 || kv_heads == 0 || !hidden.is_multiple_of(heads) || !heads.is_multiple_of(kv_heads) {

@@ -8,7 +8,8 @@
 //!
 //! - a **decoder** takes `input_ids`, `attention_mask`, `position_ids` and `past_key_values.{l}.key|value` and
 //!   returns `logits` and `present.{l}.key|value` (Optimum's names, which Stretto's own converter also writes); its
-//!   architecture is `llama` or `qwen2` and its tokenizer has the ChatML markers Stretto's prompts use. Unlike a
+//!   architecture is `llama` or `qwen2`, its tokenizer has the ChatML markers Stretto's prompts use and its chat
+//!   template, where it has one, is ChatML ([`not_chatml`]); its system prompt is the template's default. Unlike a
 //!   converted graph, an export returns logits for every position and no query statistics, so the runtime takes the
 //!   last position and the expected-attention press is not available (key-norm compresses instead);
 //! - a **sentence encoder** takes `input_ids` and `attention_mask` (and `token_type_ids`) and returns
@@ -219,13 +220,12 @@ impl Export {
         }
         let tokenizer =
             tokenizers::Tokenizer::from_file(&self.tokenizer).map_err(|e| bad(&self.tokenizer, e.to_string()))?;
-        for marker in ["<|im_start|>", "<|im_end|>"] {
-            if tokenizer.token_to_id(marker).is_none() {
-                return Err(bad(
-                    &self.tokenizer,
-                    format!("no `{marker}` token: Stretto's prompts use the ChatML chat template"),
-                ));
-            }
+        if let Some(problem) = not_chatml(|t| tokenizer.token_to_id(t).is_some(), None) {
+            return Err(bad(&self.tokenizer, problem));
+        }
+        let template = self.chat_template();
+        if let Some((file, problem)) = template.as_ref().and_then(|(f, t)| Some((f, not_chatml(|_| true, Some(t))?))) {
+            return Err(bad(file, problem));
         }
         let mut stop_tokens = ids(c.get("eos_token_id"));
         if let Ok(text) = fs::read_to_string(self.dir.join("generation_config.json")) {
@@ -243,7 +243,7 @@ impl Export {
                 true
             }
         });
-        let system_prompt = self.chat_template().and_then(|t| default_system_prompt(&t)).unwrap_or_else(|| {
+        let system_prompt = template.and_then(|(_, t)| default_system_prompt(&t)).unwrap_or_else(|| {
             match self.model_type.as_str() {
                 "qwen2" => "You are Qwen, created by Alibaba Cloud. You are a helpful assistant.",
                 _ => "You are a helpful assistant.",
@@ -273,22 +273,24 @@ impl Export {
         })
     }
 
-    /// The chat template: `chat_template.jinja`, or `tokenizer_config.json`'s `chat_template` (the default one when
-    /// it holds several).
-    fn chat_template(&self) -> Option<String> {
-        if let Ok(t) = fs::read_to_string(self.dir.join("chat_template.jinja")) {
-            return Some(t);
+    /// The chat template and the file it is in: `chat_template.jinja`, or `tokenizer_config.json`'s `chat_template`
+    /// (the default one when it holds several).
+    fn chat_template(&self) -> Option<(PathBuf, String)> {
+        let jinja = self.dir.join("chat_template.jinja");
+        if let Ok(t) = fs::read_to_string(&jinja) {
+            return Some((jinja, t));
         }
-        let text = fs::read_to_string(self.dir.join("tokenizer_config.json")).ok()?;
-        let config: Value = serde_json::from_str(&text).ok()?;
-        match config.get("chat_template")? {
+        let path = self.dir.join("tokenizer_config.json");
+        let config: Value = serde_json::from_str(&fs::read_to_string(&path).ok()?).ok()?;
+        let template = match config.get("chat_template")? {
             Value::String(t) => Some(t.clone()),
             Value::Array(named) => named
                 .iter()
                 .find(|t| t.get("name").and_then(Value::as_str) == Some("default"))
                 .and_then(|t| t.get("template")?.as_str().map(str::to_string)),
             _ => None,
-        }
+        };
+        template.map(|t| (path, t))
     }
 
     /// The encoder's facts, and the longest input it takes in tokens (its position table, at most 512).
@@ -319,6 +321,24 @@ impl Export {
     pub fn link(&self, max_tokens: usize) -> ExportLink {
         let model = self.model.file_name().map(|f| f.to_string_lossy().into_owned()).unwrap_or_default();
         ExportLink { dir: self.dir.clone(), model, kind: self.kind, max_tokens }
+    }
+}
+
+/// Why a decoder cannot take Stretto's prompts, which are written in ChatML (`<|im_start|>role⏎…<|im_end|>`), if it
+/// cannot: its vocabulary (`has_token`) lacks a ChatML marker, or its chat template (where it has one) is another
+/// format (Llama 3's headers, Zephyr's `<|user|>`, Mistral's `[INST]`), so the markers would be text it never saw
+/// in training and its answers would be off its format.
+pub fn not_chatml(has_token: impl Fn(&str) -> bool, template: Option<&str>) -> Option<String> {
+    if let Some(marker) = ["<|im_start|>", "<|im_end|>"].into_iter().find(|m| !has_token(m)) {
+        return Some(format!("no `{marker}` token: Stretto's prompts use the ChatML chat template"));
+    }
+    match template {
+        Some(t) if !t.contains("<|im_start|>") => Some(
+            "its chat template is not ChatML (it writes no `<|im_start|>`): Stretto's prompts use the ChatML chat \
+             template, which this model was not trained on"
+                .into(),
+        ),
+        _ => None,
     }
 }
 
@@ -361,6 +381,19 @@ mod tests {
             Some("You are Qwen, created by Alibaba Cloud. You are a helpful assistant.")
         );
         assert_eq!(default_system_prompt("{{ messages }}"), None);
+    }
+
+    #[test]
+    fn only_chatml_vocabularies_and_templates_take_stretto_prompts() {
+        let chatml = |t: &str| t.starts_with("<|im_");
+        let smol = "{{ '<|im_start|>system\nYou are a helpful assistant<|im_end|>\n' }}";
+        assert_eq!(not_chatml(chatml, Some(smol)), None);
+        assert_eq!(not_chatml(chatml, None), None, "no template: the vocabulary decides");
+        // Llama 3's template, over a vocabulary that happens to hold the markers.
+        let llama3 = "{{ '<|start_header_id|>' + message['role'] + '<|end_header_id|>\n\n' }}";
+        assert!(not_chatml(chatml, Some(llama3)).unwrap().contains("not ChatML"));
+        let no_end = not_chatml(|t| t == "<|im_start|>", Some(smol)).unwrap();
+        assert!(no_end.contains("`<|im_end|>`"), "{no_end}");
     }
 
     #[test]

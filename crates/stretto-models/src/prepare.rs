@@ -413,8 +413,9 @@ fn write_marker(model_dir: &Path, source: &UserSource) -> Result<()> {
 /// it to an ONNX graph with KV-past I/O once (and again whenever the file changes). It is then loaded, pooled and
 /// cached like a catalog model, and can be any rung of the ladder, gold included.
 ///
-/// Errors name the file: one that is not a GGUF file, an unsupported architecture, a name that is a catalog
-/// model's or holds characters a folder name cannot.
+/// Errors name the file: one that is not a GGUF file, an unsupported architecture, a model whose vocabulary or chat
+/// template is not ChatML (Stretto's prompt format, [`crate::export::not_chatml`]), a name that is a catalog model's
+/// or holds characters a folder name cannot.
 pub fn register_gguf(home: &Path, name: &str, gguf: &Path) -> Result<DecoderFiles> {
     check_user_name(home, name)?;
     fs::metadata(gguf).map_err(|e| ModelError::io(gguf, e))?;
@@ -425,6 +426,20 @@ pub fn register_gguf(home: &Path, name: &str, gguf: &Path) -> Result<DecoderFile
             file: gguf.display().to_string(),
             message: format!("architecture `{arch}` is not supported; Stretto converts llama and qwen2 decoders"),
         });
+    }
+    // A llama or qwen2 decoder that does not speak ChatML (Llama 3, TinyLlama's Zephyr format) is refused here,
+    // before its conversion, rather than answering Stretto's prompts off its format.
+    let tokens: std::collections::HashSet<&str> = g
+        .meta("tokenizer.ggml.tokens")
+        .ok()
+        .and_then(|v| v.as_array())
+        .into_iter()
+        .flatten()
+        .filter_map(|t| t.as_str())
+        .collect();
+    let template = g.meta("tokenizer.chat_template").ok().and_then(|v| v.as_str());
+    if let Some(problem) = crate::export::not_chatml(|t| tokens.contains(t), template) {
+        return Err(ModelError::Format { file: gguf.display().to_string(), message: problem });
     }
     drop(g);
     let source = UserSource::of(gguf, gguf, UserKind::Decoder)?;

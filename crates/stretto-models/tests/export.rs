@@ -100,6 +100,13 @@ fn folders_that_are_not_what_they_claim_are_named() {
     let e = register("chat", &chat);
     assert!(e.contains("chat/decoder/tokenizer.json") && e.contains("<|im_start|>"), "{e}");
 
+    // The markers in the vocabulary, but a chat template of another format (Llama 3's): named by its file.
+    let llama3 = copy("decoder", &tmp.path().join("llama3"));
+    let template = "{{ '<|start_header_id|>' + message['role'] + '<|end_header_id|>\n\n' + message['content'] }}";
+    fs::write(llama3.join("chat_template.jinja"), template).unwrap();
+    let e = register("llama3", &llama3);
+    assert!(e.contains("llama3/decoder/chat_template.jinja") && e.contains("not ChatML"), "{e}");
+
     // No tokenizer at all.
     let notok = copy("encoder", &tmp.path().join("notok"));
     fs::remove_file(notok.join("tokenizer.json")).unwrap();
@@ -111,7 +118,7 @@ fn folders_that_are_not_what_they_claim_are_named() {
     assert!(e.contains("catalog model"), "{e}");
 
     // Nothing was registered by any of these.
-    for name in ["empty", "junk", "nopast", "gpt2", "chat", "notok", "minilm"] {
+    for name in ["empty", "junk", "nopast", "gpt2", "chat", "llama3", "notok", "minilm"] {
         assert!(!prepare::is_user_model(&home, name), "{name} was left registered");
     }
 }

@@ -62,17 +62,46 @@ fn a_users_gguf_is_a_gold_rung_that_answers_like_the_same_catalog_weights() {
 
 /// A GGUF v3 header with one metadata entry, `general.architecture` = `arch`, and no tensors.
 fn write_gguf_header(path: &Path, arch: &str) {
+    write_gguf_meta(path, arch, None, &[]);
+}
+
+/// A GGUF v3 header with no tensors whose metadata are `general.architecture` = `arch`, and, where given, a chat
+/// template and a vocabulary (`tokenizer.ggml.tokens`).
+fn write_gguf_meta(path: &Path, arch: &str, template: Option<&str>, tokens: &[&str]) {
+    let string = |b: &mut Vec<u8>, s: &str| {
+        b.extend_from_slice(&(s.len() as u64).to_le_bytes());
+        b.extend_from_slice(s.as_bytes());
+    };
+    let mut entries = Vec::new();
+    let mut entry = |key: &str, value: &dyn Fn(&mut Vec<u8>)| {
+        string(&mut entries, key);
+        value(&mut entries);
+    };
+    entry("general.architecture", &|b| {
+        b.extend_from_slice(&8u32.to_le_bytes()); // string
+        string(b, arch);
+    });
+    if let Some(t) = template {
+        entry("tokenizer.chat_template", &|b| {
+            b.extend_from_slice(&8u32.to_le_bytes());
+            string(b, t);
+        });
+    }
+    if !tokens.is_empty() {
+        entry("tokenizer.ggml.tokens", &|b| {
+            b.extend_from_slice(&9u32.to_le_bytes()); // array
+            b.extend_from_slice(&8u32.to_le_bytes()); // of strings
+            b.extend_from_slice(&(tokens.len() as u64).to_le_bytes());
+            tokens.iter().for_each(|t| string(b, t));
+        });
+    }
+    let count = 1 + u64::from(template.is_some()) + u64::from(!tokens.is_empty());
     let mut b = Vec::new();
     b.extend_from_slice(b"GGUF");
     b.extend_from_slice(&3u32.to_le_bytes());
     b.extend_from_slice(&0u64.to_le_bytes()); // tensors
-    b.extend_from_slice(&1u64.to_le_bytes()); // metadata entries
-    let key = "general.architecture";
-    b.extend_from_slice(&(key.len() as u64).to_le_bytes());
-    b.extend_from_slice(key.as_bytes());
-    b.extend_from_slice(&8u32.to_le_bytes()); // string
-    b.extend_from_slice(&(arch.len() as u64).to_le_bytes());
-    b.extend_from_slice(arch.as_bytes());
+    b.extend_from_slice(&count.to_le_bytes()); // metadata entries
+    b.extend_from_slice(&entries);
     std::fs::write(path, b).unwrap();
 }
 
@@ -91,6 +120,20 @@ fn files_that_are_not_what_they_claim_are_named() {
     write_gguf_header(&gpt2, "gpt2");
     let e = build("mine", &gpt2).to_string();
     assert!(e.contains("gpt2.gguf") && e.contains("`gpt2` is not supported"), "{e}");
+
+    // A llama decoder that does not speak ChatML is refused before any conversion, naming its file: Llama 3's
+    // vocabulary and template, or ChatML markers in the vocabulary under another format's template (Zephyr's).
+    let llama3 = dir.path().join("llama3.gguf");
+    let template = "{{ '<|start_header_id|>' + message['role'] + '<|end_header_id|>\n\n' + message['content'] }}";
+    write_gguf_meta(&llama3, "llama", Some(template), &["<|begin_of_text|>", "<|start_header_id|>", "hello"]);
+    let e = build("mine", &llama3).to_string();
+    assert!(e.contains("llama3.gguf") && e.contains("no `<|im_start|>` token") && e.contains("ChatML"), "{e}");
+    let zephyr = dir.path().join("zephyr.gguf");
+    let template = "{{ '<|user|>\n' + message['content'] + eos_token }}";
+    write_gguf_meta(&zephyr, "llama", Some(template), &["<|im_start|>", "<|im_end|>", "<|user|>"]);
+    let e = build("mine", &zephyr).to_string();
+    assert!(e.contains("zephyr.gguf") && e.contains("chat template is not ChatML"), "{e}");
+    assert!(!home.join("models").join("mine").join("onnx").exists(), "nothing was converted");
 
     let e = build("mine", &dir.path().join("absent.gguf")).to_string();
     assert!(e.contains("absent.gguf"), "{e}");
