@@ -126,6 +126,11 @@ pub struct ExecutorArgs {
     /// Models operators may use (comma-separated).
     #[arg(long, value_delimiter = ',', default_value = "smollm2-135m,minilm,efficientnet-lite0")]
     pub models: Vec<String>,
+    /// A user's own model as model NAME (repeatable): the one the client's `--model NAME=PATH` names, at its path
+    /// on this node (a GGUF decoder file, converted once into this node's model home, or a Hugging Face ONNX export
+    /// folder). Name a decoder in --ladder as the client does.
+    #[arg(long = "model", value_name = "NAME=PATH")]
+    pub user_models: Vec<stretto::UserModel>,
     /// Also offer both weight-quantized rungs of every ladder model: needed where the client's plans may name them
     /// (`stretto sql --cluster --int8-rungs`).
     #[arg(long)]
@@ -155,7 +160,11 @@ pub fn executor_session(args: &ExecutorArgs) -> Result<stretto::Session> {
             models.push(e.clone());
         }
     }
-    let mut b = stretto::Session::builder(home)
+    let mut b = stretto::Session::builder(home);
+    for m in &args.user_models {
+        b = b.model(m.name.clone(), m.path.clone());
+    }
+    let mut b = b
         .ladder(args.ladder.clone())
         .models(models)
         .int8_rungs(args.int8_rungs)
@@ -254,5 +263,34 @@ mod tests {
             assert!(e.contains("--external-host") && e.contains(bind), "{e}");
         }
         assert!(external_host("0.0.0.0", Some(" "), "n").is_err());
+    }
+
+    #[test]
+    fn an_executor_runs_a_users_model_it_is_given_by_name_and_path() {
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            args: ExecutorArgs,
+        }
+        let home = tempfile::tempdir().unwrap();
+        let export =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../stretto-models/tests/fixtures/hf-export");
+        let parse = |extra: &[&str]| {
+            let mut argv = vec!["stretto-executor", "--work-dir", "w", "--model-home", home.path().to_str().unwrap()];
+            argv.extend_from_slice(extra);
+            <Cli as clap::Parser>::try_parse_from(argv).map(|c| c.args)
+        };
+        let decoder = format!("mine={}", export.join("decoder").display());
+        let args = parse(&["--model", &decoder, "--ladder", "mine"]).unwrap();
+        let session = executor_session(&args).unwrap();
+        // The rungs of the plans a client with the same --model sends.
+        for op in ["llm:mine@key-norm-0.00", "llm:mine@key-norm-0.50"] {
+            assert!(session.registry().get(op).is_ok(), "{op} is not offered");
+        }
+        // Without it, the ladder's name is unknown; a spec without a path is refused as the flag is read.
+        let e = executor_session(&parse(&["--ladder", "yours"]).unwrap()).unwrap_err().to_string();
+        assert!(e.contains("yours"), "{e}");
+        let e = parse(&["--model", "mine"]).err().unwrap().to_string();
+        assert!(e.contains("NAME=PATH"), "{e}");
     }
 }

@@ -175,7 +175,7 @@ enum Command {
         /// sentence encoder (used in place). Allowed in this query; name a decoder in --ladder to make it a rung, an
         /// encoder joins the embedding filters.
         #[arg(long = "model", value_name = "NAME=PATH")]
-        user_models: Vec<String>,
+        user_models: Vec<stretto::UserModel>,
         /// Decoder models of the LLM ladder, smallest first; the last allowed, uncompressed, is the gold candidate
         /// (default: STRETTO_LADDER, else smollm2-135m,qwen2.5-coder-0.5b). Models named here or in STRETTO_LADDER
         /// are allowed in this query, whatever --models says; the default ladder's are not, so with the default
@@ -267,6 +267,10 @@ enum Command {
         /// Models operators may use (comma-separated).
         #[arg(long, value_delimiter = ',', default_value = "smollm2-135m,minilm,efficientnet-lite0")]
         models: Vec<String>,
+        /// Your own model as model NAME (repeatable), as `stretto query --model`: a GGUF decoder file or a Hugging
+        /// Face ONNX export folder. With --cluster, each `stretto executor` must be given it too (its own --model).
+        #[arg(long = "model", value_name = "NAME=PATH")]
+        user_models: Vec<stretto::UserModel>,
         /// Decoder models of the LLM ladder, smallest first (default: STRETTO_LADDER, else
         /// smollm2-135m,qwen2.5-coder-0.5b). Models named here or in STRETTO_LADDER are allowed in this query,
         /// whatever --models says; the default ladder's are not, so with the default --models gold is SmolLM2-135M
@@ -1186,11 +1190,8 @@ fn run(cli: Cli) -> Result<(), BoxError> {
             let mut ctx = context()?;
             budgets(&mut ctx, disk_budget, memory_budget);
             rung_options(&mut ctx, &mut models, ladder, int8_rungs, encoders);
-            for spec in &user_models {
-                let (name, path) = spec.split_once('=').ok_or_else(|| {
-                    format!("--model {spec}: write it as NAME=PATH (a GGUF file or an ONNX export folder)")
-                })?;
-                let kind = stretto::kv::prepare::register_model(&ctx.model_home, name, std::path::Path::new(path))?;
+            for stretto::UserModel { name, path } in &user_models {
+                let kind = stretto::kv::prepare::register_model(&ctx.model_home, name, path)?;
                 if kind == stretto::kv::prepare::UserKind::Encoder && !ctx.encoders.iter().any(|e| e == name) {
                     ctx.encoders.push(name.to_string());
                 }
@@ -1318,6 +1319,7 @@ fn run(cli: Cli) -> Result<(), BoxError> {
             json,
             explain,
             mut models,
+            user_models,
             ladder,
             sample,
             max_sample,
@@ -1344,8 +1346,9 @@ fn run(cli: Cli) -> Result<(), BoxError> {
             let mut ctx = context()?;
             budgets(&mut ctx, disk_budget, memory_budget);
             rung_options(&mut ctx, &mut models, ladder, int8_rungs, encoders);
-            let session = stretto::Session::builder(ctx.model_home.clone())
-                .operators(ctx)
+            let session = user_models
+                .into_iter()
+                .fold(stretto::Session::builder(ctx.model_home.clone()).operators(ctx), |b, m| b.model(m.name, m.path))
                 .models(models)
                 .sample(sample, 40)
                 .max_sample(max_sample)

@@ -124,6 +124,30 @@ fn an_image_column_of_an_input_table_is_judged_by_the_image_operators() {
     assert!(!ok && err.contains("picture") && err.contains("columns: id, photo"), "{err}");
 }
 
+#[test]
+fn a_users_decoder_export_is_the_ladder_of_a_sql_query_by_model_name_equals_folder() {
+    let dir = tempfile::tempdir().unwrap();
+    let csv = write_reviews(dir.path(), 12);
+    let export = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../stretto-models/tests/fixtures/hf-export");
+    let name = format!("sql-qwen2-{}", std::process::id());
+    let registered = stretto::kv::models::model_dir(&stretto_core::context::default_home(), &name);
+    let sql = |spec: &str| {
+        let input = format!("reviews={}", csv.display());
+        let query = "SELECT reviewid FROM reviews WHERE sem_filter('{reviews.reviewtext} is clearly positive')";
+        stretto(&["sql", query, "--input", &input, "--json", "--model", spec, "--ladder", &name], dir.path())
+    };
+    // A spec without a path is refused as the flag is read.
+    let (ok, _, err) = sql(&name);
+    assert!(!ok && err.contains("NAME=PATH"), "{err}");
+    let (ok, out, err) = sql(&format!("{name}={}", export.join("decoder").display()));
+    let _ = std::fs::remove_dir_all(&registered);
+    assert!(ok, "{err}");
+    let r: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    let stages = r["pipelines"][0]["plan"]["stages"].as_array().unwrap();
+    let gold = format!("filter_1/llm:{name}@key-norm-0.00");
+    assert!(stages.iter().any(|s| s["physical"].as_str().unwrap().contains(&gold)), "{stages:?}");
+}
+
 /// `--json` rows keep the result's column order and its NULLs; a result naming two columns alike is refused by
 /// `--json` (one key would hide the other) and by `--output`, not written with one value lost or a file the readers
 /// refuse.

@@ -1,6 +1,7 @@
 //! What a [`Session`](crate::Session) is configured with.
 
 use std::path::PathBuf;
+use std::str::FromStr;
 
 pub use stretto_core::context::ExecutionProvider;
 use stretto_core::OpContext;
@@ -33,4 +34,37 @@ pub struct SessionConfig {
     pub price_memo_hits: bool,
     /// The user's own models (name, GGUF file or ONNX export folder), registered when the session is built.
     pub user_models: Vec<(String, PathBuf)>,
+}
+
+/// A user's own model as a command line names it, `NAME=PATH` (`stretto query`, `stretto sql` and
+/// `stretto executor`'s `--model`): a GGUF decoder file or a Hugging Face ONNX export folder, registered as model
+/// `name` when a session is built ([`crate::SessionBuilder::model`]).
+///
+/// ```
+/// let m: stretto::UserModel = "mine=/models/qwen2.5-7b-instruct-q4.gguf".parse()?;
+/// assert_eq!((m.name.as_str(), m.path.to_str()), ("mine", Some("/models/qwen2.5-7b-instruct-q4.gguf")));
+/// assert!("/models/a.gguf".parse::<stretto::UserModel>().is_err());
+/// # Ok::<(), stretto::Error>(())
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UserModel {
+    /// The name queries and ladders use.
+    pub name: String,
+    /// The GGUF file or export folder.
+    pub path: PathBuf,
+}
+
+impl FromStr for UserModel {
+    type Err = crate::Error;
+
+    fn from_str(spec: &str) -> crate::Result<Self> {
+        match spec.split_once('=') {
+            Some((name, path)) if !name.is_empty() && !path.is_empty() => {
+                Ok(Self { name: name.to_string(), path: PathBuf::from(path) })
+            }
+            _ => Err(crate::Error::Query(format!(
+                "model `{spec}`: write it as NAME=PATH (a GGUF file or an ONNX export folder)"
+            ))),
+        }
+    }
 }

@@ -43,7 +43,7 @@ pub use stretto_ops_image as ops_image;
 pub use stretto_ops_text as ops_text;
 pub use stretto_optim as optim;
 
-pub use config::{ExecutionProvider, SessionConfig};
+pub use config::{ExecutionProvider, SessionConfig, UserModel};
 pub use dataframe::{DataFrame, OptimizedPlan, ProfiledFrame, QueryResult};
 pub use error::{Error, Result};
 pub use io::{CsvOptions, FileFormat, ReadOptions};
