@@ -309,9 +309,10 @@ pub fn check_encoder_name(home: &Path, name: &str) -> Result<()> {
 }
 
 /// Whether decoder `name` returns the query statistics the expected-attention press needs: Stretto's converted
-/// graphs do, a Hugging Face export does not.
+/// graphs do, a Hugging Face export does not. Only a folder with no export link is a converted graph: one whose
+/// link cannot be read is an export too (the decoder's opening then names the link), not a graph with statistics.
 pub fn has_query_stats(home: &Path, name: &str) -> bool {
-    !matches!(crate::export::ExportLink::read(&decoder_dir(home, name)), Ok(Some(_)))
+    matches!(crate::export::ExportLink::read(&decoder_dir(home, name)), Ok(None))
 }
 
 fn check_user_name(home: &Path, name: &str) -> Result<()> {
@@ -481,6 +482,18 @@ pub fn register_gguf(home: &Path, name: &str, gguf: &Path) -> Result<DecoderFile
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_a_decoder_without_an_export_link_has_query_statistics() {
+        let home = tempfile::tempdir().unwrap();
+        let dir = decoder_dir(home.path(), "mine");
+        fs::create_dir_all(&dir).unwrap();
+        assert!(has_query_stats(home.path(), "mine"), "a converted graph");
+        fs::write(dir.join(crate::export::LINK_FILE), "{ not json").unwrap();
+        assert!(!has_query_stats(home.path(), "mine"), "an export whose link is damaged");
+        let link = crate::export::ExportLink::read(&dir).unwrap_err().to_string();
+        assert!(link.contains(crate::export::LINK_FILE), "{link}");
+    }
 
     /// A converted decoder folder for `name` in `home` whose `config.json` names `system` as its system prompt (the
     /// context length recorded, so nothing reads the GGUF).
