@@ -287,10 +287,11 @@ mod tests {
         for op in ["llm:mine@key-norm-0.00", "llm:mine@key-norm-0.50"] {
             assert!(session.registry().get(op).is_ok(), "{op} is not offered");
         }
-        // Without it, the ladder's name is unknown; a spec without a path is refused as the flag is read.
+        // A ladder name no --model registered in this node's home is unknown; a spec without a path is refused as
+        // the flag is read, by `UserModel`'s own message.
         let e = executor_session(&parse(&["--ladder", "yours"]).unwrap()).unwrap_err().to_string();
         assert!(e.contains("yours"), "{e}");
         let e = parse(&["--model", "mine"]).err().unwrap().to_string();
-        assert!(e.contains("NAME=PATH"), "{e}");
+        assert!(e.contains("model `mine`: write it as NAME=PATH"), "{e}");
     }
 }

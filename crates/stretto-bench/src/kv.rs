@@ -62,8 +62,9 @@ pub fn build(
         press: Press::parse(press)?,
         positions: if rerotate { Positions::Rerotate } else { Positions::Keep },
     };
+    // A catalog decoder or one the user registered in the model home (`stretto query --model NAME=PATH`).
     for m in models {
-        stretto::kv::models::decoder_spec(m)?;
+        stretto::kv::prepare::check_decoder_name(&stretto::core::context::default_home(), m)?;
     }
     let store = KvStore::open(kv_dir, dataset)?;
     Ok(store.build_within(&stretto::core::context::default_home(), &spec, &items, 0, memory_budget)?)

@@ -136,9 +136,9 @@ fn a_users_decoder_export_is_the_ladder_of_a_sql_query_by_model_name_equals_fold
         let query = "SELECT reviewid FROM reviews WHERE sem_filter('{reviews.reviewtext} is clearly positive')";
         stretto(&["sql", query, "--input", &input, "--json", "--model", spec, "--ladder", &name], dir.path())
     };
-    // A spec without a path is refused as the flag is read.
+    // A spec without a path is refused as the flag is read (a usage error, as clap reports one).
     let (ok, _, err) = sql(&name);
-    assert!(!ok && err.contains("NAME=PATH"), "{err}");
+    assert!(!ok && err.contains(&format!("model `{name}`: write it as NAME=PATH")), "{err}");
     let (ok, out, err) = sql(&format!("{name}={}", export.join("decoder").display()));
     let _ = std::fs::remove_dir_all(&registered);
     assert!(ok, "{err}");

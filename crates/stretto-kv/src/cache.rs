@@ -19,7 +19,7 @@ use crate::convert::DecoderConfig;
 use crate::decoder::{item_limit, within_item_limit, Decoder, KvPast};
 use crate::error::{KvError, Result};
 use crate::press::{compress_each, kept};
-use crate::store::{decode_record, encode_record, read_meta, sha256_text, write_atomic, Profile, RecordMeta};
+use crate::store::{decode_record, encode_record, read_meta, write_atomic, Profile, RecordMeta};
 
 /// Rounds every key and value to f16 precision in place: what a stored record (f16) gives back when loaded.
 fn round_to_f16(past: &mut KvPast) {
@@ -170,7 +170,7 @@ impl PastSource {
         let (mut missing, mut bytes) = (0, 0u64);
         for item in items {
             let prompt = dec.item_prefix(item);
-            if self.usable(index, c, &sha256_text(&prompt)).is_some() {
+            if self.usable(index, c, &crate::decoder::item_source(c, &prompt)).is_some() {
                 continue;
             }
             let tokens = dec.encode(&prompt)?.len().min(limit);
@@ -185,7 +185,8 @@ impl PastSource {
     pub fn is_stored(&self, dec: &Decoder, item: &str) -> Result<bool> {
         let mut guard = self.index.lock().map_err(|_| KvError::Runtime("cache index poisoned".into()))?;
         let index = guard.get_or_insert_with(|| self.build_index(dec.config()));
-        Ok(self.usable(index, dec.config(), &sha256_text(&dec.item_prefix(item))).is_some())
+        let source = crate::decoder::item_source(dec.config(), &dec.item_prefix(item));
+        Ok(self.usable(index, dec.config(), &source).is_some())
     }
 
     /// Computes and stores the pasts of those `items` not cached yet, without loading the cached ones; returns how
@@ -207,7 +208,7 @@ impl PastSource {
         for (i, item) in items.iter().enumerate() {
             bar.inc(1);
             let prompt = dec.item_prefix(item);
-            let source = sha256_text(&prompt);
+            let source = crate::decoder::item_source(dec.config(), &prompt);
             if let Some(path) = self.usable(index, dec.config(), &source) {
                 touch(&path);
                 continue;
@@ -239,7 +240,7 @@ impl PastSource {
         let mut computed = Vec::with_capacity(items.len());
         for item in items {
             let prompt = dec.item_prefix(item);
-            let source = sha256_text(&prompt);
+            let source = crate::decoder::item_source(dec.config(), &prompt);
             let found = index.get(&source).cloned().or_else(|| {
                 let p = adhoc_path(&self.kv_dir, &self.profile, &source);
                 p.is_file().then_some(p)

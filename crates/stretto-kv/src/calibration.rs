@@ -45,7 +45,7 @@ use crate::convert::DecoderConfig;
 use crate::decoder::{argmax, Decoder, KvPast, Step, Want};
 use crate::error::{KvError, Result};
 use crate::models::FilterProtocol;
-use crate::store::{append_lines, sha256_text, Profile};
+use crate::store::{append_lines, Profile};
 use crate::tasks::group_chars;
 
 /// Items a calibration measures (fewer where the column has fewer).
@@ -147,8 +147,10 @@ impl Calibration {
 /// prefix (under `config`'s chat template, [`crate::decoder::item_prefix`]) hashes first, so that every query over a
 /// column measures the same ones. Returns (prefix SHA-256, item) pairs.
 pub fn calibration_items(config: &DecoderConfig, items: &[String]) -> Vec<(String, String)> {
-    let mut by_sha: Vec<(String, String)> =
-        items.iter().map(|i| (sha256_text(&crate::decoder::item_prefix(config, i)), i.clone())).collect();
+    let mut by_sha: Vec<(String, String)> = items
+        .iter()
+        .map(|i| (crate::decoder::item_source(config, &crate::decoder::item_prefix(config, i)), i.clone()))
+        .collect();
     by_sha.sort();
     by_sha.dedup_by(|a, b| a.0 == b.0);
     by_sha.truncate(CALIBRATION_ITEMS);

@@ -179,7 +179,7 @@ fn kept_line(dec: &Decoder, dir: &Path, prompt: &str) -> Result<Option<Kept>> {
     Ok(text
         .lines()
         .filter_map(|l| serde_json::from_str::<Kept>(l).ok())
-        .filter(|k| k.model == dec.name() && k.derivation == DERIVATION && k.prompt == prompt)
+        .filter(|k| k.model == dec.identity() && k.derivation == DERIVATION && k.prompt == prompt)
         .last())
 }
 
@@ -200,7 +200,7 @@ fn kept_opposite(dec: &Decoder, dir: Option<&Path>, subject: &str, statement: &s
         return Ok(k.opposite);
     }
     let opposite = derive_opposite(dec, subject, statement)?;
-    let line = Kept { model: dec.name().to_string(), derivation: DERIVATION, prompt, opposite, values: None };
+    let line = Kept { model: dec.identity(), derivation: DERIVATION, prompt, opposite, values: None };
     keep_line(dir, &line)?;
     Ok(line.opposite)
 }
@@ -215,7 +215,7 @@ fn kept_values(dec: &Decoder, dir: Option<&Path>, property: &str) -> Result<Opti
         return Ok(k.values);
     }
     let values = derive_values(dec, property)?;
-    let line = Kept { model: dec.name().to_string(), derivation: DERIVATION, prompt, opposite: None, values };
+    let line = Kept { model: dec.identity(), derivation: DERIVATION, prompt, opposite: None, values };
     keep_line(dir, &line)?;
     Ok(line.values)
 }

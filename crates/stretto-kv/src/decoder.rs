@@ -157,6 +157,17 @@ pub fn item_prefix(config: &DecoderConfig, item: &str) -> String {
     format!("<|im_start|>system\n{}<|im_end|>\n<|im_start|>user\n{item}", config.system_prompt)
 }
 
+/// What the KV records of an item whose cached prefix is `prefix` ([`item_prefix`]) are found by
+/// ([`crate::store::RecordMeta::source_sha256`]): the prefix's SHA-256, and for a user's own model its registration's
+/// too ([`DecoderConfig::registration`]), so another file registered under the same name never reads the records of
+/// the one before. A catalog model's is the prefix's digest alone, as records have always been keyed.
+pub fn item_source(config: &DecoderConfig, prefix: &str) -> String {
+    match &config.registration {
+        None => crate::store::sha256_text(prefix),
+        Some(r) => crate::store::sha256_text(&format!("{prefix}\u{0}registration:{r}")),
+    }
+}
+
 /// Tokens of a model's context kept free after an item's prefix for the question, the answer prefix and the answer
 /// (a map answer takes 12 tokens by default; instructions are a few dozen).
 pub const ANSWER_RESERVE: usize = 512;
@@ -400,6 +411,15 @@ impl Decoder {
     /// The catalog name.
     pub fn name(&self) -> &str {
         &self.name
+    }
+
+    /// What what it derives (a contrast rung's opposites) is kept under: its name, and a user's own model's
+    /// registration ([`DecoderConfig::registration`]).
+    pub fn identity(&self) -> String {
+        match &self.config.registration {
+            Some(r) => format!("{}#registration:{r}", self.name),
+            None => self.name.clone(),
+        }
     }
 
     /// The architecture.
@@ -826,6 +846,7 @@ pub(crate) mod tests {
             converter: crate::convert::CONVERTER_VERSION,
             weights: Default::default(),
             context_length,
+            registration: None,
         }
     }
 

@@ -586,7 +586,7 @@ impl KvStore {
             for (item, text) in items {
                 bar.inc(1);
                 // A record counts only if it caches this very text: data may have changed since it was built.
-                let source = sha256_text(&crate::decoder::item_prefix(&config, text));
+                let source = crate::decoder::item_source(&config, &crate::decoder::item_prefix(&config, text));
                 let done = profiles.iter().all(|p| {
                     read_meta(&self.record_path(&spec.column, p, *item)).is_ok_and(|m| {
                         m.source_sha256 == source && crate::decoder::within_item_limit(&config, memory_budget, m.tokens)
@@ -611,7 +611,7 @@ impl KvStore {
                 let (past, stats) = dec.prefill_chunked(&tokens, needs_stats, chunk)?;
                 report.longest_chunk = report.longest_chunk.max(chunk);
                 let ratios: Vec<f64> = profiles.iter().map(|p| p.ratio).collect();
-                let source = sha256_text(&prompt);
+                let source = crate::decoder::item_source(dec.config(), &prompt);
                 // One ratio's copy at a time: a long item's ladder at once is several times its past in memory.
                 let mut next = profiles.iter();
                 compress_each(spec.press, spec.positions, dec.config(), &past, stats.as_ref(), &ratios, |_, c| {

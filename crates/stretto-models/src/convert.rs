@@ -215,6 +215,11 @@ pub struct DecoderConfig {
     /// catalog model fills it in from the GGUF ([`crate::prepare::ensure_decoder`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub context_length: Option<usize>,
+    /// For a user's own model, its registration ([`crate::prepare::registration_id`]), filled in when it is opened
+    /// and never written: what its KV records and memoised answers are kept under besides its name, so that another
+    /// file registered under the same name never reads them. `None` for a catalog model.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub registration: Option<String>,
 }
 
 impl DecoderConfig {
@@ -291,6 +296,7 @@ impl DecoderConfig {
             converter: CONVERTER_VERSION,
             weights: Weights::F32,
             context_length,
+            registration: None,
         })
     }
 }

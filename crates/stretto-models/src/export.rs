@@ -270,6 +270,7 @@ impl Export {
                 .and_then(Value::as_u64)
                 .map(|n| n as usize)
                 .filter(|&n| n > 0),
+            registration: None,
         })
     }
 

@@ -27,7 +27,12 @@ pub fn ensure_decoder(home: &Path, name: &str) -> Result<DecoderFiles> {
 fn converted_decoder(home: &Path, name: &str) -> Result<DecoderFiles> {
     if spec(name).is_err() {
         match user_kind(home, name) {
-            Some(UserKind::Decoder) => return DecoderFiles::open(&decoder_dir(home, name)),
+            Some(UserKind::Decoder) => {
+                check_registration(home, name)?;
+                let mut files = DecoderFiles::open(&decoder_dir(home, name))?;
+                files.config.registration = registration_id(home, name);
+                return Ok(files);
+            }
             Some(UserKind::Encoder) => {
                 return Err(ModelError::Usage(format!("`{name}` is a sentence encoder, not a decoder LLM")))
             }
@@ -239,6 +244,11 @@ pub enum UserKind {
     Encoder,
 }
 
+/// What a registration checks and records, in versions: 1 checks that a decoder speaks ChatML and reads its system
+/// prompt from its chat template. A decoder registered at an earlier version is registered again by its next
+/// `--model` (its source no longer matches), and refused by name alone until then ([`check_registration`]).
+const REGISTRATION: u32 = 1;
+
 /// Where a registered model came from; the registration is redone when any of it changes.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 struct UserSource {
@@ -250,6 +260,9 @@ struct UserSource {
     modified_ns: u128,
     #[serde(default)]
     kind: UserKind,
+    /// The [`REGISTRATION`] version that wrote it (0: before versions were recorded).
+    #[serde(default)]
+    registration: u32,
 }
 
 impl UserSource {
@@ -264,13 +277,39 @@ impl UserSource {
                 .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
                 .map_or(0, |d| d.as_nanos()),
             kind,
+            registration: REGISTRATION,
         })
+    }
+}
+
+/// Refuses a decoder a user registered under `name` with an older Stretto, whose checks it may not pass (a chat
+/// format other than ChatML) and whose converted system prompt may not be its own.
+fn check_registration(home: &Path, name: &str) -> Result<()> {
+    match read_source(home, name) {
+        Some(s) if s.kind == UserKind::Decoder && s.registration < REGISTRATION => Err(ModelError::Usage(format!(
+            "decoder `{name}` was registered by an older Stretto, which neither checked that it speaks ChatML \
+             (Stretto's prompt format) nor read its system prompt from its chat template; register it again from \
+             {}: `--model {name}=PATH` on the command line, `.model(\"{name}\", PATH)` in a session",
+            s.path.display()
+        ))),
+        _ => Ok(()),
     }
 }
 
 fn read_source(home: &Path, name: &str) -> Option<UserSource> {
     let marker = crate::models::model_dir(home, name).join(USER_SOURCE);
     fs::read_to_string(marker).ok().and_then(|t| serde_json::from_str::<UserSource>(&t).ok())
+}
+
+/// For a model a user registered as `name` under `home`, a short digest of its registration (the file or folder,
+/// its size and time, what it is): it changes whenever the registration is redone for another file or a changed
+/// one. Caches and memoised answers of a user's model are kept under it besides the name
+/// ([`crate::convert::DecoderConfig::registration`]). `None` for a catalog model.
+pub fn registration_id(home: &Path, name: &str) -> Option<String> {
+    use sha2::{Digest, Sha256};
+    let source = read_source(home, name)?;
+    let digest = Sha256::digest(serde_json::to_vec(&source).ok()?);
+    Some(digest.iter().take(6).map(|b| format!("{b:02x}")).collect())
 }
 
 /// Whether `name` is a model a user registered under `home`.
@@ -287,7 +326,7 @@ pub fn user_kind(home: &Path, name: &str) -> Option<UserKind> {
 /// catalog.
 pub fn check_decoder_name(home: &Path, name: &str) -> Result<()> {
     match user_kind(home, name) {
-        Some(UserKind::Decoder) => Ok(()),
+        Some(UserKind::Decoder) => check_registration(home, name),
         Some(UserKind::Encoder) => Err(ModelError::Usage(format!("`{name}` is a sentence encoder, not a decoder LLM"))),
         None => match decoder_spec(name)? {
             s if s.is_decoder() => Ok(()),
@@ -312,7 +351,8 @@ pub fn check_encoder_name(home: &Path, name: &str) -> Result<()> {
 /// graphs do, a Hugging Face export does not. Only a folder with no export link is a converted graph: one whose
 /// link cannot be read is an export too (the decoder's opening then names the link), not a graph with statistics.
 pub fn has_query_stats(home: &Path, name: &str) -> bool {
-    matches!(crate::export::ExportLink::read(&decoder_dir(home, name)), Ok(None))
+    // (A catalog name is never an export, whatever its folder holds.)
+    spec(name).is_ok() || matches!(crate::export::ExportLink::read(&decoder_dir(home, name)), Ok(None))
 }
 
 fn check_user_name(home: &Path, name: &str) -> Result<()> {
@@ -482,6 +522,29 @@ pub fn register_gguf(home: &Path, name: &str, gguf: &Path) -> Result<DecoderFile
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_decoder_registered_before_the_chatml_check_must_be_registered_again() {
+        let home = tempfile::tempdir().unwrap();
+        let dir = crate::models::model_dir(home.path(), "mine");
+        fs::create_dir_all(&dir).unwrap();
+        // A marker as the registration of an earlier Stretto wrote it: no version.
+        let old = r#"{"path": "/models/mine.gguf", "bytes": 7, "modified_ns": 1, "kind": "decoder"}"#;
+        fs::write(dir.join(USER_SOURCE), old).unwrap();
+        let e = check_decoder_name(home.path(), "mine").unwrap_err().to_string();
+        assert!(e.contains("register it again from /models/mine.gguf") && e.contains("--model mine=PATH"), "{e}");
+        let e = ensure_decoder(home.path(), "mine").unwrap_err().to_string();
+        assert!(e.contains("register it again"), "{e}");
+        // Its source no longer matches what a registration now records, so the next --model redoes it.
+        let now = read_source(home.path(), "mine").unwrap();
+        assert_eq!(now.registration, 0);
+        assert_ne!(now, UserSource { registration: REGISTRATION, ..now.clone() });
+        // A current one passes; an old encoder (no chat format to check) is served as before.
+        fs::write(dir.join(USER_SOURCE), old.replace("}", r#", "registration": 1}"#)).unwrap();
+        check_decoder_name(home.path(), "mine").unwrap();
+        fs::write(dir.join(USER_SOURCE), old.replace("decoder", "encoder")).unwrap();
+        check_encoder_name(home.path(), "mine").unwrap();
+    }
 
     #[test]
     fn only_a_decoder_without_an_export_link_has_query_statistics() {

@@ -155,6 +155,11 @@ impl PhysicalOp for LabelBridge {
         &self.name
     }
 
+    fn accept(&self, _: &SemanticTask) -> Result<String> {
+        // A user's encoder's answers are kept under its registration too.
+        Ok(stretto_ops_text::under_registration(&self.ctx, self.name.clone(), &self.config.encoder))
+    }
+
     fn properties(&self) -> &OpProperties {
         &self.props
     }

@@ -190,8 +190,11 @@ impl CodegenMap {
         if let Some(p) = programs.get(&task.prompt) {
             return Ok(p.clone());
         }
-        let key =
-            memo_key(&crate::under_system_prompt(self.name.clone(), &self.config.model), &task.prompt, "__program__");
+        let key = memo_key(
+            &crate::under_model(&self.ctx, self.name.clone(), &self.config.model),
+            &task.prompt,
+            "__program__",
+        );
         if let Some(e) = self.memo().and_then(|m| m.get(&key)) {
             let p = e.value.as_deref().and_then(|s| Program::compile(s).ok());
             programs.insert(task.prompt.clone(), p.clone());
@@ -404,7 +407,7 @@ impl PhysicalOp for CodegenMap {
         // A program its model wrote depends on the system prompt too; a fixed one on nothing the model says.
         Ok(match self.config.program {
             Some(_) => identity,
-            None => crate::under_system_prompt(identity, &self.config.model),
+            None => crate::under_model(&self.ctx, identity, &self.config.model),
         })
     }
 

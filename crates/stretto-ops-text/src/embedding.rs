@@ -97,7 +97,9 @@ pub fn embed_cached(
     texts: &[String],
     batch: usize,
 ) -> Result<(Vec<Vec<f32>>, Vec<f64>)> {
-    let key = |t: &str| memo_key(model, "", t);
+    // (A catalog encoder's answers are kept under its name alone; a user's, under its registration too.)
+    let identity = crate::under_registration(ctx, model.to_string(), model);
+    let key = |t: &str| memo_key(&identity, "", t);
     let mut out: Vec<Option<Vec<f32>>> = vec![None; texts.len()];
     let mut seconds = vec![0.0; texts.len()];
     for (i, t) in texts.iter().enumerate() {
@@ -137,6 +139,11 @@ pub fn embed_cached(
 impl PhysicalOp for EmbeddingFilter {
     fn name(&self) -> &str {
         &self.name
+    }
+
+    fn accept(&self, _: &SemanticTask) -> Result<String> {
+        // A user's encoder's answers are kept under its registration too.
+        Ok(crate::under_registration(&self.ctx, self.name.clone(), &self.config.model))
     }
 
     fn properties(&self) -> &OpProperties {

@@ -69,9 +69,21 @@ pub fn decoder(
 /// the catalog sets for `model` ([`stretto_kv::models::system_prompt`]), where it sets one: answers a model gave
 /// under another system prompt (its template's default, before the catalog set one) are then never read as its
 /// answers now. Unchanged for a model that keeps its converted default, so their memoised answers stay valid.
-pub fn under_system_prompt(identity: String, model: &str) -> String {
-    match stretto_kv::models::system_prompt(model) {
+/// A user's own model's is marked with its registration too ([`under_registration`]).
+pub fn under_model(ctx: &stretto_core::OpContext, identity: String, model: &str) -> String {
+    let identity = match stretto_kv::models::system_prompt(model) {
         Some(text) => format!("{identity}#system:{}", &stretto_core::memo::memo_key("system", text, "")[..12]),
+        None => identity,
+    };
+    under_registration(ctx, identity, model)
+}
+
+/// `identity` (what answers from `model`, a decoder or an encoder, are memoised under) marked, for a model the user
+/// registered, with its registration ([`stretto_kv::prepare::registration_id`]): another file registered under the
+/// same name never reads the answers of the one before. A catalog model's is unchanged.
+pub fn under_registration(ctx: &stretto_core::OpContext, identity: String, model: &str) -> String {
+    match stretto_kv::prepare::registration_id(&ctx.model_home, model) {
+        Some(r) => format!("{identity}#registration:{r}"),
         None => identity,
     }
 }
@@ -95,10 +107,12 @@ pub fn classifier(ctx: &stretto_core::OpContext) -> stretto_kv::Result<std::sync
 
 #[cfg(test)]
 mod tests {
-    use super::under_system_prompt;
+    use super::under_model;
 
     #[test]
     fn answers_of_a_model_whose_catalog_sets_a_system_prompt_are_kept_under_it() {
+        let ctx = stretto_core::OpContext::new("/nonexistent/stretto-home");
+        let under_system_prompt = |id: String, model: &str| under_model(&ctx, id, model);
         // SmolLM2 keeps its template's prompt: its identities, and the answers memoised under them, are unchanged.
         assert_eq!(under_system_prompt("llm:smollm2-135m".into(), "smollm2-135m"), "llm:smollm2-135m");
         assert_eq!(under_system_prompt("llm:mine".into(), "mine"), "llm:mine");

@@ -440,7 +440,7 @@ impl PhysicalOp for LlmOp {
             identity.push_str("~codes7");
         }
         // Whatever the task, the answers depend on the system prompt every item's past starts with.
-        Ok(crate::under_system_prompt(identity, &self.config.model))
+        Ok(crate::under_model(&self.ctx, identity, &self.config.model))
     }
 
     fn evaluate_items(&self, task: &SemanticTask, items: &[String]) -> Result<(OpOutput, Vec<f64>)> {
@@ -449,7 +449,8 @@ impl PhysicalOp for LlmOp {
 }
 
 impl LlmOp {
-    /// What its answers to `task` are memoised under, but for the system prompt ([`crate::under_system_prompt`]).
+    /// What its answers to `task` are memoised under, but for the system prompt and the registration
+    /// ([`crate::under_model`]).
     fn identity(&self, task: &SemanticTask) -> Result<String> {
         // A contrast filter's answers depend on the question its model derived, so they are memoised under it: a
         // changed derivation never reads answers to another question. Without an opposite, it declines.

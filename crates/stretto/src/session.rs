@@ -181,8 +181,9 @@ impl SessionBuilder {
 
     /// Brings your own model, by path, as model `name`, prepared and cached under the model home like a catalog model
     /// and allowed in queries:
-    /// - a GGUF decoder (llama or qwen2), converted once; or a Hugging Face ONNX export folder of a decoder with
-    ///   KV-past I/O (`optimum-cli export onnx --task text-generation-with-past`), used in place. Put it in the
+    /// - a GGUF decoder (llama or qwen2, a chat model in the ChatML format, as Stretto's prompts are), converted
+    ///   once; or a Hugging Face ONNX export folder of such a decoder with KV-past I/O (`optimum-cli export onnx
+    ///   --task text-generation-with-past`), used in place. Put it in the
     ///   [`ladder`](Self::ladder) to make it a rung (the last ladder model, uncompressed, is the gold candidate);
     /// - a Hugging Face ONNX export folder of a sentence encoder (`--task feature-extraction`): it joins the
     ///   [`encoders`](Self::encoders) of embedding filters.

@@ -289,6 +289,63 @@ fn an_image_query_with_a_hugging_face_export_as_its_ladder_runs() {
     );
 }
 
+/// A file registered again under the same name (changed, or another one) reads none of the KV records and memoised
+/// answers of the registration before it: they are kept under the registration as well as the name. Registering the
+/// unchanged file again reads them all.
+#[test]
+fn a_model_registered_again_reads_none_of_the_caches_and_answers_of_the_registration_before() {
+    let dir = tempfile::tempdir().unwrap();
+    let copy = |kind: &str| {
+        let to = dir.path().join(kind);
+        std::fs::create_dir(&to).unwrap();
+        for e in std::fs::read_dir(hf_export(kind)).unwrap() {
+            let e = e.unwrap();
+            std::fs::copy(e.path(), to.join(e.file_name())).unwrap();
+        }
+        to
+    };
+    let (export, encoder) = (copy("decoder"), copy("encoder"));
+    let (name, enc) =
+        (format!("hf-qwen2-again-{}", std::process::id()), format!("hf-bert-again-{}", std::process::id()));
+    let home = stretto::core::context::default_home();
+    let _cleanup = scopeguard([&name, &enc].iter().map(|m| stretto::kv::models::model_dir(&home, m)).collect());
+    let session = || {
+        let b = Session::builder(&home).kv_dir(dir.path().join("kv")).memo_dir(dir.path().join("memo"));
+        b.model(&name, &export).model(&enc, &encoder).ladder([name.as_str()]).build().expect("the exports register")
+    };
+    let touch = |folder: &Path| {
+        let model = std::fs::File::options().write(true).open(folder.join("model.onnx")).unwrap();
+        model.set_modified(std::time::SystemTime::now() + std::time::Duration::from_secs(60)).unwrap();
+    };
+    let memo_bytes = || walk(&dir.path().join("memo")).iter().map(|p| std::fs::metadata(p).unwrap().len()).sum::<u64>();
+    // What a compressed rung's answers leave: its items' KV records, and its answers in the memo.
+    let rung = format!("llm:{name}@key-norm-0.50");
+    let first = scores(&session(), &rung);
+    let (records, memo) = (walk(&dir.path().join("kv")).len(), memo_bytes());
+    assert!(records >= 6 && memo > 0, "{records} records, {memo} memo bytes");
+    // (Memoised scores come back to within float32 rounding.)
+    let close = |v: Vec<f64>| v.len() == first.len() && v.iter().zip(&first).all(|(a, b)| (a - b).abs() < 1e-6);
+    // The same file registered again: everything is read back.
+    assert!(close(scores(&session(), &rung)));
+    assert_eq!((walk(&dir.path().join("kv")).len(), memo_bytes()), (records, memo), "the same registration");
+    // The file changed (here only its time; a fine-tune saved over it would change its weights too).
+    touch(&export);
+    assert!(close(scores(&session(), &rung)), "same weights, same answers");
+    let again = walk(&dir.path().join("kv")).len();
+    assert!(again >= 2 * records, "the new registration prefilled its own records: {records} then {again}");
+    assert!(memo_bytes() > memo, "the new registration's answers were computed, not read back");
+    // An encoder's embeddings likewise.
+    let embed = format!("embed:{enc}");
+    let first = scores(&session(), &embed);
+    let memo = memo_bytes();
+    scores(&session(), &embed);
+    assert_eq!(memo_bytes(), memo, "the same registration's embeddings are read back");
+    touch(&encoder);
+    let again = scores(&session(), &embed);
+    assert!(again.iter().zip(&first).all(|(a, b)| (a - b).abs() < 1e-6), "{again:?} vs {first:?}");
+    assert!(memo_bytes() > memo, "the new registration's embeddings were computed, not read back");
+}
+
 /// Removes registered models' folders when dropped, passed or not.
 fn scopeguard(model_dirs: Vec<std::path::PathBuf>) -> impl Drop {
     struct Cleanup(Vec<std::path::PathBuf>);
