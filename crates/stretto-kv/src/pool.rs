@@ -2,7 +2,9 @@
 //! session, loaded on first use (and again after it was freed).
 //!
 //! Models are shared per (model home, runtime options, name): two sessions over the same home share one loaded
-//! copy, two sessions over different homes, thread settings or execution providers each load their own. The pool
+//! copy, two sessions over different homes, thread settings or execution providers each load their own. A user's
+//! own model is shared per registration too ([`crate::prepare::registration_id`]): once its name is registered again
+//! for another file, every session that asks for it gets the new model, never the copy loaded before. The pool
 //! keeps no model alive itself: a model lives while someone holds what it handed out. Operators look models up
 //! through `stretto_ops_text::{decoder, embedder, classifier}`, which hold them in the operator context's
 //! `ModelHold`, so dropping a session frees the models only it held; a direct caller keeps its `Arc` itself.
@@ -46,6 +48,15 @@ fn shared<T, K: Ord>(pool: &Pool<K, T>, key: K, load: impl FnOnce() -> Result<T>
     Ok(m)
 }
 
+/// The pool key of model `name` under `home` run with `options`: a user's model's name carries its registration.
+fn key(home: &Path, options: RuntimeOptions, name: &str) -> Key {
+    let name = match crate::prepare::registration_id(home, name) {
+        Some(r) => format!("{name}#registration:{r}"),
+        None => name.to_string(),
+    };
+    (home.to_path_buf(), options, name)
+}
+
 /// Whether `pool` has a live copy of `key`.
 fn live<T, K: Ord>(pool: &Pool<K, T>, key: &K) -> bool {
     pool.lock().is_ok_and(|map| map.get(key).is_some_and(|w| w.strong_count() > 0))
@@ -57,7 +68,7 @@ static CLASSIFIERS: Pool<Key, Classifier> = Mutex::new(BTreeMap::new());
 
 /// Whether the f32 decoder `name` prepared under `home`, run with `options`, is loaded (someone holds it).
 pub fn is_loaded(home: &Path, options: impl Into<RuntimeOptions>, name: &str) -> bool {
-    live(&DECODERS, &((home.to_path_buf(), options.into(), name.to_string()), Weights::F32))
+    live(&DECODERS, &(key(home, options.into(), name), Weights::F32))
 }
 
 /// The shared decoder `name` prepared under `home`, run with `options` (a thread count alone: on the CPU).
@@ -73,15 +84,13 @@ pub fn decoder_with(
     weights: Weights,
 ) -> Result<Arc<Decoder>> {
     let options = options.into();
-    shared(&DECODERS, ((home.to_path_buf(), options, name.to_string()), weights), || {
-        Decoder::load_with(home, name, weights, options)
-    })
+    shared(&DECODERS, (key(home, options, name), weights), || Decoder::load_with(home, name, weights, options))
 }
 
 /// The shared sentence encoder `name` prepared under `home`.
 pub fn embedder(home: &Path, options: impl Into<RuntimeOptions>, name: &str) -> Result<Arc<Embedder>> {
     let options = options.into();
-    shared(&EMBEDDERS, (home.to_path_buf(), options, name.to_string()), || Embedder::load(home, name, options))
+    shared(&EMBEDDERS, key(home, options, name), || Embedder::load(home, name, options))
 }
 
 /// The shared image classifier prepared under `home`.

@@ -307,6 +307,10 @@ fn read_source(home: &Path, name: &str) -> Option<UserSource> {
 /// ([`crate::convert::DecoderConfig::registration`]). `None` for a catalog model.
 pub fn registration_id(home: &Path, name: &str) -> Option<String> {
     use sha2::{Digest, Sha256};
+    // (A catalog model is never a registration, whatever its folder holds: its keys never change.)
+    if spec(name).is_ok() {
+        return None;
+    }
     let source = read_source(home, name)?;
     let digest = Sha256::digest(serde_json::to_vec(&source).ok()?);
     Some(digest.iter().take(6).map(|b| format!("{b:02x}")).collect())
@@ -544,6 +548,26 @@ mod tests {
         check_decoder_name(home.path(), "mine").unwrap();
         fs::write(dir.join(USER_SOURCE), old.replace("decoder", "encoder")).unwrap();
         check_encoder_name(home.path(), "mine").unwrap();
+    }
+
+    #[test]
+    fn a_registration_has_an_id_and_a_catalog_model_never_has_one() {
+        let home = tempfile::tempdir().unwrap();
+        let marker =
+            r#"{"path": "/models/mine.gguf", "bytes": 7, "modified_ns": 1, "kind": "decoder", "registration": 1}"#;
+        for name in ["mine", "smollm2-135m"] {
+            let dir = crate::models::model_dir(home.path(), name);
+            fs::create_dir_all(&dir).unwrap();
+            fs::write(dir.join(USER_SOURCE), marker).unwrap();
+        }
+        let id = registration_id(home.path(), "mine").unwrap();
+        assert!(id.len() == 12 && id.chars().all(|c| c.is_ascii_hexdigit()), "{id}");
+        // A stray marker in a catalog model's folder changes none of its keys.
+        assert_eq!(registration_id(home.path(), "smollm2-135m"), None);
+        // Another file under the same name is another registration.
+        let moved = marker.replace("mine.gguf", "other.gguf");
+        fs::write(crate::models::model_dir(home.path(), "mine").join(USER_SOURCE), moved).unwrap();
+        assert_ne!(registration_id(home.path(), "mine").unwrap(), id);
     }
 
     #[test]

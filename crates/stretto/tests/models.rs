@@ -317,7 +317,12 @@ fn a_model_registered_again_reads_none_of_the_caches_and_answers_of_the_registra
         let model = std::fs::File::options().write(true).open(folder.join("model.onnx")).unwrap();
         model.set_modified(std::time::SystemTime::now() + std::time::Duration::from_secs(60)).unwrap();
     };
-    let memo_bytes = || walk(&dir.path().join("memo")).iter().map(|p| std::fs::metadata(p).unwrap().len()).sum::<u64>();
+    // Bytes of the memo's files whose path holds `part`.
+    let bytes_of = |part: &str| {
+        let files = walk(&dir.path().join("memo")).into_iter().filter(|p| p.contains(part));
+        files.map(|p| std::fs::metadata(p).unwrap().len()).sum::<u64>()
+    };
+    let memo_bytes = || bytes_of("");
     // What a compressed rung's answers leave: its items' KV records, and its answers in the memo.
     let rung = format!("llm:{name}@key-norm-0.50");
     let first = scores(&session(), &rung);
@@ -329,21 +334,30 @@ fn a_model_registered_again_reads_none_of_the_caches_and_answers_of_the_registra
     assert!(close(scores(&session(), &rung)));
     assert_eq!((walk(&dir.path().join("kv")).len(), memo_bytes()), (records, memo), "the same registration");
     // The file changed (here only its time; a fine-tune saved over it would change its weights too).
+    let held = stretto::kv::pool::decoder(&home, 1usize, &name).unwrap();
     touch(&export);
     assert!(close(scores(&session(), &rung)), "same weights, same answers");
+    // A copy loaded before is not handed out for the new registration.
+    let now = stretto::kv::pool::decoder(&home, 1usize, &name).unwrap();
+    assert!(!Arc::ptr_eq(&held, &now), "the pool handed out the old registration's model");
+    assert_eq!(now.config().registration, stretto::kv::prepare::registration_id(&home, &name));
+    assert_ne!(held.config().registration, now.config().registration);
     let again = walk(&dir.path().join("kv")).len();
     assert!(again >= 2 * records, "the new registration prefilled its own records: {records} then {again}");
     assert!(memo_bytes() > memo, "the new registration's answers were computed, not read back");
     // An encoder's embeddings likewise.
     let embed = format!("embed:{enc}");
     let first = scores(&session(), &embed);
-    let memo = memo_bytes();
+    let (memo, items) = (memo_bytes(), bytes_of(".items"));
+    assert!(items > 0);
     scores(&session(), &embed);
     assert_eq!(memo_bytes(), memo, "the same registration's embeddings are read back");
     touch(&encoder);
     let again = scores(&session(), &embed);
     assert!(again.iter().zip(&first).all(|(a, b)| (a - b).abs() < 1e-6), "{again:?} vs {first:?}");
-    assert!(memo_bytes() > memo, "the new registration's embeddings were computed, not read back");
+    // Both the filter's scores and the item embeddings under them (which the label bridge reads too) anew.
+    assert!(bytes_of(".items") > items, "the new registration's item embeddings were computed, not read back");
+    assert!(memo_bytes() - bytes_of(".items") > memo - items, "the filter's scores were computed, not read back");
 }
 
 /// Removes registered models' folders when dropped, passed or not.
