@@ -416,10 +416,7 @@ impl Decoder {
     /// What what it derives (a contrast rung's opposites) is kept under: its name, and a user's own model's
     /// registration ([`DecoderConfig::registration`]).
     pub fn identity(&self) -> String {
-        match &self.config.registration {
-            Some(r) => format!("{}#registration:{r}", self.name),
-            None => self.name.clone(),
-        }
+        crate::prepare::with_registration(self.name.clone(), self.config.registration.as_deref())
     }
 
     /// The architecture.

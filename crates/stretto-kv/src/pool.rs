@@ -50,11 +50,8 @@ fn shared<T, K: Ord>(pool: &Pool<K, T>, key: K, load: impl FnOnce() -> Result<T>
 
 /// The pool key of model `name` under `home` run with `options`: a user's model's name carries its registration.
 fn key(home: &Path, options: RuntimeOptions, name: &str) -> Key {
-    let name = match crate::prepare::registration_id(home, name) {
-        Some(r) => format!("{name}#registration:{r}"),
-        None => name.to_string(),
-    };
-    (home.to_path_buf(), options, name)
+    let registration = crate::prepare::registration_id(home, name);
+    (home.to_path_buf(), options, crate::prepare::with_registration(name.to_string(), registration.as_deref()))
 }
 
 /// Whether `pool` has a live copy of `key`.

@@ -9,7 +9,7 @@
 //! - a **decoder** takes `input_ids`, `attention_mask`, `position_ids` and `past_key_values.{l}.key|value` and
 //!   returns `logits` and `present.{l}.key|value` (Optimum's names, which Stretto's own converter also writes); its
 //!   architecture is `llama` or `qwen2`, its tokenizer has the ChatML markers Stretto's prompts use and its chat
-//!   template, where it has one, is ChatML ([`not_chatml`]); its system prompt is the template's default. Unlike a
+//!   template, where it has one, is ChatML ([`template_not_chatml`]); its system prompt is the template's default. Unlike a
 //!   converted graph, an export returns logits for every position and no query statistics, so the runtime takes the
 //!   last position and the expected-attention press is not available (key-norm compresses instead);
 //! - a **sentence encoder** takes `input_ids` and `attention_mask` (and `token_type_ids`) and returns
@@ -220,11 +220,11 @@ impl Export {
         }
         let tokenizer =
             tokenizers::Tokenizer::from_file(&self.tokenizer).map_err(|e| bad(&self.tokenizer, e.to_string()))?;
-        if let Some(problem) = not_chatml(|t| tokenizer.token_to_id(t).is_some(), None) {
+        if let Some(problem) = missing_chatml_marker(|t| tokenizer.token_to_id(t).is_some()) {
             return Err(bad(&self.tokenizer, problem));
         }
         let template = self.chat_template();
-        if let Some((file, problem)) = template.as_ref().and_then(|(f, t)| Some((f, not_chatml(|_| true, Some(t))?))) {
+        if let Some((file, problem)) = template.as_ref().and_then(|(f, t)| Some((f, template_not_chatml(t)?))) {
             return Err(bad(file, problem));
         }
         let mut stop_tokens = ids(c.get("eos_token_id"));
@@ -325,22 +325,22 @@ impl Export {
     }
 }
 
-/// Why a decoder cannot take Stretto's prompts, which are written in ChatML (`<|im_start|>role⏎…<|im_end|>`), if it
-/// cannot: its vocabulary (`has_token`) lacks a ChatML marker, or its chat template (where it has one) is another
-/// format (Llama 3's headers, Zephyr's `<|user|>`, Mistral's `[INST]`), so the markers would be text it never saw
-/// in training and its answers would be off its format.
-pub fn not_chatml(has_token: impl Fn(&str) -> bool, template: Option<&str>) -> Option<String> {
-    if let Some(marker) = ["<|im_start|>", "<|im_end|>"].into_iter().find(|m| !has_token(m)) {
-        return Some(format!("no `{marker}` token: Stretto's prompts use the ChatML chat template"));
-    }
-    match template {
-        Some(t) if !t.contains("<|im_start|>") => Some(
-            "its chat template is not ChatML (it writes no `<|im_start|>`): Stretto's prompts use the ChatML chat \
-             template, which this model was not trained on"
-                .into(),
-        ),
-        _ => None,
-    }
+/// Why a decoder cannot take Stretto's prompts, which are written in ChatML (`<|im_start|>role⏎…<|im_end|>`), if its
+/// vocabulary (`has_token`) lacks a ChatML marker. Its chat template, where it has one, must be ChatML too
+/// ([`template_not_chatml`]), not another format (Llama 3's headers, Zephyr's `<|user|>`, Mistral's `[INST]`): the
+/// markers would be text it never saw in training and its answers would be off its format.
+pub fn missing_chatml_marker(has_token: impl Fn(&str) -> bool) -> Option<String> {
+    let marker = ["<|im_start|>", "<|im_end|>"].into_iter().find(|m| !has_token(m))?;
+    Some(format!("no `{marker}` token: Stretto's prompts use the ChatML chat template"))
+}
+
+/// Why a chat `template` is not ChatML, if it is not (see [`missing_chatml_marker`]).
+pub fn template_not_chatml(template: &str) -> Option<String> {
+    (!template.contains("<|im_start|>")).then(|| {
+        "its chat template is not ChatML (it writes no `<|im_start|>`): Stretto's prompts use the ChatML chat \
+         template, which this model was not trained on"
+            .into()
+    })
 }
 
 /// The system prompt a ChatML template writes when the conversation has none: the first literal
@@ -388,12 +388,12 @@ mod tests {
     fn only_chatml_vocabularies_and_templates_take_stretto_prompts() {
         let chatml = |t: &str| t.starts_with("<|im_");
         let smol = "{{ '<|im_start|>system\nYou are a helpful assistant<|im_end|>\n' }}";
-        assert_eq!(not_chatml(chatml, Some(smol)), None);
-        assert_eq!(not_chatml(chatml, None), None, "no template: the vocabulary decides");
+        assert_eq!(missing_chatml_marker(chatml), None);
+        assert_eq!(template_not_chatml(smol), None);
         // Llama 3's template, over a vocabulary that happens to hold the markers.
         let llama3 = "{{ '<|start_header_id|>' + message['role'] + '<|end_header_id|>\n\n' }}";
-        assert!(not_chatml(chatml, Some(llama3)).unwrap().contains("not ChatML"));
-        let no_end = not_chatml(|t| t == "<|im_start|>", Some(smol)).unwrap();
+        assert!(template_not_chatml(llama3).unwrap().contains("not ChatML"));
+        let no_end = missing_chatml_marker(|t| t == "<|im_start|>").unwrap();
         assert!(no_end.contains("`<|im_end|>`"), "{no_end}");
     }
 

@@ -316,6 +316,15 @@ pub fn registration_id(home: &Path, name: &str) -> Option<String> {
     Some(digest.iter().take(6).map(|b| format!("{b:02x}")).collect())
 }
 
+/// `identity` (a model's name, or what is kept under it) marked with a user's model's `registration`
+/// ([`registration_id`]); unchanged for a catalog model (`None`). The one spelling every cache key uses.
+pub fn with_registration(identity: String, registration: Option<&str>) -> String {
+    match registration {
+        Some(r) => format!("{identity}#registration:{r}"),
+        None => identity,
+    }
+}
+
 /// Whether `name` is a model a user registered under `home`.
 pub fn is_user_model(home: &Path, name: &str) -> bool {
     crate::models::model_dir(home, name).join(USER_SOURCE).is_file()
@@ -459,7 +468,7 @@ fn write_marker(model_dir: &Path, source: &UserSource) -> Result<()> {
 /// cached like a catalog model, and can be any rung of the ladder, gold included.
 ///
 /// Errors name the file: one that is not a GGUF file, an unsupported architecture, a model whose vocabulary or chat
-/// template is not ChatML (Stretto's prompt format, [`crate::export::not_chatml`]), a name that is a catalog model's
+/// template is not ChatML (Stretto's prompt format, [`crate::export::missing_chatml_marker`]), a name that is a catalog model's
 /// or holds characters a folder name cannot.
 pub fn register_gguf(home: &Path, name: &str, gguf: &Path) -> Result<DecoderFiles> {
     check_user_name(home, name)?;
@@ -474,16 +483,11 @@ pub fn register_gguf(home: &Path, name: &str, gguf: &Path) -> Result<DecoderFile
     }
     // A llama or qwen2 decoder that does not speak ChatML (Llama 3, TinyLlama's Zephyr format) is refused here,
     // before its conversion, rather than answering Stretto's prompts off its format.
-    let tokens: std::collections::HashSet<&str> = g
-        .meta("tokenizer.ggml.tokens")
-        .ok()
-        .and_then(|v| v.as_array())
-        .into_iter()
-        .flatten()
-        .filter_map(|t| t.as_str())
-        .collect();
+    let tokens = g.meta("tokenizer.ggml.tokens").ok().and_then(|v| v.as_array()).unwrap_or_default();
     let template = g.meta("tokenizer.chat_template").ok().and_then(|v| v.as_str());
-    if let Some(problem) = crate::export::not_chatml(|t| tokens.contains(t), template) {
+    let problem = crate::export::missing_chatml_marker(|m| tokens.iter().any(|t| t.as_str() == Some(m)))
+        .or_else(|| template.and_then(crate::export::template_not_chatml));
+    if let Some(problem) = problem {
         return Err(ModelError::Format { file: gguf.display().to_string(), message: problem });
     }
     drop(g);

@@ -82,10 +82,10 @@ pub fn under_model(ctx: &stretto_core::OpContext, identity: String, model: &str)
 /// registered, with its registration ([`stretto_kv::prepare::registration_id`]): another file registered under the
 /// same name never reads the answers of the one before. A catalog model's is unchanged.
 pub fn under_registration(ctx: &stretto_core::OpContext, identity: String, model: &str) -> String {
-    match stretto_kv::prepare::registration_id(&ctx.model_home, model) {
-        Some(r) => format!("{identity}#registration:{r}"),
-        None => identity,
-    }
+    stretto_kv::prepare::with_registration(
+        identity,
+        stretto_kv::prepare::registration_id(&ctx.model_home, model).as_deref(),
+    )
 }
 
 /// The process's shared copy of sentence encoder `model`, as `ctx` runs it, held by `ctx`.
