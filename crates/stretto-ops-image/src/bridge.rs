@@ -157,7 +157,7 @@ impl PhysicalOp for LabelBridge {
 
     fn accept(&self, _: &SemanticTask) -> Result<String> {
         // A user's encoder's answers are kept under its registration too.
-        Ok(stretto_ops_text::under_registration(&self.ctx, self.name.clone(), &self.config.encoder))
+        stretto_ops_text::under_registration(&self.ctx, self.name.clone(), &self.config.encoder)
     }
 
     fn properties(&self) -> &OpProperties {

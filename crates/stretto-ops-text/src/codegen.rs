@@ -191,7 +191,7 @@ impl CodegenMap {
             return Ok(p.clone());
         }
         let key = memo_key(
-            &crate::under_model(&self.ctx, self.name.clone(), &self.config.model),
+            &crate::under_model(&self.ctx, self.name.clone(), &self.config.model)?,
             &task.prompt,
             "__program__",
         );
@@ -407,7 +407,7 @@ impl PhysicalOp for CodegenMap {
         // A program its model wrote depends on the system prompt too; a fixed one on nothing the model says.
         Ok(match self.config.program {
             Some(_) => identity,
-            None => crate::under_model(&self.ctx, identity, &self.config.model),
+            None => crate::under_model(&self.ctx, identity, &self.config.model)?,
         })
     }
 

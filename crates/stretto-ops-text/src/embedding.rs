@@ -98,7 +98,7 @@ pub fn embed_cached(
     batch: usize,
 ) -> Result<(Vec<Vec<f32>>, Vec<f64>)> {
     // (A catalog encoder's answers are kept under its name alone; a user's, under its registration too.)
-    let identity = crate::under_registration(ctx, model.to_string(), model);
+    let identity = crate::under_registration(ctx, model.to_string(), model)?;
     let key = |t: &str| memo_key(&identity, "", t);
     let mut out: Vec<Option<Vec<f32>>> = vec![None; texts.len()];
     let mut seconds = vec![0.0; texts.len()];
@@ -143,7 +143,7 @@ impl PhysicalOp for EmbeddingFilter {
 
     fn accept(&self, _: &SemanticTask) -> Result<String> {
         // A user's encoder's answers are kept under its registration too.
-        Ok(crate::under_registration(&self.ctx, self.name.clone(), &self.config.model))
+        crate::under_registration(&self.ctx, self.name.clone(), &self.config.model)
     }
 
     fn properties(&self) -> &OpProperties {

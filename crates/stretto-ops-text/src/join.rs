@@ -373,7 +373,7 @@ impl PhysicalOp for PairLlm {
     }
 
     fn accept(&self, _: &SemanticTask) -> Result<String> {
-        Ok(crate::under_model(&self.ctx, format!("{}#{}", self.name, self.protocol), &self.config.model))
+        crate::under_model(&self.ctx, format!("{}#{}", self.name, self.protocol), &self.config.model)
     }
 
     fn evaluate_items(&self, task: &SemanticTask, items: &[String]) -> Result<(OpOutput, Vec<f64>)> {
@@ -556,7 +556,7 @@ impl ProjectPair {
             // confidence ran on over the text after it, are not read.)
             None => format!("{}#line", Self::map_question(property).0),
         };
-        let identity = crate::under_model(&self.ctx, self.name.clone(), &self.config.model);
+        let identity = crate::under_model(&self.ctx, self.name.clone(), &self.config.model)?;
         let key = |s: &str| memo_key(&identity, &question, s);
         let mut known: HashMap<String, MemoEntry> = HashMap::new();
         let mut missing = Vec::new();
@@ -738,7 +738,7 @@ impl PhysicalOp for ProjectPair {
             Some(q) => format!("{}#{:?}#{}#{}#{}", self.name, c.relation, q.question, q.lead, self.calibrated()),
             None => format!("{}#{:?}#{}", self.name, c.relation, Self::map_question(&c.property).0),
         };
-        Ok(crate::under_model(&self.ctx, identity, &self.config.model))
+        crate::under_model(&self.ctx, identity, &self.config.model)
     }
 
     fn evaluate_items(&self, task: &SemanticTask, items: &[String]) -> Result<(OpOutput, Vec<f64>)> {

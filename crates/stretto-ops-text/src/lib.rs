@@ -70,7 +70,7 @@ pub fn decoder(
 /// under another system prompt (its template's default, before the catalog set one) are then never read as its
 /// answers now. Unchanged for a model that keeps its converted default, so their memoised answers stay valid.
 /// A user's own model's is marked with its registration too ([`under_registration`]).
-pub fn under_model(ctx: &stretto_core::OpContext, identity: String, model: &str) -> String {
+pub fn under_model(ctx: &stretto_core::OpContext, identity: String, model: &str) -> stretto_core::Result<String> {
     let identity = match stretto_kv::models::system_prompt(model) {
         Some(text) => format!("{identity}#system:{}", &stretto_core::memo::memo_key("system", text, "")[..12]),
         None => identity,
@@ -81,11 +81,30 @@ pub fn under_model(ctx: &stretto_core::OpContext, identity: String, model: &str)
 /// `identity` (what answers from `model`, a decoder or an encoder, are memoised under) marked, for a model the user
 /// registered, with its registration ([`stretto_kv::prepare::registration_id`]): another file registered under the
 /// same name never reads the answers of the one before. A catalog model's is unchanged.
-pub fn under_registration(ctx: &stretto_core::OpContext, identity: String, model: &str) -> String {
-    stretto_kv::prepare::with_registration(
-        identity,
-        stretto_kv::prepare::registration_id(&ctx.model_home, model).as_deref(),
-    )
+///
+/// A name that is neither in the catalog nor registered has no identity: an operator's factory refuses such a name,
+/// so it is met only while the model is being registered again (its old registration is withdrawn first), and its
+/// answers must then be neither read nor kept under the bare name, which no registration owns.
+pub fn under_registration(
+    ctx: &stretto_core::OpContext,
+    identity: String,
+    model: &str,
+) -> stretto_core::Result<String> {
+    if stretto_kv::models::spec(model).is_ok() {
+        return Ok(identity);
+    }
+    match stretto_kv::prepare::registration_id(&ctx.model_home, model) {
+        Some(r) => Ok(stretto_kv::prepare::with_registration(identity, Some(&r))),
+        None => Err(stretto_core::CoreError::operator(
+            identity.split('#').next().unwrap_or(&identity),
+            format!(
+                "model `{model}` is neither a catalog model nor registered under {} (is it being registered \
+                 again?): register it with `--model {model}=PATH` on the command line, `.model(\"{model}\", PATH)` \
+                 in a session",
+                ctx.model_home.display()
+            ),
+        )),
+    }
 }
 
 /// The process's shared copy of sentence encoder `model`, as `ctx` runs it, held by `ctx`.
@@ -112,14 +131,28 @@ mod tests {
     #[test]
     fn answers_of_a_model_whose_catalog_sets_a_system_prompt_are_kept_under_it() {
         let ctx = stretto_core::OpContext::new("/nonexistent/stretto-home");
-        let under_system_prompt = |id: String, model: &str| under_model(&ctx, id, model);
+        let under_system_prompt = |id: String, model: &str| under_model(&ctx, id, model).unwrap();
         // SmolLM2 keeps its template's prompt: its identities, and the answers memoised under them, are unchanged.
         assert_eq!(under_system_prompt("llm:smollm2-135m".into(), "smollm2-135m"), "llm:smollm2-135m");
-        assert_eq!(under_system_prompt("llm:mine".into(), "mine"), "llm:mine");
         // The 1.5B's answers under the catalog's prompt are not those it gave under Qwen's default.
         let id = under_system_prompt("llm:qwen2.5-coder-1.5b".into(), "qwen2.5-coder-1.5b");
         let mark = id.strip_prefix("llm:qwen2.5-coder-1.5b#system:").unwrap_or_else(|| panic!("{id}"));
         assert_eq!(mark.len(), 12);
         assert!(mark.chars().all(|c| c.is_ascii_hexdigit()), "{id}");
+    }
+
+    #[test]
+    fn a_model_neither_in_the_catalog_nor_registered_has_no_identity_for_answers() {
+        // (As while its name is registered again: the old registration is withdrawn first.) Its answers were kept
+        // under the bare name before, where any later window would have read them as its own.
+        let ctx = stretto_core::OpContext::new("/nonexistent/stretto-home");
+        let e = under_model(&ctx, "llm:mine#yes-no".into(), "mine").unwrap_err();
+        let text = e.to_string();
+        assert!(
+            text.contains("llm:mine") && text.contains("`mine` is neither") && text.contains("--model mine="),
+            "{text}"
+        );
+        assert!(super::under_registration(&ctx, "embed:mine".into(), "mine").is_err());
+        assert!(super::under_registration(&ctx, "minilm".into(), "minilm").is_ok_and(|id| id == "minilm"));
     }
 }

@@ -440,7 +440,7 @@ impl PhysicalOp for LlmOp {
             identity.push_str("~codes7");
         }
         // Whatever the task, the answers depend on the system prompt every item's past starts with.
-        Ok(crate::under_model(&self.ctx, identity, &self.config.model))
+        crate::under_model(&self.ctx, identity, &self.config.model)
     }
 
     fn evaluate_items(&self, task: &SemanticTask, items: &[String]) -> Result<(OpOutput, Vec<f64>)> {
