@@ -468,8 +468,8 @@ fn write_marker(model_dir: &Path, source: &UserSource) -> Result<()> {
 /// cached like a catalog model, and can be any rung of the ladder, gold included.
 ///
 /// Errors name the file: one that is not a GGUF file, an unsupported architecture, a model whose vocabulary or chat
-/// template is not ChatML (Stretto's prompt format, [`crate::export::missing_chatml_marker`]), a name that is a catalog model's
-/// or holds characters a folder name cannot.
+/// template is not ChatML (Stretto's prompt format: [`crate::export::missing_chatml_marker`],
+/// [`crate::export::template_not_chatml`]), a name that is a catalog model's or holds characters a folder name cannot.
 pub fn register_gguf(home: &Path, name: &str, gguf: &Path) -> Result<DecoderFiles> {
     check_user_name(home, name)?;
     fs::metadata(gguf).map_err(|e| ModelError::io(gguf, e))?;
