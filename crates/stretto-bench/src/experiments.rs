@@ -584,7 +584,22 @@ pub fn run_methods(
     runs: &Path,
     after_query: &mut AfterQuery<'_>,
 ) -> Result<(Vec<Outcome>, Vec<String>), Error> {
-    drive_queries(scale, after_query, |dataset, q, n| run_query_methods(methods, scale, runs, dataset, q, n))
+    drive_queries(scale, after_query, &mut std::io::stderr(), |dataset, q, n| {
+        run_query_methods(methods, scale, runs, dataset, q, n)
+    })
+}
+
+/// One line on `progress` per query a bench loop finished (`status`: done, skipped and why, failed and why), with
+/// its seconds and the run's so far, so that a run hours long whose stderr is a log file (where no progress bar is
+/// drawn) says how far it is. A line that cannot be written is not an error: the results files are the run's record.
+fn query_line(progress: &mut dyn std::io::Write, dataset: &str, n: usize, q: &str, status: &str, secs: f64, run: f64) {
+    let short: String = q.chars().take(96).collect();
+    let more = if short.len() < q.len() { "…" } else { "" };
+    let _ = writeln!(
+        progress,
+        "bench: {dataset} query {n} {status} in {secs:.1} s ({:.1} min into the run): {short}{more}",
+        run / 60.0
+    );
 }
 
 /// [`run_methods`]' loop over the scale's datasets and queries; `run(dataset, query, n)` runs one (`None`: its
@@ -592,8 +607,10 @@ pub fn run_methods(
 fn drive_queries(
     scale: &Scale,
     after_query: &mut AfterQuery<'_>,
+    progress: &mut dyn std::io::Write,
     mut run: impl FnMut(&str, &str, usize) -> Result<Option<Vec<Outcome>>, Error>,
 ) -> Result<(Vec<Outcome>, Vec<String>), Error> {
+    let started = std::time::Instant::now();
     let mut outcomes = Vec::new();
     let mut skipped = Vec::new();
     let mut stopped: Option<Error> = None;
@@ -605,22 +622,25 @@ fn drive_queries(
                 return false;
             }
             let _span = tracing::info_span!("bench_query", dataset = %dataset, n).entered();
+            let began = std::time::Instant::now();
             // One query failing (a model error, an item the model cannot take) must not lose the others' results.
-            let ran = match run(dataset, q, n) {
+            let (ran, status) = match run(dataset, q, n) {
                 Ok(Some(rows)) => {
                     outcomes.extend(rows);
-                    true
+                    (true, "done".to_string())
                 }
                 Ok(None) => {
                     skipped.push(format!("{dataset}: `{q}` (empty gold result)"));
-                    false
+                    (false, "skipped (empty gold result)".to_string())
                 }
                 Err(e) => {
                     tracing::error!(dataset = %dataset, query = %q, error = %e, "query failed; skipped");
                     skipped.push(format!("{dataset}: `{q}` (failed: {e})"));
-                    false
+                    (false, format!("failed ({e})"))
                 }
             };
+            let secs = began.elapsed().as_secs_f64();
+            query_line(progress, dataset, n, q, &status, secs, started.elapsed().as_secs_f64());
             if let Err(e) = after_query(&outcomes, &skipped) {
                 tracing::error!(error = %e, "cannot write the results so far; the run stops");
                 stopped = Some(e);
@@ -1145,6 +1165,7 @@ pub struct Exp2 {
 /// `summary.md`, `profiles.svg` and `speedup.svg` into `out`.
 pub fn run_exp2(scale: &Scale, out: &Path) -> Result<Exp2, Error> {
     use stretto::optim::profile::PhysicalEntry;
+    let started = std::time::Instant::now();
     std::fs::create_dir_all(out).map_err(|e| format!("cannot create {}: {e}", out.display()))?;
     let mut points = String::from("dataset,query,operator,cost_per_tuple,agreement_with_gold,auc_vs_gold\n");
     let mut speed = String::from(
@@ -1172,6 +1193,7 @@ pub fn run_exp2(scale: &Scale, out: &Path) -> Result<Exp2, Error> {
         }
         for q in singles.into_iter().take(scale.queries) {
             let _span = tracing::info_span!("bench_exp2_query", dataset = %dataset, n).entered();
+            let began = std::time::Instant::now();
             let tasks = parse_query(&q)?;
             let (input, pulled) = input_of(dataset, &tasks, Some(scale.rows_for(dataset)))?;
             let mut o = scale.options(dataset, &q, out.join("runs").join(format!("{dataset}-{n}")));
@@ -1274,6 +1296,8 @@ pub fn run_exp2(scale: &Scale, out: &Path) -> Result<Exp2, Error> {
                     );
                 }
             }
+            let (secs, run) = (began.elapsed().as_secs_f64(), started.elapsed().as_secs_f64());
+            query_line(&mut std::io::stderr(), dataset, n, &format!("(experiment 2) {q}"), "done", secs, run);
             n += 1;
         }
     }
@@ -1439,7 +1463,8 @@ pub fn prefill_all(scale: &Scale) -> Result<String, Error> {
         Ok(())
     };
     // Every query `run_all` would start with, as it draws them (each counted as run).
-    let (_, mut failed) = drive_queries(scale, &mut |_: &[Outcome], _: &[String]| Ok(()), |dataset, q, _| {
+    let stderr = &mut std::io::stderr();
+    let (_, mut failed) = drive_queries(scale, &mut |_: &[Outcome], _: &[String]| Ok(()), stderr, |dataset, q, _| {
         prefill(dataset, q)?;
         Ok(Some(Vec::new()))
     })?;
@@ -1448,11 +1473,18 @@ pub fn prefill_all(scale: &Scale) -> Result<String, Error> {
         if scale.labelled {
             singles.retain(|q| labelled_filters(dataset, q).is_some());
         }
-        for q in singles.into_iter().take(scale.queries) {
-            if let Err(e) = prefill(dataset, &q) {
-                tracing::error!(dataset = %dataset, query = %q, error = %e, "query not prefilled");
-                failed.push(format!("{dataset}: `{q}` (failed: {e})"));
-            }
+        for (n, q) in singles.into_iter().take(scale.queries).enumerate() {
+            let began = std::time::Instant::now();
+            let status = match prefill(dataset, &q) {
+                Ok(()) => "done".to_string(),
+                Err(e) => {
+                    tracing::error!(dataset = %dataset, query = %q, error = %e, "query not prefilled");
+                    failed.push(format!("{dataset}: `{q}` (failed: {e})"));
+                    format!("failed ({e})")
+                }
+            };
+            let (secs, run) = (began.elapsed().as_secs_f64(), started.elapsed().as_secs_f64());
+            query_line(stderr, dataset, n, &format!("(experiment 2) {q}"), &status, secs, run);
         }
     }
     let _ = writeln!(report, "\n{:.0} s in all", started.elapsed().as_secs_f64());
@@ -1824,8 +1856,11 @@ mod tests {
             Ok(())
         };
         // The second query has an empty gold result; the others give one row each.
-        let (outcomes, skipped) =
-            drive_queries(&scale, &mut after, |_, q, n| Ok((n != 1).then(|| vec![outcome(q, "global", 0.5)]))).unwrap();
+        let mut progress = Vec::new();
+        let (outcomes, skipped) = drive_queries(&scale, &mut after, &mut progress, |_, q, n| {
+            Ok((n != 1).then(|| vec![outcome(q, "global", 0.5)]))
+        })
+        .unwrap();
         assert_eq!(seen, [(1, 0), (1, 1), (2, 1), (3, 1)]);
         assert_eq!((outcomes.len(), skipped.len()), (3, 1));
         let mut runs = 0;
@@ -1833,13 +1868,35 @@ mod tests {
             2 => Err::<(), Error>("disk full".into()),
             _ => Ok(()),
         };
-        let err = drive_queries(&scale, &mut failing, |_, q, _| {
+        let err = drive_queries(&scale, &mut failing, &mut std::io::sink(), |_, q, _| {
             runs += 1;
             Ok(Some(vec![outcome(q, "global", 0.5)]))
         })
         .unwrap_err();
         assert_eq!(err.to_string(), "disk full");
         assert_eq!(runs, 2, "no query runs after the results could not be written");
+    }
+
+    /// A run whose stderr is a log file draws no progress bar: each query started leaves one line saying how it
+    /// ended, so a run hours long can be followed from its log.
+    #[test]
+    fn every_query_started_leaves_one_progress_line_saying_how_it_ended() {
+        let scale = Scale { queries: 3, datasets: vec!["movie".into()], ..Scale::named("tiny").unwrap() };
+        let mut progress = Vec::new();
+        let (outcomes, skipped) =
+            drive_queries(&scale, &mut |_: &[Outcome], _: &[String]| Ok(()), &mut progress, |_, q, n| match n {
+                1 => Ok(None),
+                2 => Err("model refused the item".into()),
+                _ => Ok(Some(vec![outcome(q, "global", 0.5)])),
+            })
+            .unwrap();
+        let text = String::from_utf8(progress).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), outcomes.len() + skipped.len(), "{text}");
+        assert!(lines[0].starts_with("bench: movie query 0 done in "), "{text}");
+        assert!(lines[1].starts_with("bench: movie query 1 skipped (empty gold result) in "), "{text}");
+        assert!(lines[2].starts_with("bench: movie query 2 failed (model refused the item) in "), "{text}");
+        assert!(lines.iter().all(|l| l.contains(" min into the run): ")), "{text}");
     }
 
     #[test]
