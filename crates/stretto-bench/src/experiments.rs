@@ -589,17 +589,33 @@ pub fn run_methods(
     })
 }
 
-/// One line on `progress` per query a bench loop finished (`status`: done, skipped and why, failed and why), with
-/// its seconds and the run's so far, so that a run hours long whose stderr is a log file (where no progress bar is
-/// drawn) says how far it is. A line that cannot be written is not an error: the results files are the run's record.
-fn query_line(progress: &mut dyn std::io::Write, dataset: &str, n: usize, q: &str, status: &str, secs: f64, run: f64) {
-    let short: String = q.chars().take(96).collect();
-    let more = if short.len() < q.len() { "…" } else { "" };
-    let _ = writeln!(
-        progress,
-        "bench: {dataset} query {n} {status} in {secs:.1} s ({:.1} min into the run): {short}{more}",
-        run / 60.0
-    );
+/// One line per query a bench loop finished (`status`: done, skipped and why, failed and why), with its seconds and
+/// how long its phase ("the run", "experiment 2") has run, so that a run hours long whose stderr is a log file (where
+/// no progress bar is drawn) says how far it is. A line that cannot be written is not an error: the results files
+/// are the run's record.
+struct QueryLines<'a> {
+    out: &'a mut dyn std::io::Write,
+    phase: &'static str,
+    started: std::time::Instant,
+}
+
+impl<'a> QueryLines<'a> {
+    fn new(out: &'a mut dyn std::io::Write, phase: &'static str) -> Self {
+        Self { out, phase, started: std::time::Instant::now() }
+    }
+
+    /// The line of query `n` of `dataset`, started at `began`.
+    fn done(&mut self, dataset: &str, n: usize, q: &str, status: &str, began: std::time::Instant) {
+        let short: String = q.chars().take(96).collect();
+        let more = if short.len() < q.len() { "…" } else { "" };
+        let _ = writeln!(
+            self.out,
+            "bench: {dataset} query {n} {status} in {:.1} s ({:.1} min into {}): {short}{more}",
+            began.elapsed().as_secs_f64(),
+            self.started.elapsed().as_secs_f64() / 60.0,
+            self.phase
+        );
+    }
 }
 
 /// [`run_methods`]' loop over the scale's datasets and queries; `run(dataset, query, n)` runs one (`None`: its
@@ -610,7 +626,7 @@ fn drive_queries(
     progress: &mut dyn std::io::Write,
     mut run: impl FnMut(&str, &str, usize) -> Result<Option<Vec<Outcome>>, Error>,
 ) -> Result<(Vec<Outcome>, Vec<String>), Error> {
-    let started = std::time::Instant::now();
+    let mut lines = QueryLines::new(progress, "the run");
     let mut outcomes = Vec::new();
     let mut skipped = Vec::new();
     let mut stopped: Option<Error> = None;
@@ -639,8 +655,7 @@ fn drive_queries(
                     (false, format!("failed ({e})"))
                 }
             };
-            let secs = began.elapsed().as_secs_f64();
-            query_line(progress, dataset, n, q, &status, secs, started.elapsed().as_secs_f64());
+            lines.done(dataset, n, q, &status, began);
             if let Err(e) = after_query(&outcomes, &skipped) {
                 tracing::error!(error = %e, "cannot write the results so far; the run stops");
                 stopped = Some(e);
@@ -1165,7 +1180,8 @@ pub struct Exp2 {
 /// `summary.md`, `profiles.svg` and `speedup.svg` into `out`.
 pub fn run_exp2(scale: &Scale, out: &Path) -> Result<Exp2, Error> {
     use stretto::optim::profile::PhysicalEntry;
-    let started = std::time::Instant::now();
+    let stderr = &mut std::io::stderr();
+    let mut lines = QueryLines::new(stderr, "experiment 2");
     std::fs::create_dir_all(out).map_err(|e| format!("cannot create {}: {e}", out.display()))?;
     let mut points = String::from("dataset,query,operator,cost_per_tuple,agreement_with_gold,auc_vs_gold\n");
     let mut speed = String::from(
@@ -1296,8 +1312,7 @@ pub fn run_exp2(scale: &Scale, out: &Path) -> Result<Exp2, Error> {
                     );
                 }
             }
-            let (secs, run) = (began.elapsed().as_secs_f64(), started.elapsed().as_secs_f64());
-            query_line(&mut std::io::stderr(), dataset, n, &format!("(experiment 2) {q}"), "done", secs, run);
+            lines.done(dataset, n, &q, "done", began);
             n += 1;
         }
     }
@@ -1468,6 +1483,7 @@ pub fn prefill_all(scale: &Scale) -> Result<String, Error> {
         prefill(dataset, q)?;
         Ok(Some(Vec::new()))
     })?;
+    let mut lines = QueryLines::new(stderr, "experiment 2's prefill");
     for dataset in scale.datasets.iter().filter(|d| *d != PHOTOS) {
         let mut singles = single_filter_queries(dataset)?;
         if scale.labelled {
@@ -1483,8 +1499,7 @@ pub fn prefill_all(scale: &Scale) -> Result<String, Error> {
                     format!("failed ({e})")
                 }
             };
-            let (secs, run) = (began.elapsed().as_secs_f64(), started.elapsed().as_secs_f64());
-            query_line(stderr, dataset, n, &format!("(experiment 2) {q}"), &status, secs, run);
+            lines.done(dataset, n, &q, &status, began);
         }
     }
     let _ = writeln!(report, "\n{:.0} s in all", started.elapsed().as_secs_f64());

@@ -224,6 +224,12 @@ fn bench_all_writes_every_experiment_and_the_comparison() {
         assert!(stdout.contains(published), "{published} missing:\n{stdout}");
     }
     assert_eq!(stdout, std::fs::read_to_string(out.join("summary.md")).unwrap());
+    // Stderr is not a terminal here, so no bar is drawn: each query of experiments 1 and 3, and of experiment 2,
+    // leaves its line.
+    assert!(err.contains("bench: movie query 0 done in "), "{err}");
+    for line in [" min into the run): ", " min into experiment 2): "] {
+        assert!(err.contains(line), "{line} missing:\n{err}");
+    }
     for row in ["Stretto (global-as-run) end-to-end total / gold plan's execution at 0.5", "LOTUS / Stretto"] {
         assert!(stdout.contains(row), "{row} missing:\n{stdout}");
     }
