@@ -1484,12 +1484,14 @@ pub fn prefill_all(scale: &Scale) -> Result<String, Error> {
         Ok(Some(Vec::new()))
     })?;
     let mut lines = QueryLines::new(stderr, "experiment 2's prefill");
+    // Numbered across datasets, as `run_exp2` numbers the same queries in its lines and run folders.
+    let mut n = 0usize;
     for dataset in scale.datasets.iter().filter(|d| *d != PHOTOS) {
         let mut singles = single_filter_queries(dataset)?;
         if scale.labelled {
             singles.retain(|q| labelled_filters(dataset, q).is_some());
         }
-        for (n, q) in singles.into_iter().take(scale.queries).enumerate() {
+        for q in singles.into_iter().take(scale.queries) {
             let began = std::time::Instant::now();
             let status = match prefill(dataset, &q) {
                 Ok(()) => "done".to_string(),
@@ -1500,6 +1502,7 @@ pub fn prefill_all(scale: &Scale) -> Result<String, Error> {
                 }
             };
             lines.done(dataset, n, &q, &status, began);
+            n += 1;
         }
     }
     let _ = writeln!(report, "\n{:.0} s in all", started.elapsed().as_secs_f64());
